@@ -1,0 +1,41 @@
+"""Command line: `python -m flashcourse list | build | check-sync`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flashcourse")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="print every exercise id with its points")
+    build = sub.add_parser("build", help="regenerate exercises/, solutions/ and book/")
+    build.add_argument("--root", type=Path, default=Path.cwd())
+    sync = sub.add_parser("check-sync", help="fail if generated files are out of date")
+    sync.add_argument("--root", type=Path, default=Path.cwd())
+    args = parser.parse_args(argv)
+
+    if args.command == "list":
+        from . import grading
+
+        for exercise_id in grading.list_ids():
+            item = grading.EXERCISES[exercise_id]
+            print(f"{exercise_id}\t{item.points:g}\t{item.kind}\t{item.title}")
+        return 0
+
+    from . import notebooks
+
+    if args.command == "build":
+        for path in notebooks.build(args.root):
+            print(f"wrote {path.relative_to(args.root)}")
+        return 0
+    stale = notebooks.stale_files(args.root)
+    for path in stale:
+        print(f"out of date: {path}  (run: python -m flashcourse build)")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

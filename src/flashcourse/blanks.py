@@ -1,0 +1,96 @@
+"""The `______` placeholder of exercise notebooks.
+
+Any use of an unfilled blank (arithmetic, indexing, numpy, conversion) raises `BlankNotFilled`,
+so a student sees "fill in the blank" instead of a NameError or a silent wrong answer.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+BLANK_TOKEN = "______"
+
+
+class BlankNotFilled(Exception):
+    """Raised when code uses a `______` placeholder that the student has not replaced yet."""
+
+
+def _message(where: str = "") -> str:
+    place = f" in {where}" if where else ""
+    return (
+        f"Fill in the blank{place}: a `{BLANK_TOKEN}` placeholder is still there. "
+        "Replace it with your expression, run the cell, then run the check again."
+    )
+
+
+class _Blank:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return BLANK_TOKEN
+
+    def _refuse(self, *args, **kwargs):
+        raise BlankNotFilled(_message())
+
+    # numpy hooks: np.exp(blank), np.maximum(x, blank), np.asarray(blank), arr[...] = blank
+    def __array_ufunc__(self, *args, **kwargs):
+        raise BlankNotFilled(_message())
+
+    def __array_function__(self, *args, **kwargs):
+        raise BlankNotFilled(_message())
+
+    def __array__(self, *args, **kwargs):
+        raise BlankNotFilled(_message())
+
+    __call__ = __getitem__ = __setitem__ = __iter__ = __len__ = _refuse
+    __bool__ = __float__ = __int__ = __index__ = __complex__ = _refuse
+    __neg__ = __pos__ = __abs__ = __invert__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _refuse
+    __pow__ = __rpow__ = __matmul__ = __rmatmul__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _refuse
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _refuse
+
+    def __getattr__(self, name):
+        raise BlankNotFilled(_message())
+
+    # Comparisons for equality must not raise: containers compare their items with ==.
+    def __eq__(self, other):
+        return other is self
+
+    def __hash__(self) -> int:
+        return 0
+
+
+______ = _Blank()
+
+
+def is_blank(value) -> bool:
+    return value is ______
+
+
+def source_of(obj) -> str | None:
+    """Source text of a function or Triton kernel, or None when Python cannot find it."""
+    fn = getattr(obj, "fn", obj)  # a Triton JITFunction wraps the Python function in .fn
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return None
+
+
+def blank_lines(obj) -> list[int]:
+    """Line numbers (1-based, within the function) that still hold a blank."""
+    source = source_of(obj)
+    if source is None:
+        return []
+    return [n for n, line in enumerate(source.splitlines(), 1) if BLANK_TOKEN in line]
+
+
+def refuse_blanks(obj, name: str) -> None:
+    """Raise BlankNotFilled naming the lines of `obj` that still hold a blank."""
+    lines = blank_lines(obj)
+    if lines:
+        source = source_of(obj).splitlines()
+        shown = "\n".join(f"    line {n}: {source[n - 1].strip()}" for n in lines)
+        raise BlankNotFilled(f"{_message(name)}\n{shown}")

@@ -1,0 +1,3 @@
+"""One module per lesson; importing this package registers every exercise."""
+
+from . import gpu_flash  # noqa: F401

@@ -1,0 +1,259 @@
+"""Checks of lesson 1, "GPU kernels and FlashAttention": the numpy FlashAttention exercise,
+the three self-check questions and the four veto misconceptions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import grading
+from ..blanks import BlankNotFilled, is_blank
+from ..reference import standard_attention
+from ..traffic import score_matrix_bytes
+
+LESSON = grading.lesson("gpu-flash", "Lesson 1: GPU kernels and FlashAttention", pass_line=8)
+
+# (n, d, block_size or None for the default, seed, logit scale)
+VISIBLE_CASES = [
+    (256, 32, 32, 0, 0.5),  # the seed's own example
+    (64, 16, 64, 1, 0.5),  # a single block
+    (100, 16, 32, 2, 0.5),  # n not a multiple of the block size
+    (257, 64, 64, 3, 0.5),  # one row in the last block
+    (130, 8, 16, 4, 0.5),  # many small blocks
+    (200, 32, None, 5, 0.5),  # the default block_size=64
+    (96, 16, 32, 6, 8.0),  # scores of magnitude ~1e3: exp must not overflow
+]
+HIDDEN_CASES = [
+    (77, 24, 16, 101, 1.0),
+    (321, 16, 128, 102, 0.3),
+    (150, 40, 64, 103, 9.0),
+]
+
+
+def _inputs(n: int, d: int, seed: int, logit_scale: float):
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((n, d)) * logit_scale
+    K = rng.standard_normal((n, d)) * logit_scale
+    V = rng.standard_normal((n, d))
+    if logit_scale > 1:  # push scores towards +-1e3 and give each row one clear winner
+        K[rng.integers(0, n, size=4)] *= 3
+    return Q, K, V
+
+
+def blocked_attention(Q, K, V, block_size, *, rescale=True, running_max=True, final_divide=True,
+                      flip_scale=False, per_block_softmax=False, include_old_max=True):
+    """Blocked attention with switches that reproduce the classic mistakes (for diagnosis)."""
+    n, d = Q.shape
+    out = np.zeros((n, d))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for i in range(0, n, block_size):
+            q = Q[i:i + block_size]
+            acc, row_sum = np.zeros((len(q), d)), np.zeros(len(q))
+            row_max = np.full(len(q), -np.inf)
+            for j in range(0, n, block_size):
+                s = q @ K[j:j + block_size].T
+                if per_block_softmax:  # softmax each block on its own, then add them up
+                    p = np.exp(s - s.max(axis=-1, keepdims=True))
+                    acc += (p / p.sum(axis=-1, keepdims=True)) @ V[j:j + block_size]
+                    continue
+                block_max = s.max(axis=-1)
+                new_max = np.maximum(row_max, block_max) if include_old_max else block_max
+                if not running_max:
+                    new_max = np.zeros_like(new_max)
+                scale = np.exp(new_max - row_max) if flip_scale else np.exp(row_max - new_max)
+                if not rescale:
+                    scale = np.ones_like(scale)
+                p = np.exp(s - new_max[:, None])
+                row_sum = row_sum * scale + p.sum(axis=-1)
+                acc = acc * scale[:, None] + p @ V[j:j + block_size]
+                row_max = new_max
+            out[i:i + block_size] = acc / row_sum[:, None] if final_divide else acc
+    return out
+
+
+MISTAKES = [
+    (dict(per_block_softmax=True),
+     "This is 'softmax each block separately, then combine': each block is normalised by its "
+     "own sum, so the weights of a row no longer sum to 1. Keep one running max and one "
+     "running sum per row across all K/V blocks, and divide once at the end."),
+    (dict(rescale=False),
+     "The old sum l and the old output O were not rescaled when the running max grew: multiply "
+     "both by scale = exp(m_old - m_new) before adding the new block."),
+    (dict(final_divide=False),
+     "The output is never divided by the running sum: return O / l (row by row) at the end."),
+    (dict(flip_scale=True),
+     "The rescale factor points the wrong way: use exp(m_old - m_new), which is <= 1, not "
+     "exp(m_new - m_old)."),
+    (dict(running_max=False),
+     "Without a running max, exp(score) overflows for large scores (e^89 is inf in float32, "
+     "e^710 in float64): subtract the running max m before exponentiating."),
+    (dict(include_old_max=False),
+     "m_new must be the max of the old running max and this block's max: "
+     "np.maximum(mi, S_ij.max(axis=-1)). Using only the block max overflows when an earlier "
+     "block held the largest score."),
+]
+
+GENERIC_HINT = (
+    "Check the four updates against the recurrences: m_new = max(m_old, rowmax(S_ij)); "
+    "scale = exp(m_old - m_new); l_new = l_old*scale + rowsum(p_ij); O = O*scale + p_ij V_j."
+)
+
+
+def _diagnose(output, Q, K, V, block_size) -> str:
+    for switches, hint in MISTAKES:
+        if grading.same_result(output, blocked_attention(Q, K, V, block_size, **switches), 1e-6):
+            return "Likely mistake: " + hint
+    return GENERIC_HINT
+
+
+@grading.exercise("gpu-flash/flash-attention", "numpy FlashAttention (online softmax)", 4)
+def _check_flash_attention(flash_attention) -> str:
+    if not callable(flash_attention):
+        raise grading.WrongAnswer("Pass the function itself: check(..., flash_attention).")
+    cases = VISIBLE_CASES + (HIDDEN_CASES if grading.grading_mode() else [])
+    for number, (n, d, block, seed, logit_scale) in enumerate(cases, 1):
+        Q, K, V = _inputs(n, d, seed, logit_scale)
+        copies = [x.copy() for x in (Q, K, V)]
+        label = (f"case {number}/{len(cases)} (n={n}, d={d}, block_size="
+                 f"{block if block else 'default 64'}, seed={seed}"
+                 f"{', scores ~1e3' if logit_scale > 1 else ''})")
+        kwargs = {} if block is None else {"block_size": block}
+        with np.errstate(all="ignore"):
+            output = grading.run_student(flash_attention, label, Q, K, V, **kwargs)
+        if any(not np.array_equal(a, b) for a, b in zip((Q, K, V), copies, strict=True)):
+            raise grading.WrongAnswer(f"{label}: your function modified Q, K or V in place.")
+        expected = standard_attention(Q, K, V)
+        try:
+            grading.compare(output, expected, label, atol=1e-6, rtol=1e-6,
+                            tile_rows=block or 64)
+        except grading.WrongAnswer as err:
+            hint = _diagnose(output, Q, K, V, block or 64)
+            raise grading.WrongAnswer(f"{err}\n{hint}") from None
+    hidden = "" if grading.grading_mode() else " (graders also run hidden cases)"
+    return f"{len(cases)} cases match standard attention{hidden}"
+
+
+# ---------------------------------------------------------------- self-check questions
+
+
+def _require_keys(answers, expected_keys, exercise_id):
+    if is_blank(answers) or not isinstance(answers, dict):
+        raise BlankNotFilled(f"Fill in the blank: {exercise_id} expects a dict of answers.")
+    missing = [k for k in expected_keys if k not in answers]
+    if missing:
+        raise grading.WrongAnswer(f"{exercise_id}: missing answers for {missing}.")
+    blanks = [k for k in expected_keys if is_blank(answers[k])]
+    if blanks:
+        raise BlankNotFilled(f"Fill in the blank for {blanks} in {exercise_id}.")
+
+
+def _grade_items(exercise_id, answers, expected, explanations):
+    _require_keys(answers, list(expected), exercise_id)
+    wrong = []
+    for key, right in expected.items():
+        given = answers[key]
+        ok = (np.isclose(float(given), right, rtol=1e-9) if isinstance(right, (int, float))
+              and not isinstance(right, bool) and isinstance(given, (int, float, np.number))
+              else given == right)
+        if not ok:
+            wrong.append(f"  {key} = {given!r} is not right. {explanations[key]}")
+    if wrong:
+        raise grading.WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers "
+                                  "are wrong:\n" + "\n".join(wrong))
+    return f"all {len(expected)} answers right"
+
+
+Q1 = {
+    "s_bytes_n16k_fp16": score_matrix_bytes(16384, "fp16"),
+    "nxn_hbm_passes": 4,
+    "flash_extra_memory": "O(N)",
+}
+Q1_WHY = {
+    "s_bytes_n16k_fp16": "One (N, N) matrix of 2-byte values holds N*N*2 bytes.",
+    "nxn_hbm_passes": "Count HBM passes over an (N, N) matrix: S written, S read, P written, "
+                      "P read.",
+    "flash_extra_memory": "Beyond Q, K, V and O, FlashAttention keeps m and l, one number each "
+                          "per row: 'O(N)'.",
+}
+
+
+@grading.exercise("gpu-flash/q1-memory", "Q1: why materialising S is slow and big", 2,
+                  kind="question")
+def _check_q1(answers) -> str:
+    return _grade_items("gpu-flash/q1-memory", answers, Q1, Q1_WHY)
+
+
+Q2 = {
+    "sectors_strided": 32,
+    "sectors_contiguous": 4,
+    "tiling_reuse_factor": 32,
+    "coarsening_relieves": "mio_throttle",
+}
+Q2_WHY = {
+    "sectors_strided": "Addresses 4 KB apart never share a 32-byte sector: one sector per "
+                       "thread.",
+    "sectors_contiguous": "32 threads x 4 bytes = 128 contiguous bytes = 4 sectors of 32 bytes.",
+    "tiling_reuse_factor": "Each element loaded into a 32x32 tile is reused by 32 outputs, so "
+                           "HBM reads drop 32-fold.",
+    "coarsening_relieves": "More outputs per thread means fewer shared-memory instructions per "
+                           "FLOP: the memory-input/output queue (mio_throttle) stalls less.",
+}
+
+
+@grading.exercise("gpu-flash/q2-coalescing", "Q2: coalescing, tiling and coarsening", 2,
+                  kind="question")
+def _check_q2(answers) -> str:
+    return _grade_items("gpu-flash/q2-coalescing", answers, Q2, Q2_WHY)
+
+
+Q3 = {"FA1": "B", "FA2": "C", "FA3": "A", "leave_triton_for": "warp_control"}
+Q3_WHY = {
+    "FA1": "FA1 introduced tiling with an online softmax so S is never written to HBM.",
+    "FA2": "FA2 cut non-matmul work, parallelised over the sequence, and split work between "
+           "warps better.",
+    "FA3": "FA3 targets Hopper: asynchronous TMA loads, wgmma, warp specialisation and FP8.",
+    "leave_triton_for": "Triton exposes blocks, not warps: explicit warp roles, register "
+                        "layouts and shared-memory layouts need CUDA.",
+}
+
+
+@grading.exercise("gpu-flash/q3-tools", "Q3: torch.compile vs Triton vs CUDA; FA1/2/3", 2,
+                  kind="question")
+def _check_q3(answers) -> str:
+    return _grade_items("gpu-flash/q3-tools", answers, Q3, Q3_WHY)
+
+
+# ---------------------------------------------------------------- veto misconceptions
+
+MISCONCEPTIONS = {
+    "flash_reduces_flops": (
+        False, "FlashAttention does the same FLOPs as standard attention (slightly more in the "
+        "backward, which recomputes P). What it cuts is HBM traffic and the O(N^2) memory."),
+    "running_max_for_safety": (
+        True, "The running max keeps exp() from overflowing: scores of 100 already give e^100, "
+        "beyond float32. It does not change the result, only keeps it finite."),
+    "blockwise_softmax_then_concat": (
+        False, "Softmax of each block normalises by that block's sum only; the weights of a row "
+        "then sum to the number of blocks, not 1. The blocks must share one running max and sum."),
+    "hbm_as_fast_as_shared": (
+        False, "Shared memory/L1 delivers roughly 15-20 TB/s per chip against about 3.35 TB/s "
+        "for HBM on an H100: about an order of magnitude, with 20x lower latency."),
+}
+
+
+@grading.exercise("gpu-flash/misconceptions", "veto misconceptions (true/false)", 0,
+                  kind="veto")
+def _check_misconceptions(answers) -> str:
+    _require_keys(answers, list(MISCONCEPTIONS), "gpu-flash/misconceptions")
+    wrong = []
+    for key, (truth, why) in MISCONCEPTIONS.items():
+        given = answers[key]
+        if not isinstance(given, bool):
+            raise grading.WrongAnswer(f"gpu-flash/misconceptions: answer {key} with True or "
+                                      f"False, not {given!r}.")
+        if given != truth:
+            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
+    if wrong:
+        raise grading.VetoMisconception(
+            "gpu-flash/misconceptions: a wrong answer here fails the lesson whatever the other "
+            "points:\n" + "\n".join(wrong))
+    return f"all {len(MISCONCEPTIONS)} statements judged right"

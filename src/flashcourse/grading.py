@@ -1,0 +1,240 @@
+"""Exercise registry, the `check` call of grading cells, comparisons and lesson scorecards.
+
+A grading cell is one call: `check("lesson-id/exercise", answer)`. The reference it compares
+against lives in this package, so redefining names inside a notebook cannot make a wrong answer
+pass. A wrong answer raises `WrongAnswer` with the failing case, the largest error, where it is,
+and a hint; success prints one short deterministic line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .blanks import BlankNotFilled, is_blank, refuse_blanks
+
+GRADING_MODE_ENV = "FLASHCOURSE_GRADING"
+
+
+class WrongAnswer(AssertionError):
+    """The answer ran but is wrong; the message says which case, where, and what to try."""
+
+
+class VetoMisconception(WrongAnswer):
+    """A misconception the rubric vetoes: the lesson fails whatever the other points are."""
+
+
+@dataclass
+class Exercise:
+    id: str  # stable id "lesson/name", used by grading cells and scorecards
+    title: str  # what the student is asked to do, in a few words
+    points: float  # rubric points this item is worth
+    run: Callable[[object], str]  # checks an answer; returns the success summary or raises
+    kind: str = "code"  # "code", "question" or "veto"
+
+    @property
+    def lesson(self) -> str:
+        return self.id.split("/", 1)[0]
+
+
+@dataclass
+class Lesson:
+    id: str  # lesson id, the prefix of its exercise ids
+    title: str
+    pass_line: float = 8.0
+    exercises: list[Exercise] = field(default_factory=list)
+
+    @property
+    def total_points(self) -> float:
+        return sum(e.points for e in self.exercises)
+
+
+LESSONS: dict[str, Lesson] = {}
+EXERCISES: dict[str, Exercise] = {}
+# What passed in this process: exercise id -> points earned (vetoes record 0 when hit).
+RESULTS: dict[str, float] = {}
+VETOES_HIT: dict[str, str] = {}
+
+
+def lesson(lesson_id: str, title: str, pass_line: float = 8.0) -> Lesson:
+    if lesson_id not in LESSONS:
+        LESSONS[lesson_id] = Lesson(lesson_id, title, pass_line)
+    return LESSONS[lesson_id]
+
+
+def exercise(exercise_id: str, title: str, points: float, kind: str = "code"):
+    """Decorator registering a check function under a stable exercise id."""
+
+    def register(run: Callable[[object], str]) -> Callable[[object], str]:
+        lesson_id = exercise_id.split("/", 1)[0]
+        if lesson_id not in LESSONS:
+            raise KeyError(f"register lesson {lesson_id!r} before its exercises")
+        if exercise_id in EXERCISES:
+            raise KeyError(f"exercise id {exercise_id!r} registered twice")
+        item = Exercise(exercise_id, title, points, run, kind)
+        EXERCISES[exercise_id] = item
+        LESSONS[lesson_id].exercises.append(item)
+        return run
+
+    return register
+
+
+def grading_mode() -> bool:
+    """True when an instructor grades: checks then also run hidden cases."""
+    return os.environ.get(GRADING_MODE_ENV, "").strip() in {"1", "true", "yes"}
+
+
+def _load_checks() -> None:
+    from . import checks  # noqa: F401  (importing registers every lesson's exercises)
+
+
+def get(exercise_id: str) -> Exercise:
+    _load_checks()
+    if exercise_id not in EXERCISES:
+        known = ", ".join(sorted(EXERCISES))
+        raise KeyError(f"unknown exercise id {exercise_id!r}; known ids: {known}")
+    return EXERCISES[exercise_id]
+
+
+def check(exercise_id: str, answer) -> None:
+    """Grade `answer` for `exercise_id`: print one line on success, raise on a wrong answer."""
+    item = get(exercise_id)
+    RESULTS.pop(exercise_id, None)
+    if is_blank(answer):
+        raise BlankNotFilled(f"Fill in the blank: the answer to {exercise_id} is still ______.")
+    if callable(answer):
+        refuse_blanks(answer, getattr(answer, "__name__", exercise_id))
+    try:
+        summary = item.run(answer)
+    except VetoMisconception as err:
+        VETOES_HIT[exercise_id] = str(err)
+        raise
+    except (WrongAnswer, BlankNotFilled):
+        raise
+    except NotImplementedError as err:
+        raise WrongAnswer(
+            f"{exercise_id}: the function still raises NotImplementedError. Replace the "
+            "`raise NotImplementedError` line with your implementation."
+        ) from err
+    RESULTS[exercise_id] = item.points
+    VETOES_HIT.pop(exercise_id, None)
+    print(f"\u2713 {exercise_id}: {summary}")
+
+
+def run_student(fn: Callable, case: str, *args, **kwargs):
+    """Call student code; turn a crash into a WrongAnswer that names the case."""
+    try:
+        return fn(*args, **kwargs)
+    except (BlankNotFilled, NotImplementedError, WrongAnswer):
+        raise
+    except Exception as err:  # the student's code crashed: say where, keep the traceback
+        raise WrongAnswer(f"{case}: your code raised {type(err).__name__}: {err}") from err
+
+
+def scorecard(lesson_id: str) -> float:
+    """Print the lesson's rubric with the points earned in this session; raise below the pass
+    line or when a veto misconception was answered wrongly."""
+    _load_checks()
+    item = LESSONS[lesson_id]
+    lines = [f"Scorecard: {item.title}"]
+    earned = 0.0
+    for ex in item.exercises:
+        got = RESULTS.get(ex.id, 0.0)
+        earned += got
+        if ex.kind == "veto":
+            state = "VETO" if ex.id in VETOES_HIT else ("ok" if ex.id in RESULTS else "not checked")
+            lines.append(f"  [veto] {ex.title}: {state}")
+        else:
+            mark = "\u2713" if ex.id in RESULTS else "\u2717"
+            lines.append(f"  {mark} {ex.points:g}/{ex.points:g} {ex.title}" if got else
+                         f"  {mark} 0/{ex.points:g} {ex.title} (not passed: run its check)")
+    verdict = "PASS" if earned >= item.pass_line and not _vetoes(lesson_id) else "FAIL"
+    lines.append(f"Total: {earned:g}/{item.total_points:g} (pass line {item.pass_line:g}): "
+                 f"{verdict}")
+    print("\n".join(lines))
+    vetoes = _vetoes(lesson_id)
+    if vetoes:
+        raise VetoMisconception("A veto misconception fails the lesson:\n" + "\n".join(vetoes))
+    if earned < item.pass_line:
+        raise WrongAnswer(f"{earned:g}/{item.total_points:g} is below the pass line "
+                          f"{item.pass_line:g}: fix the items marked \u2717 above.")
+    return earned
+
+
+def _vetoes(lesson_id: str) -> list[str]:
+    return [msg for ex_id, msg in VETOES_HIT.items() if ex_id.split("/")[0] == lesson_id]
+
+
+def list_ids() -> list[str]:
+    _load_checks()
+    return sorted(EXERCISES)
+
+
+# ---------------------------------------------------------------- comparing arrays
+
+
+def _locate(flat_index: int, shape: Sequence[int], tile_rows: int | None) -> str:
+    index = np.unravel_index(flat_index, shape)
+    if len(shape) >= 2:
+        *lead, row, col = (int(i) for i in index)
+        where = f"row {row}, column {col}"
+        if lead:
+            where = f"index {tuple(lead)}, " + where
+        if tile_rows:
+            first = row // tile_rows * tile_rows
+            where += f" (row block {row // tile_rows}: rows {first}..{first + tile_rows - 1})"
+        return where
+    return f"index {int(index[0])}"
+
+
+def compare(actual, expected, case: str, atol: float, rtol: float = 0.0,
+            tile_rows: int | None = None, hint: str = "") -> None:
+    """Raise WrongAnswer unless `actual` matches `expected` (shape, finiteness, values)."""
+    if is_blank(actual):
+        raise BlankNotFilled(f"Fill in the blank: {case} returned ______.")
+    try:
+        actual = np.asarray(actual.detach().cpu() if hasattr(actual, "detach") else actual)
+    except BlankNotFilled:
+        raise
+    expected = np.asarray(expected)
+    if actual.dtype == object:
+        raise WrongAnswer(f"{case}: the result is not a numeric array (got objects). {hint}")
+    if actual.shape != expected.shape:
+        raise WrongAnswer(f"{case}: result has shape {actual.shape}, expected "
+                          f"{expected.shape}. {hint}".rstrip())
+    actual64 = actual.astype(np.float64)
+    expected64 = expected.astype(np.float64)
+    bad_values = ~np.isfinite(actual64) & np.isfinite(expected64)
+    if bad_values.any():
+        first = int(np.flatnonzero(bad_values)[0])
+        count = int(bad_values.sum())
+        raise WrongAnswer(
+            f"{case}: {count} of {actual.size} outputs are NaN or inf, first at "
+            f"{_locate(first, actual.shape, tile_rows)}. {hint}".rstrip()
+        )
+    error = np.abs(actual64 - expected64)
+    allowed = atol + rtol * np.abs(expected64)
+    if (error > allowed).any():
+        worst = int(np.argmax(error - allowed))
+        count = int((error > allowed).sum())
+        raise WrongAnswer(
+            f"{case}: max abs error {error.max():.3g} (allowed {atol:g} + {rtol:g}*|ref|) "
+            f"at {_locate(worst, actual.shape, tile_rows)}; {count} of {actual.size} "
+            f"values are off. {hint}".rstrip()
+        )
+
+
+def same_result(actual, candidate, atol: float) -> bool:
+    """True when `actual` equals `candidate` (NaN where it has NaN): used to name a mistake."""
+    try:
+        a = np.asarray(actual, dtype=np.float64)
+    except (TypeError, ValueError, BlankNotFilled):
+        return False
+    c = np.asarray(candidate, dtype=np.float64)
+    if a.shape != c.shape:
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool(np.allclose(a, c, atol=atol, rtol=1e-6, equal_nan=True))

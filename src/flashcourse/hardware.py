@@ -1,0 +1,43 @@
+"""Published and measured numbers about the GPUs the course talks about, kept in one place.
+
+Bandwidths are whole-chip figures; capacities of registers and shared memory are per SM.
+Ranges are (low, high) because vendors and microbenchmarks disagree within them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    name: str  # level of the hierarchy
+    capacity: str  # human-readable size and scope
+    capacity_bytes: float  # for plotting: per SM for on-chip levels, per chip otherwise
+    bandwidth_tbs: tuple[float, float]  # whole-chip bandwidth, TB/s
+    latency_cycles: tuple[float, float]  # load-to-use latency, clock cycles
+    shared_by: str  # who can see the data
+
+
+# NVIDIA H100 SXM (Hopper), the chip the course's numbers describe.
+H100_MEMORY = (
+    MemoryLevel("Registers", "256 KB per SM", 256e3, (30, 40), (0.5, 1), "one thread"),
+    MemoryLevel("Shared memory / L1", "228 KB per SM", 228e3, (15, 20), (20, 30),
+                "one thread block"),
+    MemoryLevel("L2 cache", "50 MB per chip", 50e6, (5, 8), (100, 200), "whole chip"),
+    MemoryLevel("HBM3", "80 GB per chip", 80e9, (3.35, 3.35), (400, 800), "whole chip + host"),
+)
+
+H100_SMS = 132
+H100_DENSE_BF16_TFLOPS = 989  # tensor cores, dense, datasheet
+H100_HBM_TBS = 3.35
+WARP_SIZE = 32
+
+# Measured on the course's NVIDIA H200 (torch 2.11, Triton 3.6).
+H200_MEASURED_GEMM_BF16_TFLOPS = 790
+H200_MEASURED_COPY_TBS = 4.3
+
+
+def ridge_point(peak_tflops: float, bandwidth_tbs: float) -> float:
+    """FLOPs per byte an operator needs before compute, not memory, limits it."""
+    return peak_tflops / bandwidth_tbs

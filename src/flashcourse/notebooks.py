@@ -1,0 +1,286 @@
+"""Generate the student notebook, the solution notebook and the book page of every lesson from
+its one source, `lessons/NN-slug.qmd`.
+
+Solution regions in code cells are marked in the source:
+
+* a line ending in `# BLANK` (or `# BLANK: comment`) becomes `target = ______` in the exercise
+  (for an assignment) or `"key": ______,` (for a dict entry);
+* lines between `# BEGIN SOLUTION` and `# END SOLUTION` become `raise NotImplementedError(...)`.
+
+Cell options `#| id: name` (stable cell id, used for grading cells) and `#| tags: [a, b]`
+(notebook cell tags, e.g. nbval markers) belong to the generator; other `#|` options are Quarto's
+and are kept for the book page only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+LESSONS_DIR = "lessons"
+OUTPUT_DIRS = {"exercise": "exercises", "solution": "solutions", "book": "book"}
+PRIVATE_OPTIONS = {"id", "tags"}
+
+BLANK_MARK = re.compile(r"\s*# BLANK(?::\s*(?P<comment>.*))?$")
+ASSIGNMENT = re.compile(r"^(?P<head>\s*[\w\[\], .]+?\s*(?:[-+*/]?=)\s*)(?P<answer>.+)$")
+DICT_ENTRY = re.compile(r"^(?P<head>\s*(?:\"[^\"]*\"|'[^']*')\s*:\s*)(?P<answer>.+?)(?P<tail>,?)$")
+BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
+
+
+class LessonSourceError(ValueError):
+    """The lesson source breaks a rule of the generator; the message names file and line."""
+
+
+@dataclass
+class Cell:
+    kind: str  # "markdown" or "code"
+    source: str  # text without generator options
+    options: dict[str, str] = field(default_factory=dict)  # every `#|` option, raw text
+    option_lines: list[str] = field(default_factory=list)  # Quarto's own `#|` lines
+
+    @property
+    def has_solution(self) -> bool:
+        return self.kind == "code" and (BEGIN in self.source or "# BLANK" in self.source)
+
+
+@dataclass
+class Lesson:
+    path: Path
+    title: str
+    cells: list[Cell]
+
+    @property
+    def slug(self) -> str:
+        return self.path.stem
+
+
+def parse(path: Path) -> Lesson:
+    """Split a lesson .qmd into markdown and ```{python} cells."""
+    text = path.read_text(encoding="utf-8")
+    match = re.match(r"^---\n(.*?)\n---\n", text, re.S)
+    if not match:
+        raise LessonSourceError(f"{path}: starts without a --- front matter block with a title")
+    title_match = re.search(r'^title:\s*"?(.*?)"?\s*$', match.group(1), re.M)
+    if not title_match:
+        raise LessonSourceError(f"{path}: the front matter has no title")
+    body = text[match.end():]
+    cells: list[Cell] = []
+    markdown: list[str] = []
+    lines = body.splitlines()
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if line.strip() == "```{python}":
+            _flush_markdown(markdown, cells)
+            end = index + 1
+            while end < len(lines) and lines[end].strip() != "```":
+                end += 1
+            if end == len(lines):
+                raise LessonSourceError(f"{path}:{index + 1}: code cell is never closed")
+            cells.append(_code_cell(lines[index + 1:end], path, index + 2))
+            index = end + 1
+            continue
+        markdown.append(line)
+        index += 1
+    _flush_markdown(markdown, cells)
+    return Lesson(path, title_match.group(1), cells)
+
+
+def _flush_markdown(markdown: list[str], cells: list[Cell]) -> None:
+    text = "\n".join(markdown).strip("\n")
+    markdown.clear()
+    if text.strip():
+        cells.append(Cell("markdown", text))
+
+
+def _code_cell(lines: list[str], path: Path, first_line: int) -> Cell:
+    options: dict[str, str] = {}
+    quarto_lines: list[str] = []
+    body_start = 0
+    for body_start, line in enumerate(lines):  # noqa: B007  (the index is used after the loop)
+        if not line.startswith("#|"):
+            break
+        key, _, value = line[2:].partition(":")
+        options[key.strip()] = value.strip()
+        if key.strip() not in PRIVATE_OPTIONS:
+            quarto_lines.append(line)
+    else:
+        body_start = len(lines)
+    source = "\n".join(lines[body_start:]).strip("\n")
+    cell = Cell("code", source, options, quarto_lines)
+    _exercise_source(cell, path, first_line)  # validate markers early
+    return cell
+
+
+def _exercise_source(cell: Cell, path: Path, first_line: int = 0) -> str:
+    """The student's version of a code cell: answers replaced by blanks or stubs."""
+    out: list[str] = []
+    in_solution = False
+    for offset, line in enumerate(cell.source.splitlines()):
+        where = f"{path}:{first_line + offset}"
+        stripped = line.strip()
+        if stripped == BEGIN:
+            if in_solution:
+                raise LessonSourceError(f"{where}: nested {BEGIN}")
+            in_solution = True
+            indent = line[: len(line) - len(line.lstrip())]
+            out.append(f"{indent}# Your code here: replace the next line.")
+            out.append(f'{indent}raise NotImplementedError("write this function")')
+            continue
+        if stripped == END:
+            if not in_solution:
+                raise LessonSourceError(f"{where}: {END} without {BEGIN}")
+            in_solution = False
+            continue
+        if in_solution:
+            continue
+        mark = BLANK_MARK.search(line)
+        if mark:
+            out.append(_blank_line(line[: mark.start()], mark.group("comment"), where))
+            continue
+        out.append(line)
+    if in_solution:
+        raise LessonSourceError(f"{path}: {BEGIN} is never closed")
+    return "\n".join(out)
+
+
+def _blank_line(code: str, comment: str | None, where: str) -> str:
+    entry = DICT_ENTRY.match(code)
+    if entry:
+        line = f"{entry.group('head')}______{entry.group('tail')}"
+    else:
+        assignment = ASSIGNMENT.match(code)
+        if not assignment:
+            raise LessonSourceError(f"{where}: # BLANK needs `target = answer` or `'key': answer`")
+        line = f"{assignment.group('head')}______"
+    return f"{line}  # {comment}" if comment else line
+
+
+def _solution_source(cell: Cell) -> str:
+    """The full version: markers removed, answers kept."""
+    out = []
+    for line in cell.source.splitlines():
+        if line.strip() in (BEGIN, END):
+            continue
+        mark = BLANK_MARK.search(line)
+        if mark:
+            comment = mark.group("comment")
+            line = line[: mark.start()] + (f"  # {comment}" if comment else "")
+        out.append(line)
+    return "\n".join(out)
+
+
+def _tags(cell: Cell) -> list[str]:
+    raw = cell.options.get("tags", "").strip().strip("[]")
+    return [t.strip() for t in raw.split(",") if t.strip()]
+
+
+def _banner(lesson: Lesson, variant: str) -> str:
+    source = f"{LESSONS_DIR}/{lesson.path.name}"
+    if variant == "exercise":
+        return (
+            f"*Exercise notebook, generated from `{source}` by `python -m flashcourse build`.* "
+            "Replace every `______` and every `raise NotImplementedError`, then run all cells: "
+            "each check cell tells you what is wrong. Leave the check cells as they are."
+        )
+    return (
+        f"*Solution notebook, generated from `{source}` by `python -m flashcourse build`: "
+        "do not edit it; edit the lesson source and rebuild.*"
+    )
+
+
+def to_notebook(lesson: Lesson, variant: str) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
+    title = nbformat.v4.new_markdown_cell(f"# {lesson.title}\n\n{_banner(lesson, variant)}")
+    title.id = "title"
+    nb.cells.append(title)
+    used_ids = {"title"}
+    for number, cell in enumerate(lesson.cells):
+        cell_id = cell.options.get("id") or f"cell-{number:03d}"
+        if cell_id in used_ids:
+            raise LessonSourceError(f"{lesson.path}: cell id {cell_id!r} is used twice")
+        used_ids.add(cell_id)
+        if cell.kind == "markdown":
+            new = nbformat.v4.new_markdown_cell(cell.source)
+        else:
+            text = _exercise_source(cell, lesson.path) if variant == "exercise" \
+                else _solution_source(cell)
+            new = nbformat.v4.new_code_cell(text)
+            if _tags(cell):
+                new.metadata["tags"] = _tags(cell)
+        new.id = cell_id
+        nb.cells.append(new)
+    nbformat.validate(nb)
+    return nb
+
+
+def to_book_page(lesson: Lesson) -> str:
+    """A Quarto page: each exercise as the student sees it, then the reference answer in a
+    collapsed callout."""
+    parts = [
+        "---",
+        f"title: {json.dumps(lesson.title)}",
+        "---",
+        "",
+        f"<!-- Generated from {LESSONS_DIR}/{lesson.path.name} by `python -m flashcourse build`;"
+        " do not edit. -->",
+        "",
+    ]
+    for cell in lesson.cells:
+        if cell.kind == "markdown":
+            parts += [cell.source, ""]
+            continue
+        options = list(cell.option_lines)
+        if cell.has_solution:
+            parts += ["```{python}", "#| eval: false", *options,
+                      _exercise_source(cell, lesson.path), "```", ""]
+            parts += ['::: {.callout-tip collapse="true"}', "## Reference answer", "",
+                      "```{python}", *options, _solution_source(cell), "```", "", ":::", ""]
+        else:
+            parts += ["```{python}", *options, cell.source, "```", ""]
+    return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def lesson_paths(root: Path) -> list[Path]:
+    return sorted((root / LESSONS_DIR).glob("[0-9][0-9]-*.qmd"))
+
+
+def rendered(root: Path) -> dict[Path, str]:
+    """Every generated file with the text it must hold."""
+    files: dict[Path, str] = {}
+    for path in lesson_paths(root):
+        lesson = parse(path)
+        for variant in ("exercise", "solution"):
+            target = root / OUTPUT_DIRS[variant] / f"{lesson.slug}.ipynb"
+            files[target] = nbformat.writes(to_notebook(lesson, variant)) + "\n"
+        files[root / OUTPUT_DIRS["book"] / f"{lesson.slug}.qmd"] = to_book_page(lesson)
+    return files
+
+
+def build(root: Path) -> list[Path]:
+    written = []
+    for path, text in rendered(root).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def stale_files(root: Path) -> list[Path]:
+    """Generated files that are missing or differ from what their source gives."""
+    expected = rendered(root)
+    stale = [p for p, text in expected.items()
+             if not p.exists() or p.read_text(encoding="utf-8") != text]
+    for variant_dir in OUTPUT_DIRS.values():  # generated files whose lesson was deleted
+        for suffix in ("*.ipynb", "*.qmd"):
+            stale += [p for p in (root / variant_dir).glob(suffix) if p not in expected]
+    return sorted(stale)

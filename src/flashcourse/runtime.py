@@ -1,0 +1,108 @@
+"""Pick where Triton kernels run: compiled on a CUDA GPU, or the Triton interpreter on CPU.
+
+The interpreter is chosen by the environment variable TRITON_INTERPRET, which Triton reads when
+a kernel is *defined* (decorated), so `setup()` must run before any `@triton.jit` function.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+FORCE_INTERPRETER_ENV = "FLASHCOURSE_INTERPRET"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    interpreter: bool  # True: Triton interpreter on CPU; False: compiled Triton on a CUDA GPU
+    device: str  # torch device that kernel inputs must live on: "cpu" or "cuda"
+    reason: str  # why this runtime was picked, for the one-line banner
+
+    def describe(self) -> str:
+        if self.interpreter:
+            return f"Runtime: Triton interpreter on CPU ({self.reason})."
+        return f"Runtime: compiled Triton on a CUDA GPU ({self.reason})."
+
+
+_current: Runtime | None = None
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # numpy-only use of the course still works
+        return False
+    return torch.cuda.is_available()
+
+
+def _choose() -> Runtime:
+    if _truthy(os.environ.get(FORCE_INTERPRETER_ENV)):
+        return Runtime(True, "cpu", f"forced by {FORCE_INTERPRETER_ENV}=1")
+    if _truthy(os.environ.get("TRITON_INTERPRET")):
+        return Runtime(True, "cpu", "TRITON_INTERPRET=1 was already set")
+    if _cuda_available():
+        return Runtime(False, "cuda", "CUDA device found")
+    return Runtime(True, "cpu", "no CUDA GPU found")
+
+
+def setup(verbose: bool = True) -> Runtime:
+    """Choose the runtime once per process and print one line saying which.
+
+    Call this at the top of a notebook, before defining any Triton kernel.
+    """
+    global _current
+    if _current is None:
+        _current = _choose()
+        if _current.interpreter:
+            os.environ["TRITON_INTERPRET"] = "1"
+    if verbose:
+        print(_current.describe())
+    return _current
+
+
+def current() -> Runtime:
+    """The runtime chosen by `setup()`, choosing silently if nobody called it yet."""
+    return _current if _current is not None else setup(verbose=False)
+
+
+def reset_for_tests() -> None:
+    """Forget the choice (tests only; kernels defined earlier keep their mode)."""
+    global _current
+    _current = None
+
+
+class CourseInputError(ValueError):
+    """Bad input to a course wrapper: the message names the problem and the fix."""
+
+
+def check_tensors(*tensors, names: tuple[str, ...] | None = None, dot: bool = False) -> None:
+    """Refuse inputs the current runtime cannot handle correctly, with a message that says why.
+
+    dot=True means the kernel multiplies these tensors with `tl.dot`: the interpreter returns
+    garbage for a bf16 `tl.dot` (triton issue 11584), so bf16 is refused there, never graded.
+    """
+    import torch
+
+    runtime = current()
+    names = names or tuple(f"input {i}" for i in range(len(tensors)))
+    for name, tensor in zip(names, tensors, strict=True):
+        if not isinstance(tensor, torch.Tensor):
+            raise CourseInputError(
+                f"{name} is a {type(tensor).__name__}; Triton kernels take torch tensors. "
+                "Convert with torch.from_numpy(array)."
+            )
+        if tensor.device.type != runtime.device:
+            raise CourseInputError(
+                f"{name} is on {tensor.device}, but this runtime runs kernels on "
+                f"{runtime.device}. Move it with tensor.to('{runtime.device}')."
+            )
+        if dot and runtime.interpreter and tensor.dtype == torch.bfloat16:
+            raise CourseInputError(
+                f"{name} is bfloat16: the Triton interpreter computes bf16 tl.dot wrongly "
+                "(silent garbage, triton issue 11584). Use float16 or float32 on CPU, or run "
+                "bf16 on a CUDA GPU."
+            )
