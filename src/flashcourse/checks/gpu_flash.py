@@ -40,7 +40,8 @@ def _inputs(n: int, d: int, seed: int, logit_scale: float):
 
 
 def blocked_attention(Q, K, V, block_size, *, rescale=True, running_max=True, final_divide=True,
-                      flip_scale=False, per_block_softmax=False, include_old_max=True):
+                      flip_scale=False, per_block_softmax=False, average_blocks=False,
+                      include_old_max=True):
     """Blocked attention with switches that reproduce the classic mistakes (for diagnosis)."""
     n, d = Q.shape
     out = np.zeros((n, d))
@@ -49,7 +50,9 @@ def blocked_attention(Q, K, V, block_size, *, rescale=True, running_max=True, fi
             q = Q[i:i + block_size]
             acc, row_sum = np.zeros((len(q), d)), np.zeros(len(q))
             row_max = np.full(len(q), -np.inf)
+            blocks = 0
             for j in range(0, n, block_size):
+                blocks += 1
                 s = q @ K[j:j + block_size].T
                 if per_block_softmax:  # softmax each block on its own, then add them up
                     p = np.exp(s - s.max(axis=-1, keepdims=True))
@@ -66,15 +69,20 @@ def blocked_attention(Q, K, V, block_size, *, rescale=True, running_max=True, fi
                 row_sum = row_sum * scale + p.sum(axis=-1)
                 acc = acc * scale[:, None] + p @ V[j:j + block_size]
                 row_max = new_max
-            out[i:i + block_size] = acc / row_sum[:, None] if final_divide else acc
+            if per_block_softmax:
+                out[i:i + block_size] = acc / blocks if average_blocks else acc
+            else:
+                out[i:i + block_size] = acc / row_sum[:, None] if final_divide else acc
     return out
 
 
-MISTAKES = [
-    (dict(per_block_softmax=True),
+PER_BLOCK_HINT = (
      "This is 'softmax each block separately, then combine': each block is normalised by its "
      "own sum, so the weights of a row no longer sum to 1. Keep one running max and one "
-     "running sum per row across all K/V blocks, and divide once at the end."),
+     "running sum per row across all K/V blocks, and divide once at the end.")
+MISTAKES = [
+    (dict(per_block_softmax=True), PER_BLOCK_HINT),
+    (dict(per_block_softmax=True, average_blocks=True), PER_BLOCK_HINT),
     (dict(rescale=False),
      "The old sum l and the old output O were not rescaled when the running max grew: multiply "
      "both by scale = exp(m_old - m_new) before adding the new block."),

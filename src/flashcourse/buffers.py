@@ -1,0 +1,100 @@
+"""Buffers that expose a kernel's missing masks, on the GPU and in the interpreter alike.
+
+The interpreter does not fault on an out-of-bounds access: an unmasked load quietly reads
+whatever lies next to the tensor. So graders hand kernels views into larger buffers:
+
+* `poisoned(x)`: the input sits inside NaN padding (after every row, and before and after the
+  whole tensor), so a load past a row or past the end pulls NaN into the result;
+* `Canaried(...)`: the output sits inside padding filled with a canary value, and starts as NaN,
+  so a store past the edge changes a canary and an element never stored stays NaN.
+
+Views keep the strides of the padded buffer: kernels must use the strides they are given.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .grading import WrongAnswer
+
+GUARD = 64  # poisoned elements before and after the whole tensor
+PAD_ROWS = 2  # extra rows after each (..., rows, cols) matrix
+PAD_COLS = 8  # extra columns after each row
+CANARY = -1536.0  # exactly representable in fp32, fp16 and bf16
+
+
+def _poison_value(dtype: torch.dtype) -> float:
+    return float("nan") if dtype.is_floating_point else -(2**30)
+
+
+def _padded_view(shape, dtype, device, fill, pad_rows, pad_cols):
+    """A view of `shape` inside a flat buffer with padding, and the buffer itself."""
+    shape = tuple(shape)
+    if len(shape) == 1:
+        padded, strides = (shape[0],), (1,)
+    else:
+        *lead, rows, cols = shape
+        padded = (*lead, rows + pad_rows, cols + pad_cols)
+        strides = [1] * len(padded)
+        for axis in range(len(padded) - 2, -1, -1):
+            strides[axis] = strides[axis + 1] * padded[axis + 1]
+    storage = torch.full((2 * GUARD + math.prod(padded),), fill, dtype=dtype, device=device)
+    view = torch.as_strided(storage, shape, tuple(strides), storage_offset=GUARD)
+    return view, storage, padded
+
+
+def poisoned(tensor: torch.Tensor, pad_rows: int = PAD_ROWS,
+             pad_cols: int = PAD_COLS) -> torch.Tensor:
+    """A copy of `tensor` living inside NaN padding (integers: inside -2**30 padding)."""
+    view, _, _ = _padded_view(tensor.shape, tensor.dtype, tensor.device,
+                              _poison_value(tensor.dtype), pad_rows, pad_cols)
+    view.copy_(tensor)
+    return view
+
+
+class Canaried:
+    """An output tensor surrounded by canaries; `verify` says what a kernel wrote wrongly."""
+
+    def __init__(self, shape, dtype=torch.float32, device="cpu", pad_rows: int = PAD_ROWS,
+                 pad_cols: int = PAD_COLS):
+        self.shape = tuple(shape)
+        self.tensor, self._storage, self._padded = _padded_view(
+            shape, dtype, device, CANARY, pad_rows, pad_cols)
+        self.tensor.fill_(_poison_value(dtype))  # unwritten elements stay NaN
+        self._inside = torch.zeros(self._storage.shape, dtype=torch.bool, device=device)
+        torch.as_strided(self._inside, self.shape, self.tensor.stride(),
+                         storage_offset=GUARD).fill_(True)
+
+    def verify(self, case: str) -> None:
+        """Raise WrongAnswer if a canary changed (a store outside the output)."""
+        changed = (self._storage != CANARY) & ~self._inside
+        if not bool(changed.any()):
+            return
+        flat = int(torch.nonzero(changed)[0, 0])
+        count = int(changed.sum())
+        raise WrongAnswer(f"{case}: your kernel wrote {count} value(s) outside the output, "
+                          f"first {self._describe(flat)}. Mask the stores of the last block "
+                          "(mask=offsets < size) so edge programs write only inside the tensor.")
+
+    def unwritten(self) -> torch.Tensor:
+        """Boolean mask of output elements that still hold their initial NaN."""
+        return torch.isnan(self.tensor) if self.tensor.dtype.is_floating_point else \
+            self.tensor == _poison_value(self.tensor.dtype)
+
+    def _describe(self, flat: int) -> str:
+        body = math.prod(self._padded)
+        if flat < GUARD:
+            return f"{GUARD - flat} element(s) before the start of the output"
+        if flat >= GUARD + body:
+            return f"{flat - GUARD - body + 1} element(s) past the end of the output"
+        index = [int(i) for i in torch.unravel_index(torch.tensor(flat - GUARD), self._padded)]
+        if len(self.shape) == 1:
+            return f"at index {index[0]} (the output has {self.shape[0]})"
+        *lead, row, col = index
+        rows, cols = self.shape[-2:]
+        where = f"batch index {tuple(lead)}, " if lead else ""
+        if row >= rows:
+            return f"at {where}row {row}, past the last row {rows - 1}"
+        return f"at {where}row {row}, column {col}, past the last column {cols - 1}"

@@ -1,0 +1,63 @@
+"""Generated notebooks and book pages must match their lesson sources."""
+
+import json
+
+import pytest
+
+from flashcourse import notebooks
+
+
+def test_generated_files_are_in_sync(root):
+    stale = notebooks.stale_files(root)
+    assert not stale, f"run `python -m flashcourse build`; out of date: {stale}"
+
+
+def test_exercises_hide_every_answer(root):
+    for path in notebooks.lesson_paths(root):
+        lesson = notebooks.parse(path)
+        exercise = json.loads((root / "exercises" / f"{lesson.slug}.ipynb").read_text())
+        text = "\n".join("".join(c["source"]) for c in exercise["cells"])
+        assert "# BLANK" not in text and "BEGIN SOLUTION" not in text
+        assert "______" in text or "NotImplementedError" in text
+        assert all(not c.get("outputs") for c in exercise["cells"] if c["cell_type"] == "code")
+
+
+def _lesson(tmp_path, body):
+    path = tmp_path / "lessons" / "99-demo.qmd"
+    path.parent.mkdir()
+    path.write_text('---\ntitle: "Demo"\n---\n\nSome prose.\n\n```{python}\n' + body + "\n```\n")
+    return notebooks.parse(path)
+
+
+def test_blank_and_stub_markers(tmp_path):
+    lesson = _lesson(tmp_path, "\n".join([
+        "#| id: answer",
+        "#| fig-cap: kept for the book only",
+        "x = 1 + 1  # BLANK: add",
+        "d = {",
+        "    'k': True,  # BLANK",
+        "}",
+        "def f():",
+        "    # BEGIN SOLUTION",
+        "    return 3",
+        "    # END SOLUTION",
+    ]))
+    student = notebooks.to_notebook(lesson, "exercise").cells[2]
+    assert student.id == "answer"
+    assert student.source.splitlines()[:3] == ["x = ______  # add", "d = {", "    'k': ______,"]
+    assert 'raise NotImplementedError("write this function")' in student.source
+    assert "return 3" not in student.source and "fig-cap" not in student.source
+    solution = notebooks.to_notebook(lesson, "solution").cells[2].source
+    assert "x = 1 + 1  # add" in solution and "return 3" in solution and "BEGIN" not in solution
+    page = notebooks.to_book_page(lesson)
+    assert 'collapse="true"' in page and "#| eval: false" in page and "fig-cap" in page
+
+
+@pytest.mark.parametrize("body, message", [
+    ("# BEGIN SOLUTION\nx = 1", "never closed"),
+    ("# END SOLUTION", "without"),
+    ("print(1)  # BLANK", "needs `target = answer`"),
+])
+def test_bad_markers_are_reported(tmp_path, body, message):
+    with pytest.raises(notebooks.LessonSourceError, match=message):
+        _lesson(tmp_path, body)

@@ -1,0 +1,173 @@
+"""Lesson 1's grader: the solution passes, known-wrong answers are rejected with a message that
+names the mistake, questions and misconceptions are checked."""
+
+import re
+
+import numpy as np
+import pytest
+
+from flashcourse import BlankNotFilled, VetoMisconception, WrongAnswer, check, grading, notebooks
+from flashcourse.checks import gpu_flash
+
+REJECTED = []  # (exercise id, mistake) pairs a test saw rejected, counted at the end
+
+
+def _solution_source(root, cell_id="exercise-flash-attention"):
+    lesson = notebooks.parse(root / "lessons" / "01-gpu-flash.qmd")
+    cell = next(c for c in lesson.cells if c.options.get("id") == cell_id)
+    return notebooks._solution_source(cell)
+
+
+def student_answer(root, **lines):
+    """The lesson's solution with some lines replaced, as a student would write them."""
+    source = _solution_source(root)
+    for target, replacement in lines.items():
+        if target == "return":
+            pattern = r"^(\s*)return .*$"
+            source, count = re.subn(pattern, rf"\1return {replacement}", source, flags=re.M)
+        else:
+            pattern = rf"^( {{12}}){target} = .*$"  # the inner loop holds the blanks
+            source, count = re.subn(pattern, rf"\1{target} = {replacement}", source, flags=re.M)
+        assert count == 1, target
+    namespace = {"np": np}
+    exec(compile(source, "<student>", "exec"), namespace)
+    return namespace["flash_attention"]
+
+
+def test_solution_passes(root, capsys):
+    check("gpu-flash/flash-attention", student_answer(root))
+    out = capsys.readouterr().out
+    assert out == ("\u2713 gpu-flash/flash-attention: 7 cases match standard attention "
+                   "(graders also run hidden cases)\n")
+
+
+def test_hidden_cases_run_in_grading_mode(root, capsys, monkeypatch):
+    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    check("gpu-flash/flash-attention", student_answer(root))
+    assert "10 cases match" in capsys.readouterr().out
+
+
+WRONG_ANSWERS = {
+    "no rescale of the old sum and output": (
+        dict(scale="np.ones_like(m_new)"), "were not rescaled"),
+    "no running max": (
+        dict(m_new="np.zeros_like(mi)"), "Without a running max"),
+    "per-block softmax, then concatenate": (
+        dict(m_new="S_ij.max(axis=-1)", scale="np.ones_like(m_new)",
+             l_new="np.ones_like(m_new)",
+             Oi="Oi + (p_ij / p_ij.sum(axis=-1, keepdims=True)) @ Vj"),
+        "softmax each block separately"),
+    "per-block softmax, then average": (
+        dict(m_new="S_ij.max(axis=-1)", scale="np.ones_like(m_new)", l_new="li + 1",
+             Oi="Oi + (p_ij / p_ij.sum(axis=-1, keepdims=True)) @ Vj"),
+        "softmax each block separately"),
+    "forgetting the final division": (
+        dict(**{"return": "O"}), "never divided by the running sum"),
+    "wrong scale direction": (
+        dict(scale="np.exp(m_new - mi)"), "points the wrong way"),
+    "running max without the old max": (
+        dict(m_new="S_ij.max(axis=-1)"), "max of the old running max"),
+    "row sum over the whole block": (
+        dict(l_new="li * scale + p_ij.sum()"), "Check the four updates"),
+    "output not rescaled": (
+        dict(Oi="Oi + p_ij @ Vj"), "max abs error"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_ANSWERS))
+def test_known_wrong_answer_is_rejected_with_its_message(root, mistake):
+    lines, message = WRONG_ANSWERS[mistake]
+    with pytest.raises(WrongAnswer, match=re.escape(message)) as caught:
+        check("gpu-flash/flash-attention", student_answer(root, **lines))
+    text = str(caught.value)
+    assert re.search(r"case \d+/\d+ \(n=\d+", text), text  # names the case
+    assert "gpu-flash/flash-attention" not in grading.RESULTS
+    REJECTED.append(("gpu-flash/flash-attention", mistake))
+
+
+def test_failure_message_says_where(root):
+    with pytest.raises(WrongAnswer) as caught:
+        check("gpu-flash/flash-attention", student_answer(root, Oi="Oi + p_ij @ Vj"))
+    assert re.search(r"max abs error [0-9.e+-]+ .* at row \d+, column \d+ \(row block \d+",
+                     str(caught.value))
+
+
+def test_a_crash_names_the_case(root):
+    with pytest.raises(WrongAnswer, match=r"case 1/7 .*raised ValueError"):
+        check("gpu-flash/flash-attention", student_answer(root, l_new="li + p_ij.sum(axis=-1)[:-1]"))
+
+
+def test_modifying_inputs_is_rejected():
+    def sneaky(Q, K, V, block_size=64):
+        Q *= 0
+        return gpu_flash.blocked_attention(Q, K, V, block_size)
+
+    with pytest.raises(WrongAnswer, match="modified Q, K or V"):
+        check("gpu-flash/flash-attention", sneaky)
+
+
+def test_stub_says_implement():
+    def flash_attention(Q, K, V, block_size=64):
+        raise NotImplementedError("write this function")
+
+    with pytest.raises(WrongAnswer, match="NotImplementedError"):
+        check("gpu-flash/flash-attention", flash_attention)
+
+
+RIGHT_Q = {"gpu-flash/q1-memory": gpu_flash.Q1, "gpu-flash/q2-coalescing": gpu_flash.Q2,
+           "gpu-flash/q3-tools": gpu_flash.Q3}
+
+
+@pytest.mark.parametrize("exercise_id", list(RIGHT_Q))
+def test_questions_accept_right_and_reject_wrong(exercise_id):
+    right = dict(RIGHT_Q[exercise_id])
+    check(exercise_id, right)
+    for key, value in right.items():
+        wrong = dict(right)
+        wrong[key] = value * 2 if isinstance(value, int) else "wrong"
+        with pytest.raises(WrongAnswer, match=re.escape(key)):
+            check(exercise_id, wrong)
+        REJECTED.append((exercise_id, key))
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        check(exercise_id, {key: gpu_flash.is_blank for key in right} | {next(iter(right)):
+                                                                         __import__("flashcourse").______})
+
+
+def test_misconceptions_veto_fails_the_lesson(capsys):
+    right = {key: truth for key, (truth, _) in gpu_flash.MISCONCEPTIONS.items()}
+    for key in right:
+        wrong = dict(right, **{key: not right[key]})
+        with pytest.raises(VetoMisconception, match=key):
+            check("gpu-flash/misconceptions", wrong)
+        REJECTED.append(("gpu-flash/misconceptions", key))
+    for exercise_id, answers in RIGHT_Q.items():
+        check(exercise_id, answers)
+    grading.RESULTS["gpu-flash/flash-attention"] = 4
+    with pytest.raises(VetoMisconception, match="fails the lesson"):
+        fc_scorecard()
+    assert "FAIL" in capsys.readouterr().out
+    check("gpu-flash/misconceptions", right)
+    assert fc_scorecard() == 10
+    assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out
+
+
+def test_misconception_answers_must_be_booleans():
+    right = {key: truth for key, (truth, _) in gpu_flash.MISCONCEPTIONS.items()}
+    with pytest.raises(WrongAnswer, match="True or False"):
+        check("gpu-flash/misconceptions", dict(right, flash_reduces_flops="no"))
+
+
+def test_scorecard_below_pass_line(capsys):
+    check("gpu-flash/q1-memory", gpu_flash.Q1)
+    with pytest.raises(WrongAnswer, match="below the pass line 8"):
+        fc_scorecard()
+    assert "0/4 numpy FlashAttention" in capsys.readouterr().out
+
+
+def fc_scorecard():
+    return grading.scorecard("gpu-flash")
+
+
+def test_zz_report_rejected_count():
+    print(f"\nlesson 1: {len(REJECTED)} known-wrong answers rejected")
+    assert len([r for r in REJECTED if r[0] == "gpu-flash/flash-attention"]) >= 5
