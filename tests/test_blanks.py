@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from flashcourse import ______, BlankNotFilled, check
+from flashcourse import BlankNotFilled, ______, check
 
 
 @pytest.mark.parametrize("use", [

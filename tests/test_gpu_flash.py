@@ -6,7 +6,15 @@ import re
 import numpy as np
 import pytest
 
-from flashcourse import BlankNotFilled, VetoMisconception, WrongAnswer, check, grading, notebooks
+from flashcourse import (
+    BlankNotFilled,
+    VetoMisconception,
+    WrongAnswer,
+    ______,
+    check,
+    grading,
+    notebooks,
+)
 from flashcourse.checks import gpu_flash
 
 REJECTED = []  # (exercise id, mistake) pairs a test saw rejected, counted at the end
@@ -94,7 +102,8 @@ def test_failure_message_says_where(root):
 
 def test_a_crash_names_the_case(root):
     with pytest.raises(WrongAnswer, match=r"case 1/7 .*raised ValueError"):
-        check("gpu-flash/flash-attention", student_answer(root, l_new="li + p_ij.sum(axis=-1)[:-1]"))
+        crash = student_answer(root, l_new="li + p_ij.sum(axis=-1)[:-1]")
+        check("gpu-flash/flash-attention", crash)
 
 
 def test_modifying_inputs_is_rejected():
@@ -129,8 +138,7 @@ def test_questions_accept_right_and_reject_wrong(exercise_id):
             check(exercise_id, wrong)
         REJECTED.append((exercise_id, key))
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
-        check(exercise_id, {key: gpu_flash.is_blank for key in right} | {next(iter(right)):
-                                                                         __import__("flashcourse").______})
+        check(exercise_id, dict(right, **{next(iter(right)): ______}))
 
 
 def test_misconceptions_veto_fails_the_lesson(capsys):

@@ -7,11 +7,11 @@ Every notebook starts with:
     fc.setup()
 """
 
-from .blanks import ______, BlankNotFilled
+from . import figures, hardware, reference, traffic  # noqa: E402,F401  (fc.figures etc.)
+from .blanks import BlankNotFilled, ______
 from .grading import VetoMisconception, WrongAnswer, check, scorecard
 from .runtime import CourseInputError, setup
 from .show import show
-from . import figures, hardware, reference, traffic  # noqa: E402,F401  (fc.figures etc.)
 
 __all__ = [
     "______",

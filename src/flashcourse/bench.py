@@ -1,0 +1,122 @@
+"""Timing on the GPU, shared by every lesson's measurement cells and benchmark scripts.
+
+Timings only mean something on a GPU; on CPU these helpers say so and return None, so a
+notebook cell can call them unconditionally and nbval sees a fixed line.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+
+from . import runtime
+
+CPU_MESSAGE = ("Measurement skipped: no CUDA GPU (the Triton interpreter's timings say nothing "
+               "about GPU speed). The results table below was measured on an NVIDIA H200.")
+
+
+def gpu_available() -> bool:
+    return not runtime.current().interpreter
+
+
+def skip_message() -> str | None:
+    """None on a GPU; otherwise the fixed line a measurement cell prints instead."""
+    return None if gpu_available() else CPU_MESSAGE
+
+
+def median_ms(fn, warmup_ms: int = 25, rep_ms: int = 100) -> float:
+    """Median time of `fn()` in milliseconds, with the L2 cache flushed between runs."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
+                                         return_mode="median"))
+
+
+def tflops(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12
+
+
+def gbps(num_bytes: float, ms: float) -> float:
+    return num_bytes / (ms * 1e-3) / 1e9
+
+
+def environment() -> dict[str, str]:
+    """Date, GPU and versions, recorded beside every results table."""
+    import torch
+    import triton
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    return {
+        "date": datetime.date.today().isoformat(),
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": str(torch.version.cuda),
+        "python": platform.python_version(),
+    }
+
+
+def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """A results table as GitHub/Quarto markdown; floats get 3 significant digits."""
+    if not rows:
+        return "(no rows)"
+    columns = columns or list(rows[0])
+
+    def fmt(value) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+RESULTS_DIR_ENV = "FLASHCOURSE_RESULTS_DIR"
+
+
+def _assets_results():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[2] / "assets" / "results"
+
+
+def save_results(name: str, rows: list[dict]) -> None:
+    """Write a measured table as CSV to $FLASHCOURSE_RESULTS_DIR (when set), with the
+    environment in every row, so a GPU run can bring its numbers home into assets/results/."""
+    import csv
+    import os
+    from pathlib import Path
+
+    target = os.environ.get(RESULTS_DIR_ENV)
+    if not target or not rows:
+        return
+    env = environment()
+    rows = [{**env, **row} for row in rows]
+    path = Path(target) / f"{name}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def recorded(name: str) -> list[dict]:
+    """The table recorded on the course GPU (assets/results/<name>.csv), [] if none yet."""
+    import csv
+
+    path = _assets_results() / f"{name}.csv"
+    if not path.exists():
+        return []
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def show_recorded(name: str, columns: list[str]) -> None:
+    """Print a recorded results table with the date, GPU and versions it was measured with."""
+    rows = recorded(name)
+    if not rows:
+        print(f"No recorded results for {name} yet.")
+        return
+    first = rows[0]
+    print(f"Measured {first['date']} on {first['gpu']}, torch {first['torch']}, "
+          f"Triton {first['triton']}:")
+    print(markdown_table(rows, columns))

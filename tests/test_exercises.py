@@ -1,0 +1,34 @@
+"""Untouched exercise notebooks must fail every grading cell with an actionable message, and
+never with a NameError or a Triton stack trace."""
+
+import json
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from flashcourse import notebooks
+
+ROOT_LESSONS = sorted(p.stem for p in notebooks.lesson_paths(
+    __import__("pathlib").Path(__file__).resolve().parents[1]))
+ACTIONABLE = ("BlankNotFilled", "WrongAnswer")
+
+
+@pytest.mark.parametrize("slug", ROOT_LESSONS)
+def test_untouched_exercise_fails_every_check(root, slug, tmp_path):
+    nb = nbformat.read(root / "exercises" / f"{slug}.ipynb", as_version=4)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(root / "exercises")}})
+    client.execute()
+    check_cells = [c for c in nb.cells if c.cell_type == "code" and c.id.startswith("check-")]
+    assert check_cells, f"{slug} has no grading cells (ids starting with 'check-')"
+    for cell in check_cells:
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        assert errors, f"{slug}: grading cell {cell.id} passed on the untouched exercise"
+        assert errors[0].ename in ACTIONABLE, (
+            f"{slug}: grading cell {cell.id} raised {errors[0].ename}: {errors[0].evalue}")
+        assert "Fill in the blank" in errors[0].evalue or "NotImplementedError" in \
+            errors[0].evalue or "not passed" in errors[0].evalue, errors[0].evalue
+    # the notebook file on disk is untouched by running it
+    assert json.loads((root / "exercises" / f"{slug}.ipynb").read_text())["cells"][1].get(
+        "outputs", []) == []
