@@ -145,7 +145,8 @@ def scorecard(lesson_id: str) -> float:
         got = RESULTS.get(ex.id, 0.0)
         earned += got
         if ex.kind == "veto":
-            state = "VETO" if ex.id in VETOES_HIT else ("ok" if ex.id in RESULTS else "not checked")
+            state = ("VETO" if ex.id in VETOES_HIT
+                     else "ok" if ex.id in RESULTS else "not checked")
             lines.append(f"  [veto] {ex.title}: {state}")
         else:
             mark = "\u2713" if ex.id in RESULTS else "\u2717"
