@@ -1,0 +1,56 @@
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from flashcourse import runtime
+from flashcourse.runtime import CourseInputError
+
+
+def _banner(env):
+    code = "import flashcourse as fc; fc.setup(); import os; print(os.environ['TRITON_INTERPRET'])"
+    clean = {k: v for k, v in __import__("os").environ.items()
+             if k not in ("FLASHCOURSE_INTERPRET", "TRITON_INTERPRET")}
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env},
+                         capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
+
+
+def test_setup_prints_one_line_and_sets_the_interpreter_without_gpu():
+    lines = _banner({})
+    expected = ("Runtime: Triton interpreter on CPU (no CUDA GPU found)."
+                if not torch.cuda.is_available() else "Runtime: compiled Triton")
+    assert lines[0].startswith(expected)
+    assert len(lines) == 2
+
+
+def test_environment_variable_forces_the_interpreter():
+    lines = _banner({"FLASHCOURSE_INTERPRET": "1"})
+    assert lines == ["Runtime: Triton interpreter on CPU (forced by FLASHCOURSE_INTERPRET=1).",
+                     "1"]
+
+
+def test_bf16_dot_is_refused_in_the_interpreter():
+    runtime.reset_for_tests()
+    runtime.setup(verbose=False)
+    x = torch.zeros(4, 4, dtype=torch.bfloat16)
+    with pytest.raises(CourseInputError, match="bf16 tl.dot wrongly"):
+        runtime.check_tensors(x, names=("q",), dot=True)
+    runtime.check_tensors(x.float(), names=("q",), dot=True)
+    runtime.check_tensors(x, names=("q",), dot=False)  # copies and casts of bf16 are fine
+
+
+@pytest.mark.parametrize("bad, message", [
+    (__import__("numpy").zeros(3), "torch.from_numpy"),
+    (torch.zeros(3, device="meta"), "Move it with"),
+])
+def test_bad_inputs_name_the_fix(bad, message):
+    with pytest.raises(CourseInputError, match=message):
+        runtime.check_tensors(bad, names=("x",))
+
+
+def test_cli_lists_exercise_ids():
+    out = subprocess.run([sys.executable, "-m", "flashcourse", "list"], capture_output=True,
+                         text=True, check=True).stdout
+    assert "gpu-flash/flash-attention\t4\tcode" in out
