@@ -7,7 +7,7 @@ import flashcourse as fc
 from flashcourse import grading
 from flashcourse.buffers import CANARY, Canaried, poisoned
 
-fc.setup(verbose=False)
+DEVICE = fc.setup(verbose=False).device  # "cpu" in the interpreter, "cuda" on a GPU
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
@@ -34,7 +34,7 @@ def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr, MASK_STORE: tl.constexpr):
 
 
 def test_poisoned_view_holds_the_data_inside_nan():
-    x = torch.randn(3, 5)
+    x = torch.randn(3, 5, device=DEVICE)
     view = poisoned(x)
     assert torch.equal(view, x) and not view.is_contiguous()
     assert torch.isnan(view.as_strided((1,), (1,), view.storage_offset() + 5)).all()
@@ -42,8 +42,8 @@ def test_poisoned_view_holds_the_data_inside_nan():
 
 @pytest.mark.parametrize("masked", [True, False])
 def test_missing_load_mask_reads_poison(masked):
-    x = torch.randn(4, 13)
-    out = Canaried((4,))
+    x = torch.randn(4, 13, device=DEVICE)
+    out = Canaried((4,), device=DEVICE)
     xp = poisoned(x)
     _row_sum[(4,)](xp, out.tensor, 13, xp.stride(0), BLOCK=16, MASKED=masked)
     out.verify("case")
@@ -55,15 +55,15 @@ def test_missing_load_mask_reads_poison(masked):
 
 
 def test_missing_store_mask_hits_a_canary():
-    x = torch.randn(37)
-    out = Canaried((37,))
+    x = torch.randn(37, device=DEVICE)
+    out = Canaried((37,), device=DEVICE)
     _copy[(3,)](poisoned(x), out.tensor, 37, BLOCK=16, MASK_STORE=False)
     with pytest.raises(grading.WrongAnswer, match=r"past the end of the output.*Mask the stores"):
         out.verify("case 1")
 
 
 def test_unwritten_outputs_stay_nan_and_canaries_stay_put():
-    out = Canaried((2, 3), dtype=torch.float16)
+    out = Canaried((2, 3), dtype=torch.float16, device=DEVICE)
     assert out.unwritten().all()
     out.tensor.zero_()
     out.verify("case")

@@ -9,7 +9,7 @@ from flashcourse.runtime import CourseInputError
 
 
 def _banner(env):
-    code = "import flashcourse as fc; fc.setup(); import os; print(os.environ['TRITON_INTERPRET'])"
+    code = "import flashcourse as fc; fc.setup(); import os; print(os.environ.get('TRITON_INTERPRET'))"
     clean = {k: v for k, v in __import__("os").environ.items()
              if k not in ("FLASHCOURSE_INTERPRET", "TRITON_INTERPRET")}
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env},
@@ -31,7 +31,8 @@ def test_environment_variable_forces_the_interpreter():
                      "1"]
 
 
-def test_bf16_dot_is_refused_in_the_interpreter():
+def test_bf16_dot_is_refused_in_the_interpreter(monkeypatch):
+    monkeypatch.setenv("FLASHCOURSE_INTERPRET", "1")
     runtime.reset_for_tests()
     runtime.setup(verbose=False)
     x = torch.zeros(4, 4, dtype=torch.bfloat16)
@@ -39,6 +40,7 @@ def test_bf16_dot_is_refused_in_the_interpreter():
         runtime.check_tensors(x, names=("q",), dot=True)
     runtime.check_tensors(x.float(), names=("q",), dot=True)
     runtime.check_tensors(x, names=("q",), dot=False)  # copies and casts of bf16 are fine
+    runtime.reset_for_tests()
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -196,11 +196,7 @@ def compare(actual, expected, case: str, atol: float, rtol: float = 0.0,
     """Raise WrongAnswer unless `actual` matches `expected` (shape, finiteness, values)."""
     if is_blank(actual):
         raise BlankNotFilled(f"Fill in the blank: {case} returned ______.")
-    try:
-        actual = np.asarray(actual.detach().cpu() if hasattr(actual, "detach") else actual)
-    except BlankNotFilled:
-        raise
-    expected = np.asarray(expected)
+    actual, expected = to_numpy(actual), to_numpy(expected)
     if actual.dtype == object:
         raise WrongAnswer(f"{case}: the result is not a numeric array (got objects). {hint}")
     if actual.shape != expected.shape:
@@ -228,13 +224,23 @@ def compare(actual, expected, case: str, atol: float, rtol: float = 0.0,
         )
 
 
+def to_numpy(value) -> np.ndarray:
+    """numpy view of an array or a torch tensor on any device (bf16 widened to float32)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16
+            value = value.float()
+        return value.numpy()
+    return np.asarray(value)
+
+
 def same_result(actual, candidate, atol: float) -> bool:
     """True when `actual` equals `candidate` (NaN where it has NaN): used to name a mistake."""
     try:
-        a = np.asarray(actual, dtype=np.float64)
+        a = to_numpy(actual).astype(np.float64)
     except (TypeError, ValueError, BlankNotFilled):
         return False
-    c = np.asarray(candidate, dtype=np.float64)
+    c = to_numpy(candidate).astype(np.float64)
     if a.shape != c.shape:
         return False
     with np.errstate(invalid="ignore"):

@@ -1,3 +1,4 @@
 """One module per lesson; importing this package registers every exercise."""
 
 from . import gpu_flash  # noqa: F401
+from . import roofline  # noqa: F401

@@ -1,0 +1,340 @@
+"""Checks of lesson 2, "Memory and the roofline": arithmetic intensity of a GEMM, the roofline
+itself, where attention's kernels sit, a Triton copy kernel, three questions and the veto
+misconceptions."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+
+from .. import grading, kernel_grading, roofline, runtime, traffic
+from ..blanks import BlankNotFilled
+from .gpu_flash import _grade_items, _require_keys
+
+LESSON = grading.lesson("roofline", "Lesson 2: Memory and the roofline", pass_line=8)
+
+
+def _number(value, case: str) -> float:
+    try:
+        return float(np.asarray(value, dtype=np.float64))
+    except (TypeError, ValueError) as err:
+        raise grading.WrongAnswer(f"{case}: return one number, not {value!r}.") from err
+
+
+# ---------------------------------------------------------------- GEMM intensity
+
+# (m, n, k, element bytes)
+GEMM_CASES = [
+    (4096, 4096, 4096, 2),  # a large square bf16 GEMM
+    (1, 4096, 4096, 2),  # a matrix-vector product (one token of decoding)
+    (128, 8192, 64, 4),  # a thin fp32 product
+    (1000, 7, 333, 2),  # ragged
+]
+GEMM_HIDDEN = [(64, 64, 64, 4), (8192, 128, 8192, 2)]
+
+
+def _gemm_variants(m, n, k, b):
+    return [
+        (m * n * k / ((m * k + k * n + m * n) * b),
+         "Your FLOPs are half the right count: each term of the sum is a multiply and an add, "
+         "2 FLOPs, so flops = 2*m*n*k."),
+        (2 * m * n * k / ((m * k + k * n) * b),
+         "The bytes count only the reads of A and B: the kernel also writes C (m*n elements)."),
+        (2 * m * n * k / (m * k + k * n + m * n),
+         "The bytes count elements, not bytes: multiply by element_bytes."),
+        (2 * m * n * k / ((m * k + k * n + 2 * m * n) * b),
+         "C is counted twice: C = A @ B only writes C, it does not read it."),
+    ]
+
+
+@grading.exercise("roofline/gemm-intensity", "arithmetic intensity of a GEMM", 2)
+def _check_gemm(gemm_intensity) -> str:
+    cases = GEMM_CASES + (GEMM_HIDDEN if grading.grading_mode() else [])
+    for number, (m, n, k, b) in enumerate(cases, 1):
+        case = f"case {number}/{len(cases)} (m={m}, n={n}, k={k}, element_bytes={b})"
+        got = _number(grading.run_student(gemm_intensity, case, m, n, k, b), case)
+        want = roofline.gemm_intensity(m, n, k, b)
+        if not np.isclose(got, want, rtol=1e-9):
+            hint = next((why for value, why in _gemm_variants(m, n, k, b)
+                         if np.isclose(got, value, rtol=1e-9)),
+                        "FLOPs: 2*m*n*k; bytes: (m*k + k*n + m*n) * element_bytes.")
+            raise grading.WrongAnswer(f"{case}: you returned {got:.6g} FLOP/B, expected "
+                                      f"{want:.6g}. {hint}")
+    return f"{len(cases)} shapes right{_hidden_note()}"
+
+
+def _hidden_note() -> str:
+    return "" if grading.grading_mode() else " (graders also run hidden cases)"
+
+
+# ---------------------------------------------------------------- the roofline
+
+ROOF_CASES = [(790.0, 4.3), (989.0, 3.35), (60.0, 2.0)]  # (peak TFLOP/s, TB/s)
+ROOF_HIDDEN = [(1979.0, 3.35)]
+INTENSITIES = np.logspace(-2, 4, 25)
+
+
+@grading.exercise("roofline/attainable", "attainable throughput under a roofline", 1)
+def _check_attainable(attainable_tflops) -> str:
+    cases = ROOF_CASES + (ROOF_HIDDEN if grading.grading_mode() else [])
+    for number, (peak, bw) in enumerate(cases, 1):
+        case = (f"case {number}/{len(cases)} (peak={peak:g} TFLOP/s, bandwidth={bw:g} TB/s, "
+                f"25 intensities from 0.01 to 1e4 FLOP/B as one numpy array)")
+        intensity = INTENSITIES.copy()
+        try:
+            got = attainable_tflops(intensity, peak, bw)
+        except ValueError as err:
+            if "truth value" in str(err):
+                raise grading.WrongAnswer(
+                    f"{case}: your function raised ValueError ({err}). Python's min() cannot "
+                    "compare whole arrays: use np.minimum(a, b), which works element by "
+                    "element.") from err
+            raise grading.WrongAnswer(f"{case}: your code raised ValueError: {err}") from err
+        except (BlankNotFilled, NotImplementedError, grading.WrongAnswer):
+            raise
+        except Exception as err:
+            raise grading.WrongAnswer(
+                f"{case}: your code raised {type(err).__name__}: {err}") from err
+        want = roofline.attainable_tflops(intensity, peak, bw)
+        variants = [
+            (np.maximum(peak, intensity * bw), "You took the maximum: attainable throughput is "
+             "the LOWER of the two ceilings, np.minimum(peak, intensity * bandwidth)."),
+            (intensity * bw, "There is no compute ceiling: above the ridge point the answer "
+             "must stay at peak_tflops."),
+            (np.full_like(intensity, peak), "Below the ridge the memory ceiling limits: "
+             "intensity * bandwidth."),
+            (np.minimum(peak, intensity * bw * 1000), "Units: FLOP/B times TB/s is already "
+             "TFLOP/s; there is no factor of 1000."),
+            (np.minimum(peak, intensity / bw), "Multiply intensity by bandwidth (FLOP/B x B/s "
+             "= FLOP/s), do not divide."),
+        ]
+        try:
+            grading.compare(got, want, case, atol=1e-9, rtol=1e-9,
+                            hint="attainable = np.minimum(peak, intensity * bandwidth).")
+        except grading.WrongAnswer as err:
+            hint = next((why for value, why in variants
+                         if grading.same_result(got, value, 1e-9)), "")
+            raise grading.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
+    return f"{len(cases)} machines right{_hidden_note()}"
+
+
+# ---------------------------------------------------------------- attention on the roofline
+
+ATTENTION_CASES = [(1024, 64, "bf16"), (4096, 128, "bf16"), (2048, 64, "fp32"),
+                   (1000, 80, "fp16"), (32768, 128, "bf16")]
+ATTENTION_HIDDEN = [(3000, 96, "fp32"), (512, 256, "bf16")]
+KERNELS = ["S = Q K^T", "P = softmax(S)", "O = P V", "fused"]
+
+
+def _attention_variants(n, d, dtype):
+    points = roofline.attention_points(n, d, dtype)
+    f = roofline.SOFTMAX_FLOPS_PER_SCORE
+    right = [p.intensity for p in points]
+    bf16 = roofline.attention_intensities(n, d, "bf16")
+    reads = [p.flops / k.read_bytes for p, k in
+             zip(points, traffic.standard_attention_traffic(n, d, dtype), strict=False)]
+    fused = traffic.flash_attention_traffic(n, d, dtype, block_rows=roofline.FUSED_BLOCK_ROWS)
+    return [
+        (np.array([right[0] / 2, right[1], right[2] / 2,
+                   (2 * n * n * d + f * n * n) / fused.total]),
+         "The matmul FLOPs are half the right count: an (n, d) @ (d, n) product does "
+         "n*n*d multiply-adds, 2*n*n*d FLOPs."),
+        (np.array(reads + [right[3]]),
+         "The bytes count only what a kernel reads: use kernel.total (read + written)."),
+        (np.array(right[:3] + [(2 * n * n * d + f * n * n) / fused.total]),
+         "The fused kernel does both matmuls (QK^T and PV) plus the softmax: "
+         "2 * matmul_flops + softmax_flops."),
+        (np.array(right[:3] + [4 * n * n * d / fused.total]),
+         "The fused kernel also does the softmax's FLOPs: 2 * matmul_flops + softmax_flops."),
+        (bf16, "Your result ignores dtype: pass it on to the traffic functions."),
+    ]
+
+
+@grading.exercise("roofline/attention-intensity", "where attention's kernels sit", 2)
+def _check_attention(attention_intensities) -> str:
+    cases = ATTENTION_CASES + (ATTENTION_HIDDEN if grading.grading_mode() else [])
+    for number, (n, d, dtype) in enumerate(cases, 1):
+        case = f"case {number}/{len(cases)} (n={n}, d={d}, dtype={dtype})"
+        got = grading.run_student(attention_intensities, case, n, d, dtype)
+        want = roofline.attention_intensities(n, d, dtype)
+        try:
+            grading.compare(got, want, case, atol=0, rtol=1e-9,
+                            hint="Order: [S = Q K^T, P = softmax(S), O = P V, fused].")
+        except grading.WrongAnswer as err:
+            got_array = np.asarray(got, dtype=np.float64) if not isinstance(got, str) else got
+            hint = next((why for value, why in _attention_variants(n, d, dtype)
+                         if grading.same_result(got_array, value, 0)), "")
+            if not hint and np.shape(got_array) == (4,):
+                off = [KERNELS[i] for i in range(4)
+                       if not np.isclose(got_array[i], want[i], rtol=1e-9)]
+                hint = f"Wrong for: {', '.join(off)}."
+            raise grading.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
+    return f"{len(cases)} shapes right{_hidden_note()}"
+
+
+# ---------------------------------------------------------------- Triton copy kernel
+
+# (n, BLOCK): every n leaves a ragged last block; padding covers a whole block past the end
+COPY_CASES = [(1, 64), (1000, 128), (4096, 1024), (3 * 1024 + 7, 1024), (300, 256), (129, 128)]
+COPY_HIDDEN = [(2 * 4096 - 1, 4096), (77, 32)]
+
+
+def run_copy(copy_kernel, n: int, block: int, dtype: torch.dtype, case: str, seed: int = 0):
+    """Launch the student's copy kernel the way the lesson does; returns (output, input)."""
+    device = runtime.current().device
+    generator = torch.Generator().manual_seed(seed)
+    values = (torch.randn(n, generator=generator) * 100).to(dtype).to(device)
+    x = kernel_grading.padded_vector(values, pad=block)
+    out = kernel_grading.CanariedVector(n, dtype, device, pad=block)
+    grid = (triton.cdiv(n, block),)
+    kernel_grading.launch(copy_kernel, grid, case, x, out.tensor, n, BLOCK=block)
+    return out, values
+
+
+def _copy_hint(out, values, n, block) -> str:
+    written = ~out.unwritten().cpu()
+    if n > block and bool(written[:block].all()) and not bool(written[block:].any()):
+        return ("Only the first block was written: every program stored to the same "
+                "offsets. Start each program at its own block: "
+                "offsets = pid * BLOCK + tl.arange(0, BLOCK).")
+    if bool(written[:-1].all()) and not bool(written[-1]):
+        return ("The last element was never written: the mask must keep offsets < n_elements "
+                "(not n_elements - 1).")
+    return ("Each program copies elements pid*BLOCK .. pid*BLOCK + BLOCK - 1 that are "
+            "< n_elements: load and store them with the same offsets and mask.")
+
+
+@grading.exercise("roofline/copy-kernel", "Triton copy kernel (masked tail)", 2)
+def _check_copy(copy_kernel) -> str:
+    kernel_grading.require_kernel(copy_kernel, "roofline/copy-kernel", "copy_kernel")
+    cases = COPY_CASES + (COPY_HIDDEN if grading.grading_mode() else [])
+    dtypes = kernel_grading.graded_dtypes()
+    total = len(cases) * len(dtypes)
+    number = 0
+    for dtype in dtypes:
+        for n, block in cases:
+            number += 1
+            case = (f"case {number}/{total} (n_elements={n}, BLOCK={block}, "
+                    f"{kernel_grading.dtype_name(dtype)})")
+            out, values = run_copy(copy_kernel, n, block, dtype, case, seed=number)
+            out.verify(case)
+            if bool(out.unwritten().any()):
+                try:
+                    kernel_grading.unwritten_hint(out.unwritten(), case,
+                                                  "(NaN: never stored, or loaded from outside "
+                                                  "the input.)")
+                except grading.WrongAnswer as err:
+                    raise grading.WrongAnswer(
+                        f"{err}\n{_copy_hint(out, values, n, block)}") from None
+            grading.compare(out.tensor, values, case, atol=0,
+                            hint="A copy must reproduce its input exactly: load and store "
+                                 "the same offsets, without arithmetic on the values.")
+    return (f"{total} cases copied exactly, canaries intact "
+            f"({', '.join(kernel_grading.dtype_name(t) for t in dtypes)}){_hidden_note()}")
+
+
+# ---------------------------------------------------------------- questions
+
+Q1 = {
+    "fp32_add_intensity": 1 / 12,
+    "h200_ridge": round(roofline.H200_PEAK_TFLOPS / roofline.H200_BANDWIDTH_TBS),
+    "softmax_bound": "memory",
+}
+Q1_WHY = {
+    "fp32_add_intensity": "c = a + b in fp32: 1 FLOP per element against 4 + 4 bytes read and "
+                          "4 written, 1/12 FLOP/B.",
+    "h200_ridge": "790 TFLOP/s / 4.3 TB/s = 184 FLOP/B (rounded to a whole number).",
+    "softmax_bound": "Softmax does 5 FLOPs per 4 bytes (bf16 read + write): 1.25 FLOP/B, far "
+                     "below the ridge: 'memory'.",
+}
+
+
+@grading.exercise("roofline/q1-intensity", "Q1: intensity and the ridge point", 1,
+                  kind="question")
+def _check_q1(answers) -> str:
+    _require_keys(answers, list(Q1), "roofline/q1-intensity")
+    if isinstance(answers.get("h200_ridge"), (int, float)):
+        answers = dict(answers, h200_ridge=round(answers["h200_ridge"]))
+    return _grade_items("roofline/q1-intensity", answers, Q1, Q1_WHY)
+
+
+Q2 = {
+    "standard_us_n4096_d128": round(sum(roofline.time_bound_us(p) for p in
+                                        roofline.attention_points(4096, 128)[:3])),
+    "slowest_standard_kernel": "softmax",
+    "matmul_intensity_limit_d128": 128,
+}
+Q2_WHY = {
+    "standard_us_n4096_d128": "Add max(FLOPs/peak, bytes/bandwidth) over the three kernels "
+                              "(roofline.time_bound_us) and round to whole microseconds.",
+    "slowest_standard_kernel": "The softmax reads and writes an (N, N) matrix and does almost "
+                               "no arithmetic: it takes the longest.",
+    "matmul_intensity_limit_d128": "2*N*N*d FLOPs over about 2*N*N bytes (the bf16 (N, N) "
+                                   "matrix): intensity tends to d = 128 as N grows.",
+}
+
+
+@grading.exercise("roofline/q2-attention", "Q2: standard attention on the roofline", 1,
+                  kind="question")
+def _check_q2(answers) -> str:
+    _require_keys(answers, list(Q2), "roofline/q2-attention")
+    if isinstance(answers.get("standard_us_n4096_d128"), (int, float)):
+        answers = dict(answers, standard_us_n4096_d128=round(answers["standard_us_n4096_d128"]))
+    return _grade_items("roofline/q2-attention", answers, Q2, Q2_WHY)
+
+
+Q3 = {
+    "copy_bytes_per_fp32_element": 8,
+    "programs_n1e6_block1024": 977,
+    "mask_needed_for": "last_block",
+}
+Q3_WHY = {
+    "copy_bytes_per_fp32_element": "A copy reads 4 bytes and writes 4 bytes per fp32 element.",
+    "programs_n1e6_block1024": "triton.cdiv(1_000_000, 1024) = 977 programs: round up.",
+    "mask_needed_for": "Only the last program can run past the end; the others are full: "
+                       "'last_block'.",
+}
+
+
+@grading.exercise("roofline/q3-copy", "Q3: the copy kernel", 1, kind="question")
+def _check_q3(answers) -> str:
+    return _grade_items("roofline/q3-copy", answers, Q3, Q3_WHY)
+
+
+# ---------------------------------------------------------------- veto misconceptions
+
+MISCONCEPTIONS = {
+    "more_flops_always_slower": (
+        False, "Below the ridge, time is set by bytes, not FLOPs: a fused kernel can do the "
+        "same FLOPs in less time, and extra arithmetic on data already in registers is free."),
+    "memory_bound_means_slow_hbm": (
+        False, "Memory-bound describes the operator (too few FLOPs per byte), not a fault of "
+        "the memory: the fix is fewer bytes per FLOP (fusion, reuse), not faster HBM."),
+    "roofline_is_upper_bound": (
+        True, "The roofline is a ceiling: real kernels sit below it (latency, occupancy, "
+        "imperfect overlap); a point above it means the FLOPs or bytes were miscounted."),
+    "copy_can_exceed_bandwidth": (
+        False, "A copy does no FLOPs and is bound by bandwidth: no kernel copies faster than "
+        "the memory moves bytes (a much faster result means the data stayed in L2 or the "
+        "byte count is wrong)."),
+}
+
+
+@grading.exercise("roofline/misconceptions", "veto misconceptions (true/false)", 0,
+                  kind="veto")
+def _check_misconceptions(answers) -> str:
+    _require_keys(answers, list(MISCONCEPTIONS), "roofline/misconceptions")
+    wrong = []
+    for key, (truth, why) in MISCONCEPTIONS.items():
+        given = answers[key]
+        if not isinstance(given, bool):
+            raise grading.WrongAnswer(f"roofline/misconceptions: answer {key} with True or "
+                                      f"False, not {given!r}.")
+        if given != truth:
+            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
+    if wrong:
+        raise grading.VetoMisconception(
+            "roofline/misconceptions: a wrong answer here fails the lesson whatever the other "
+            "points:\n" + "\n".join(wrong))
+    return f"all {len(MISCONCEPTIONS)} statements judged right"

@@ -1,0 +1,106 @@
+"""Helpers for graders that launch a student's Triton kernel themselves.
+
+A grader hands the kernel inputs from `buffers.poisoned` and an output in `buffers.Canaried`,
+launches it, then checks the canaries and the values. This module adds what every such check
+needs: padding wide enough for the largest block a case uses (so an unmasked access lands in
+poison or canaries, never in memory that belongs to someone else), a launch that turns a crash
+into a message naming the case, and the dtypes a runtime can grade.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import buffers, grading, runtime
+from .blanks import BlankNotFilled, refuse_blanks
+
+TOLERANCE = {torch.float32: 0.0, torch.float16: 0.0, torch.bfloat16: 0.0}  # copies are exact
+
+
+def graded_dtypes() -> list[torch.dtype]:
+    """fp32 and fp16 everywhere; bf16 too on a GPU (the interpreter is only tested on the two)."""
+    dtypes = [torch.float32, torch.float16]
+    if not runtime.current().interpreter:
+        dtypes.append(torch.bfloat16)
+    return dtypes
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+
+
+def require_kernel(kernel, exercise_id: str, name: str) -> None:
+    """Refuse anything but a filled-in `@triton.jit` function, with a message saying why."""
+    if not callable(kernel) or not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
+        raise grading.WrongAnswer(
+            f"{exercise_id}: pass the kernel itself, the function decorated with @triton.jit "
+            f"(check(\"{exercise_id}\", {name})), not the result of calling it.")
+    refuse_blanks(kernel, name)
+
+
+def padded_vector(values: torch.Tensor, pad: int) -> torch.Tensor:
+    """A 1-D copy of `values` followed by at least `pad` poisoned (NaN) elements."""
+    return buffers.poisoned(values.reshape(1, -1), pad_rows=1, pad_cols=pad)[0]
+
+
+class CanariedVector:
+    """A 1-D output of length n followed by `pad` canaries (plus the usual guard before it).
+
+    It is row 0 of a (1, n) Canaried matrix whose rows are padded by `pad` columns, so a store
+    up to `pad` elements past the end hits a canary instead of foreign memory.
+    """
+
+    def __init__(self, n: int, dtype: torch.dtype, device: str, pad: int):
+        self._matrix = buffers.Canaried((1, n), dtype, device, pad_rows=1, pad_cols=pad)
+        self.tensor = self._matrix.tensor[0]
+
+    def verify(self, case: str) -> None:
+        try:
+            self._matrix.verify(case)
+        except grading.WrongAnswer as err:
+            text = str(err).replace("at row 0, column", "at index").replace(
+                "past the last column", "past the last index")
+            raise grading.WrongAnswer(text) from None
+
+    def unwritten(self) -> torch.Tensor:
+        return self._matrix.unwritten()[0]
+
+
+def launch(kernel, grid, case: str, *args, **kwargs) -> None:
+    """Run `kernel[grid](*args, **kwargs)`; a crash becomes a WrongAnswer naming the case, a
+    stub stays a NotImplementedError and a blank a BlankNotFilled."""
+    try:
+        kernel[grid](*args, **kwargs)
+    except (BlankNotFilled, NotImplementedError, grading.WrongAnswer):
+        raise
+    except Exception as err:  # noqa: BLE001  (any crash inside student code)
+        cause = err.__cause__ or err.__context__
+        if isinstance(cause, (BlankNotFilled, NotImplementedError)):
+            raise cause from None
+        text = str(err)
+        if "NotImplementedError" in text:  # a stub compiled on the GPU
+            raise NotImplementedError(text) from None
+        if "______" in text or "BlankNotFilled" in text:
+            raise BlankNotFilled(f"Fill in the blank in your kernel ({case}).") from None
+        first = next((line for line in text.splitlines() if line.strip()), type(err).__name__)
+        raise grading.WrongAnswer(
+            f"{case}: launching your kernel raised {type(err).__name__}: {first[:300]}"
+        ) from err
+    if not runtime.current().interpreter:
+        torch.cuda.synchronize()
+
+
+def unwritten_hint(unwritten: torch.Tensor, case: str, what: str) -> None:
+    """Raise when some outputs were never stored, saying where the first one is."""
+    if not bool(unwritten.any()):
+        return
+    flat = torch.nonzero(unwritten.reshape(-1))[0, 0].item()
+    count = int(unwritten.sum())
+    if unwritten.dim() == 1:
+        where = f"index {flat}"
+    else:
+        cols = unwritten.shape[-1]
+        where = f"row {flat // cols}, column {flat % cols}"
+    raise grading.WrongAnswer(
+        f"{case}: {count} of {unwritten.numel()} outputs were never written, first at {where}. "
+        f"{what}")
