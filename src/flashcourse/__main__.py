@@ -1,4 +1,4 @@
-"""Command line: `python -m flashcourse list | build | check-sync`."""
+"""Command line: `python -m flashcourse list | build | check-sync | grade PATH...`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,14 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--root", type=Path, default=Path.cwd())
     sync = sub.add_parser("check-sync", help="fail if generated files are out of date")
     sync.add_argument("--root", type=Path, default=Path.cwd())
+    from . import grade
+
+    grade.add_arguments(sub.add_parser(
+        "grade", help="grade submitted notebooks: scorecard, CSV, JUnit XML, HTML page"))
     args = parser.parse_args(argv)
+
+    if args.command == "grade":
+        return grade.run_cli(args)
 
     if args.command == "list":
         from . import grading

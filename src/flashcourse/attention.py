@@ -75,6 +75,36 @@ def make_inputs(B: int, H: int, N: int, D: int, dtype=torch.float32, device="cpu
 # ---------------------------------------------------------------- launchers
 
 
+def kernel_helpers(kernel) -> list[tuple[str, object]]:
+    """The other @triton.jit functions a kernel calls (found among its global names)."""
+    from triton.runtime.jit import KernelInterface
+
+    fn = getattr(kernel, "fn", None)
+    if fn is None:
+        return []
+    found = []
+    for name in fn.__code__.co_names:
+        obj = fn.__globals__.get(name)
+        if isinstance(obj, KernelInterface) and obj is not kernel:
+            found.append((name, obj))
+    return found
+
+
+def refuse_unfinished(kernel, name: str = "kernel") -> None:
+    """Raise BlankNotFilled when a kernel, or a @triton.jit helper it calls, still holds a
+    `______`, instead of letting Triton fail with a long stack trace."""
+    from .blanks import refuse_blanks
+
+    if kernel in _FINISHED:  # read the source once per kernel object, not per launch
+        return
+    for label, obj in [(name, kernel), *kernel_helpers(kernel)]:
+        refuse_blanks(obj, label)
+    _FINISHED.add(kernel)
+
+
+_FINISHED: set = set()
+
+
 def _is_power_of_two(x: int) -> bool:
     return x >= 1 and x & (x - 1) == 0
 
@@ -118,6 +148,7 @@ def flash_forward(kernel, q, k, v, causal: bool = False, sm_scale: float | None 
     `out` (B, H, N, D) and `lse` (B, H, N) float32 may be given (graders pass canaried
     buffers); their last stride must be 1.
     """
+    refuse_unfinished(kernel, getattr(kernel, "__name__", "kernel"))
     _check_qkv(q, k, v)
     q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
     B, H, N, D = q.shape
@@ -153,6 +184,7 @@ def backward_config(d: int, block_m=None, block_n=None):
 
 def launch_delta(kernel, o, do, delta=None, block_m: int | None = None):
     """delta[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] (float32, (B, H, N))."""
+    refuse_unfinished(kernel, getattr(kernel, "__name__", "kernel"))
     B, H, N, D = o.shape
     bm = block_m or backward_config(D)[0]
     delta = torch.empty(B, H, N, dtype=torch.float32, device=o.device) if delta is None \
@@ -166,10 +198,19 @@ def launch_delta(kernel, o, do, delta=None, block_m: int | None = None):
     return delta
 
 
+def _same_strides(lse, delta):
+    """The kernels index L and Delta with one pair of strides: make them agree."""
+    if lse.stride() != delta.stride():
+        lse, delta = lse.contiguous(), delta.contiguous()
+    return lse, delta
+
+
 def launch_dkdv(kernel, q, k, v, do, lse, delta, causal, sm_scale, dk=None, dv=None,
                 block_m=None, block_n=None):
     """One program per (key block, batch*head): dK and dV with the K/V block resident."""
+    refuse_unfinished(kernel, getattr(kernel, "__name__", "kernel"))
     B, H, N, D = q.shape
+    lse, delta = _same_strides(lse, delta)
     bm, bn, warps, stages = backward_config(D, block_m, block_n)
     dk = torch.empty_like(k) if dk is None else dk
     dv = torch.empty_like(v) if dv is None else dv
@@ -190,7 +231,9 @@ def launch_dkdv(kernel, q, k, v, do, lse, delta, causal, sm_scale, dk=None, dv=N
 def launch_dq(kernel, q, k, v, do, lse, delta, causal, sm_scale, dq=None,
               block_m=None, block_n=None):
     """One program per (query block, batch*head): dQ with the Q block resident."""
+    refuse_unfinished(kernel, getattr(kernel, "__name__", "kernel"))
     B, H, N, D = q.shape
+    lse, delta = _same_strides(lse, delta)
     bm, bn, warps, stages = backward_config(D, block_m, block_n)
     dq = torch.empty_like(q) if dq is None else dq
     kernel[(triton_cdiv(N, bm), B * H)](

@@ -1,0 +1,33 @@
+"""Suite-wide time budget: each solution notebook must run under nbval in NOTEBOOK_BUDGET_S."""
+
+from collections import defaultdict
+
+import pytest
+
+NOTEBOOK_BUDGET_S = 60.0
+_notebook_seconds: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report):
+    path, sep, _ = report.nodeid.partition(".ipynb::")
+    if sep:  # one nbval cell; with xdist these reports reach the controller too
+        _notebook_seconds[path + ".ipynb"] += report.duration
+
+
+def _over_budget():
+    return {nb: s for nb, s in _notebook_seconds.items() if s > NOTEBOOK_BUDGET_S}
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _notebook_seconds:
+        return
+    terminalreporter.section("notebook run times (budget %.0f s each)" % NOTEBOOK_BUDGET_S)
+    for notebook, seconds in sorted(_notebook_seconds.items()):
+        flag = "  OVER BUDGET" if seconds > NOTEBOOK_BUDGET_S else ""
+        terminalreporter.write_line(f"{seconds:7.1f} s  {notebook}{flag}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    if _over_budget() and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

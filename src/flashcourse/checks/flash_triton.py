@@ -1,0 +1,574 @@
+"""Checks of lesson 6, "FlashAttention forward and backward in Triton".
+
+The grader launches the student's @triton.jit kernels itself (through `attention.flash_forward`
+and friends), with inputs inside NaN padding (`buffers.poisoned`) and outputs inside canaries
+(`buffers.Canaried`), and compares with float64 attention in torch. Known mistakes are named by
+rerunning a float64 simulation of the kernel's block order with that mistake switched on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import attention, buffers, grading, runtime
+from ..blanks import BLANK_TOKEN, BlankNotFilled, is_blank, refuse_blanks, source_of
+
+LESSON = grading.lesson("flash-triton", "Lesson 6: FlashAttention forward and backward in Triton",
+                        pass_line=8)
+LOG2E = attention.LOG2E
+
+
+@dataclass(frozen=True)
+class Case:
+    B: int
+    H: int
+    N: int
+    D: int
+    causal: bool
+    dtype: torch.dtype = torch.float32
+    seed: int = 0
+    large: bool = False  # scaled scores of about 1e3
+    layout: str = "bhnd"  # "bnhd": views of (B, N, H, D) tensors, as most models store them
+    block_m: int = 16
+    block_n: int = 16
+    sm_scale: float | None = None
+
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.D) if self.sm_scale is None else self.sm_scale
+
+    def label(self, number: int, total: int) -> str:
+        dtype = str(self.dtype).replace("torch.", "")
+        extras = [f"sm_scale={self.sm_scale:g}"] if self.sm_scale is not None else []
+        if self.large:
+            extras.append("scores ~1e3")
+        if self.layout == "bnhd":
+            extras.append("inputs are transposed views of (B, N, H, D) tensors")
+        extra = "".join(f", {e}" for e in extras)
+        return (f"case {number}/{total} (B={self.B}, H={self.H}, N={self.N}, D={self.D}, "
+                f"{dtype}, {'causal' if self.causal else 'not causal'}, "
+                f"BLOCK_M={self.block_m}, BLOCK_N={self.block_n}{extra})")
+
+
+FORWARD_CASES = [
+    Case(2, 2, 40, 16, False, seed=1),  # ragged N: 40 = 2.5 blocks of 16
+    Case(2, 3, 50, 32, True, seed=2, block_m=32, block_n=16, sm_scale=0.25),
+    Case(1, 2, 77, 16, False, seed=3, large=True, block_m=32, block_n=32),
+    Case(2, 2, 40, 16, True, seed=4, layout="bnhd", sm_scale=0.3),
+    Case(2, 2, 70, 32, True, torch.float16, seed=5, large=True, block_m=32, block_n=32),
+    Case(1, 1, 33, 64, False, torch.float16, seed=6),
+]
+FORWARD_HIDDEN = [
+    Case(1, 1, 1, 16, True, seed=101),
+    Case(1, 2, 97, 16, True, seed=102, block_m=64, block_n=32),
+    Case(2, 1, 45, 32, False, torch.float16, seed=103, layout="bnhd", large=True),
+]
+BACKWARD_CASES = [
+    Case(2, 2, 40, 16, True, seed=11),
+    Case(2, 2, 37, 32, False, seed=12, block_m=16, block_n=32, sm_scale=0.3),
+    Case(2, 2, 36, 16, True, seed=13, layout="bnhd", block_m=32, block_n=16),
+    Case(1, 2, 45, 16, True, torch.float16, seed=14),
+]
+BACKWARD_HIDDEN = [
+    Case(1, 1, 1, 16, True, seed=111),
+    Case(2, 1, 50, 32, False, torch.float16, seed=112, layout="bnhd", large=True),
+]
+TOLERANCES = {  # dtype -> (atol, rtol) of outputs; L is always float32
+    torch.float32: (2e-4, 1e-3),
+    torch.float16: (4e-3, 8e-3),
+}
+GRAD_TOLERANCES = {torch.float32: (2e-4, 1e-3), torch.float16: (1e-2, 1e-2)}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _require_kernel(kernel, exercise_id: str) -> None:
+    """Refuse a non-kernel, blanks in the kernel or its helpers, and unwritten stubs."""
+    from triton.runtime.jit import KernelInterface
+
+    if is_blank(kernel):
+        raise BlankNotFilled(f"Fill in the blank: the answer to {exercise_id} is still ______.")
+    if not isinstance(kernel, KernelInterface):
+        raise grading.WrongAnswer(
+            f"{exercise_id}: pass the @triton.jit kernel itself (got {type(kernel).__name__}); "
+            "the grader launches it.")
+    for name, obj in [("kernel", kernel), *attention.kernel_helpers(kernel)]:
+        refuse_blanks(obj, name)
+        source = source_of(obj) or ""
+        if "raise NotImplementedError" in source:
+            raise grading.WrongAnswer(
+                f"{exercise_id}: {name} still raises NotImplementedError. Replace the "
+                "`raise NotImplementedError` line with your implementation.")
+        if BLANK_TOKEN in source:  # pragma: no cover  (refuse_blanks raised already)
+            raise BlankNotFilled(f"Fill in the blank in {name}.")
+
+
+def _place(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """x (B, H, N, D) copied into NaN padding; "bnhd": as a transposed view of (B, N, H, D)."""
+    if layout == "bnhd":
+        return buffers.poisoned(x.transpose(1, 2).contiguous()).transpose(1, 2)
+    return buffers.poisoned(x)
+
+
+def _inputs(case: Case):
+    q, k, v = attention.make_inputs(case.B, case.H, case.N, case.D, case.dtype, seed=case.seed,
+                                    large_logits=case.large, sm_scale=case.sm_scale)
+    return q, k, v
+
+
+def _launch(fn, label, *args, **kwargs):
+    """Run a launcher; turn Triton and Python errors into a WrongAnswer naming the case."""
+    try:
+        return fn(*args, **kwargs)
+    except (BlankNotFilled, grading.WrongAnswer, runtime.CourseInputError):
+        raise
+    except NotImplementedError as err:
+        raise grading.WrongAnswer(f"{label}: your kernel still raises NotImplementedError.") \
+            from err
+    except Exception as err:  # a compile or launch error in the student's kernel
+        first = str(err).strip().splitlines()
+        text = first[0] if first else ""
+        raise grading.WrongAnswer(
+            f"{label}: launching your kernel raised {type(err).__name__}: {text[:300]}\n"
+            "Read the kernel's signature in the lesson: the grader passes exactly those "
+            "arguments.") from err
+
+
+def _close(actual: np.ndarray, candidate: np.ndarray, tol: float = 2e-3) -> bool:
+    """True when actual equals candidate up to fp32 rounding (NaN where it has NaN)."""
+    if actual.shape != candidate.shape:
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool(np.allclose(actual, candidate, rtol=tol, atol=tol, equal_nan=True))
+
+
+def _where_wrong(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> str:
+    """A hint when only some (batch, head) slices are wrong: an offset mistake."""
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(actual - expected) <= atol + rtol * np.abs(expected))  # NaN counts
+    per_slice = bad.reshape(bad.shape[0], bad.shape[1], -1).any(-1)  # (B, H)
+    if per_slice.all() or not per_slice.any():
+        return ""
+    if not per_slice[0].any():
+        return ("Likely mistake: batch 0 is right but later batches are not. The batch offset "
+                "must use the batch stride (b * stride_b + h * stride_h): here the inputs are "
+                "not contiguous, so stride_b is not H * stride_h, and (b * H + h) * stride_h "
+                "lands in the wrong place.")
+    return ("Likely mistake: the (batch, head) slice (0, 0) is right but others are not: "
+            "compute b = bh // H, h = bh % H and offset every pointer by b * stride_b + "
+            "h * stride_h, using the strides you are given.")
+
+
+# ---------------------------------------------------------------- forward
+
+
+def blocked_forward(q, k, v, causal, sm_scale, block_m, block_n, *, rescale=True,
+                    normalise_each_block=False, strict_mask=False, key_mask=True):
+    """float64 simulation of the lesson kernel's block order, with switches that reproduce
+    the classic mistakes. Returns the output (B, H, N, D)."""
+    q, k, v = (x.to(torch.float64) for x in (q, k, v))
+    B, H, N, D = q.shape
+    out = torch.empty_like(q)
+    scale = sm_scale * LOG2E
+    for start in range(0, N, block_m):
+        qi = q[:, :, start:start + block_m]
+        rows = torch.arange(start, start + qi.shape[2])
+        m = torch.full(qi.shape[:3], float("-inf"), dtype=torch.float64)
+        l_sum = torch.zeros(qi.shape[:3], dtype=torch.float64)
+        acc = torch.zeros_like(qi)
+        ranges = ([(0, start, False), (start, min(start + block_m, N), True)] if causal
+                  else [(0, N, False)])
+        for lo, hi, diagonal in ranges:
+            for j in range(lo, hi, block_n):
+                kj, vj = k[:, :, j:j + block_n], v[:, :, j:j + block_n]
+                cols = torch.arange(j, j + block_n)
+                if not key_mask and kj.shape[2] < block_n:  # padded keys read as zeros
+                    pad = block_n - kj.shape[2]
+                    kj = torch.cat([kj, kj.new_zeros(B, H, pad, D)], 2)
+                    vj = torch.cat([vj, vj.new_zeros(B, H, pad, D)], 2)
+                s = (qi @ kj.transpose(-1, -2)) * scale
+                keep = torch.ones(len(rows), kj.shape[2], dtype=torch.bool)
+                if diagonal:
+                    c = cols[:kj.shape[2]]
+                    keep = rows[:, None] > c[None, :] if strict_mask else \
+                        rows[:, None] >= c[None, :]
+                s = s.masked_fill(~keep, float("-inf"))
+                m_new = torch.maximum(m, s.amax(-1))
+                alpha = torch.exp2(m - m_new) if rescale else torch.ones_like(m)
+                p = torch.exp2(s - m_new[..., None])
+                l_sum = l_sum * alpha + p.sum(-1)
+                acc = acc * alpha[..., None] + p @ vj
+                if normalise_each_block:
+                    acc = acc / l_sum[..., None]
+                m = m_new
+        out[:, :, start:start + block_m] = acc if normalise_each_block else \
+            acc / l_sum[..., None]
+    return out
+
+
+FORWARD_MISTAKES = [
+    (dict(rescale=False),
+     "The old running sum and accumulator are not rescaled when the running max grows: "
+     "multiply both by alpha = exp2(m_i - m_new) before adding this block."),
+    (dict(normalise_each_block=True),
+     "The accumulator is divided by the running sum inside the loop, so earlier blocks are "
+     "divided again and again. FlashAttention-2 defers the normalisation: keep acc "
+     "unnormalised in the loop and divide by l_i once, after it."),
+    (dict(strict_mask=True),
+     "The causal mask is off by one: a query may attend to its own key, so keep "
+     "rows >= cols (not rows > cols). With the diagonal excluded, row 0 sees no key at all "
+     "and comes out NaN."),
+    (dict(key_mask=False),
+     "Keys past N take part in the softmax: the masked loads return 0, which gives a score of "
+     "0, not -inf. Set the scores of columns >= N to -inf with tl.where."),
+]
+NAN_TAIL_HINT = (
+    "Likely mistake: the last key block reads past N. The grader surrounds the inputs with "
+    "NaN: mask the K and V loads (mask=cols[:, None] < N, other=0.0) and the scores of "
+    "columns >= N, and mask the Q load and the stores by rows < N.")
+GENERIC_FORWARD_HINT = (
+    "Check the online softmax against the recurrences (log2 units, s = q k^T * qk_scale): "
+    "m_new = max(m_i, rowmax(s)); alpha = exp2(m_i - m_new); p = exp2(s - m_new); "
+    "l_i = l_i * alpha + rowsum(p); acc = acc * alpha + p v; after the loop O = acc / l_i.")
+
+
+def _diagnose_forward(out: np.ndarray, case: Case, q, k, v) -> str:
+    if case.dtype == torch.float32:
+        for switches, hint in FORWARD_MISTAKES:
+            if switches.get("strict_mask") and not case.causal:
+                continue
+            candidate = blocked_forward(q, k, v, case.causal, case.scale(), case.block_m,
+                                        case.block_n, **switches).numpy()
+            if _close(out, candidate):
+                return "Likely mistake: " + hint
+    if np.isnan(out).any() and case.N % case.block_n:
+        return NAN_TAIL_HINT
+    return GENERIC_FORWARD_HINT
+
+
+def _run_forward(kernel, case: Case, label: str):
+    q, k, v = _inputs(case)
+    qp, kp, vp = (_place(x, case.layout) for x in (q, k, v))
+    out = buffers.Canaried((case.B, case.H, case.N, case.D), case.dtype)
+    lse = buffers.Canaried((case.B, case.H, case.N), torch.float32)
+    _launch(attention.flash_forward, label, kernel, qp, kp, vp, case.causal, case.sm_scale
+            if case.sm_scale is not None else None, block_m=case.block_m,
+            block_n=case.block_n, out=out.tensor, lse=lse.tensor)
+    out.verify(label + ", output O")
+    lse.verify(label + ", logsumexp L")
+    return q, k, v, out.tensor.detach().clone(), lse.tensor.detach().clone()
+
+
+@grading.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 3)
+def _check_forward(kernel) -> str:
+    _require_kernel(kernel, "flash-triton/forward")
+    cases = FORWARD_CASES + (FORWARD_HIDDEN if grading.grading_mode() else [])
+    for number, case in enumerate(cases, 1):
+        label = case.label(number, len(cases))
+        q, k, v, out, lse = _run_forward(kernel, case, label)
+        ref, ref_lse = attention.standard_attention(
+            *(x.to(torch.float64) for x in (q, k, v)), causal=case.causal,
+            sm_scale=case.scale(), return_lse=True)
+        atol, rtol = TOLERANCES[case.dtype]
+        out64 = out.to(torch.float64).numpy()
+        try:
+            grading.compare(out64, ref.numpy(), label + ", output O", atol=atol, rtol=rtol,
+                            tile_rows=case.block_m)
+        except grading.WrongAnswer as err:
+            hint = _where_wrong(out64, ref.numpy(), atol, rtol) or \
+                _diagnose_forward(out64, case, q, k, v)
+            raise grading.WrongAnswer(f"{err}\n{hint}") from None
+        lse64 = lse.to(torch.float64).numpy()
+        try:
+            grading.compare(lse64, ref_lse.numpy(), label + ", logsumexp L", atol=2e-3,
+                            rtol=1e-5)
+        except grading.WrongAnswer as err:
+            if _close(lse64, ref_lse.numpy() * LOG2E, 1e-4):
+                hint = ("Likely mistake: L is in log2 units. m_i and log2(l_i) are base 2 "
+                        "because the kernel uses exp2; store (m_i + log2(l_i)) * ln(2).")
+            else:
+                hint = ("L must be the natural-log logsumexp of each row of sm_scale * q k^T: "
+                        "(m_i + log2(l_i)) * ln(2) with the kernel's base-2 running max.")
+            raise grading.WrongAnswer(f"{err}\n{hint}") from None
+    hidden = "" if grading.grading_mode() else " (graders also run hidden cases)"
+    return f"{len(cases)} cases match standard attention, O and L{hidden}"
+
+
+# ---------------------------------------------------------------- skipped blocks
+
+
+SKIP_CASES = [(64, 16, 16), (4096, 64, 64), (100, 32, 16), (50, 32, 32), (1, 16, 16),
+              (4096, 128, 64), (1000, 64, 32), (16384, 128, 128)]
+
+
+@grading.exercise("flash-triton/skipped-blocks", "count the causal tiles never loaded", 1)
+def _check_skipped(skipped_tiles) -> str:
+    if not callable(skipped_tiles):
+        raise grading.WrongAnswer("Pass the function itself: check(..., causal_skipped_tiles).")
+    for n, bm, bn in SKIP_CASES:
+        label = f"n={n}, block_m={bm}, block_n={bn}"
+        got = grading.run_student(skipped_tiles, label, n, bm, bn)
+        visited, skipped = attention.causal_tiles(n, bm, bn)
+        if is_blank(got):
+            raise BlankNotFilled(f"Fill in the blank: {label} returned ______.")
+        if got != skipped:
+            total = visited + skipped
+            hint = ("you returned the tiles visited, not skipped" if got == visited else
+                    f"there are {total} tiles in all (ceil(n/block_m) * ceil(n/block_n)); "
+                    "query block i visits ceil(min((i+1)*block_m, n) / block_n) key blocks")
+            raise grading.WrongAnswer(f"{label}: got {got!r}, expected {skipped}: {hint}.")
+    return f"{len(SKIP_CASES)} sizes counted right"
+
+
+# ---------------------------------------------------------------- backward
+
+
+def reference_grads(q, k, v, do, causal, sm_scale, *, use_delta=True, scale_grads=True,
+                    mask=True):
+    """float64 dQ, dK, dV from the explicit formulas, with switches for known mistakes."""
+    q, k, v, do = (x.to(torch.float64) for x in (q, k, v, do))
+    s = (q @ k.transpose(-1, -2)) * sm_scale
+    n = s.shape[-1]
+    above = torch.ones(n, n, dtype=torch.bool).triu(1)
+    lse = torch.logsumexp(s.masked_fill(above, float("-inf")) if causal else s, -1)
+    p = torch.exp(s - lse[..., None])
+    if causal and mask:
+        p = p.masked_fill(above, 0.0)
+    o = attention.standard_attention(q, k, v, causal, sm_scale)
+    delta = (do * o).sum(-1) if use_delta else torch.zeros_like(lse)
+    dv = p.transpose(-1, -2) @ do
+    ds = p * (do @ v.transpose(-1, -2) - delta[..., None])
+    factor = sm_scale if scale_grads else 1.0
+    return ds @ k * factor, ds.transpose(-1, -2) @ q * factor, dv
+
+
+BACKWARD_MISTAKES = [
+    (dict(scale_grads=False),
+     "dK (or dQ) lacks the factor sm_scale: S = sm_scale * Q K^T, so multiply the "
+     "accumulated gradient by sm_scale once before storing it."),
+    (dict(use_delta=False),
+     "delta is missing: dS = P * (dP - delta) with delta = rowsum(dO * O), one number per "
+     "query row."),
+    (dict(mask=False),
+     "P is not causally masked: recomputing exp2(s - L) gives nonzero weights above the "
+     "diagonal; set them to 0 with tl.where(rows >= cols, p, 0)."),
+]
+
+
+def _backward_inputs(case: Case):
+    q, k, v = _inputs(case)
+    gen = torch.Generator().manual_seed(case.seed + 1000)
+    do = torch.randn(q.shape, generator=gen, dtype=torch.float64).to(case.dtype)
+    q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v))
+    o, lse = attention.standard_attention(q64, k64, v64, case.causal, case.scale(),
+                                          return_lse=True)
+    delta = (do.to(torch.float64) * o).sum(-1)
+    return q, k, v, do, lse.to(torch.float32), delta.to(torch.float32)
+
+
+def _check_backward(kernel, exercise_id: str, which: str) -> str:
+    _require_kernel(kernel, exercise_id)
+    cases = BACKWARD_CASES + (BACKWARD_HIDDEN if grading.grading_mode() else [])
+    for number, case in enumerate(cases, 1):
+        label = case.label(number, len(cases))
+        q, k, v, do, lse, delta = _backward_inputs(case)
+        placed = [_place(x, case.layout) for x in (q, k, v, do)]
+        lse_p, delta_p = buffers.poisoned(lse), buffers.poisoned(delta)
+        shape = (case.B, case.H, case.N, case.D)
+        if which == "dkdv":
+            dk, dv = buffers.Canaried(shape, case.dtype), buffers.Canaried(shape, case.dtype)
+            _launch(attention.launch_dkdv, label, kernel, *placed, lse_p, delta_p, case.causal,
+                    case.scale(), dk=dk.tensor, dv=dv.tensor, block_m=case.block_m,
+                    block_n=case.block_n)
+            outputs = {"dK": dk, "dV": dv}
+        else:
+            dq = buffers.Canaried(shape, case.dtype)
+            _launch(attention.launch_dq, label, kernel, *placed, lse_p, delta_p, case.causal,
+                    case.scale(), dq=dq.tensor, block_m=case.block_m, block_n=case.block_n)
+            outputs = {"dQ": dq}
+        ref_dq, ref_dk, ref_dv = reference_grads(q, k, v, do, case.causal, case.scale())
+        refs = {"dQ": ref_dq, "dK": ref_dk, "dV": ref_dv}
+        atol, rtol = GRAD_TOLERANCES[case.dtype]
+        for name, buffer in outputs.items():
+            buffer.verify(f"{label}, {name}")
+            got = buffer.tensor.to(torch.float64).numpy()
+            # scale the absolute tolerance with the gradient's size
+            expected = refs[name].numpy()
+            scale = max(1.0, float(np.abs(expected).max()))
+            try:
+                grading.compare(got, expected, f"{label}, {name}", atol=atol * scale, rtol=rtol,
+                                tile_rows=case.block_n if which == "dkdv" else case.block_m)
+            except grading.WrongAnswer as err:
+                hint = _where_wrong(got, expected, atol * scale, rtol) or \
+                    _diagnose_backward(got, name, case, q, k, v, do)
+                raise grading.WrongAnswer(f"{err}\n{hint}") from None
+    hidden = "" if grading.grading_mode() else " (graders also run hidden cases)"
+    names = "dK and dV" if which == "dkdv" else "dQ"
+    return f"{len(cases)} cases match torch autograd, {names}{hidden}"
+
+
+def _diagnose_backward(got, name, case, q, k, v, do) -> str:
+    index = {"dQ": 0, "dK": 1, "dV": 2}[name]
+    if case.dtype == torch.float32:
+        for switches, hint in BACKWARD_MISTAKES:
+            if switches.get("mask") is False and not case.causal:
+                continue
+            candidate = reference_grads(q, k, v, do, case.causal, case.scale(), **switches)
+            if _close(got, candidate[index].numpy()):
+                return "Likely mistake: " + hint
+    if np.isnan(got).any() and case.N % min(case.block_m, case.block_n):
+        return NAN_TAIL_HINT
+    return ("Check the formulas (log2 units inside the kernel): P = exp2(s - L * log2(e)); "
+            "dV += P^T dO; dP = dO V^T; dS = P * (dP - delta); dQ += dS K; dK += dS^T Q; "
+            "dQ and dK carry sm_scale once.")
+
+
+@grading.exercise("flash-triton/backward-dkdv", "backward: dK and dV kernel", 1)
+def _check_dkdv(kernel) -> str:
+    return _check_backward(kernel, "flash-triton/backward-dkdv", "dkdv")
+
+
+@grading.exercise("flash-triton/backward-dq", "backward: dQ kernel", 1)
+def _check_dq(kernel) -> str:
+    return _check_backward(kernel, "flash-triton/backward-dq", "dq")
+
+
+# ---------------------------------------------------------------- questions
+
+
+def _require_keys(answers, expected_keys, exercise_id):
+    if is_blank(answers) or not isinstance(answers, dict):
+        raise BlankNotFilled(f"Fill in the blank: {exercise_id} expects a dict of answers.")
+    missing = [key for key in expected_keys if key not in answers]
+    if missing:
+        raise grading.WrongAnswer(f"{exercise_id}: missing answers for {missing}.")
+    blanks = [key for key in expected_keys if is_blank(answers[key])]
+    if blanks:
+        raise BlankNotFilled(f"Fill in the blank for {blanks} in {exercise_id}.")
+
+
+def _grade_items(exercise_id, answers, expected, explanations):
+    _require_keys(answers, list(expected), exercise_id)
+    wrong = []
+    for key, right in expected.items():
+        given = answers[key]
+        numeric = isinstance(right, (int, float)) and not isinstance(right, bool)
+        if numeric and isinstance(given, (int, float, np.number)) \
+                and not isinstance(given, bool):
+            ok = bool(np.isclose(float(given), right, rtol=0.02))
+        else:
+            ok = given == right
+        if not ok:
+            wrong.append(f"  {key} = {given!r} is not right. {explanations[key]}")
+    if wrong:
+        raise grading.WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers "
+                                  "are wrong:\n" + "\n".join(wrong))
+    return f"all {len(expected)} answers right"
+
+
+FA1 = {"fa1_outer_loop": "kv", "fa1_o_writes": 64, "fa2_o_writes": 1,
+       "fa2_parallel_over": "query_blocks"}
+FA1_WHY = {
+    "fa1_outer_loop": "FA1 loads one K/V block (outer loop), then sweeps every query block "
+                      "(inner loop): answer 'kv'.",
+    "fa1_o_writes": "Each of the N / BLOCK_N = 4096 / 64 = 64 outer iterations reads and "
+                    "writes every row of O (and m, l) once.",
+    "fa2_o_writes": "FA2 keeps one query block's acc, m and l in registers over all key "
+                    "blocks and writes O once.",
+    "fa2_parallel_over": "FA2 runs one program per (query block, batch * head): "
+                         "'query_blocks'.",
+}
+
+
+@grading.exercise("flash-triton/fa1-loop-order", "FA1 vs FA2 loop order", 1, kind="question")
+def _check_fa1(answers) -> str:
+    return _grade_items("flash-triton/fa1-loop-order", answers, FA1, FA1_WHY)
+
+
+Q1 = {"programs": 4 * 16 * (4096 // 64), "skipped_fraction": 2016 / 4096,
+      "causal_flop_factor": 0.5}
+Q1_WHY = {
+    "programs": "grid = (cdiv(N, BLOCK_M), B * H) = 64 query blocks x 64 (batch, head) pairs.",
+    "skipped_fraction": "64 x 64 = 4096 tiles; query block i visits i + 1 of them, 2080 in "
+                        "all, so 2016 / 4096 = 0.49 are skipped.",
+    "causal_flop_factor": "About half of the score matrix lies above the diagonal: FLOPs of "
+                          "causal attention are counted as half.",
+}
+
+
+@grading.exercise("flash-triton/q1-grid", "Q1: grid, causal skipping and FLOPs", 1,
+                  kind="question")
+def _check_q1(answers) -> str:
+    return _grade_items("flash-triton/q1-grid", answers, Q1, Q1_WHY)
+
+
+Q2 = {"p_bytes_n16k_fp16": 16384 * 16384 * 2, "saved_per_row": 1,
+      "backward_flop_factor": 2.5, "recompute": "P"}
+Q2_WHY = {
+    "p_bytes_n16k_fp16": "P is (N, N) per head: 16384 * 16384 * 2 bytes = 512 MiB.",
+    "saved_per_row": "The forward saves one float per query row, the logsumexp L.",
+    "backward_flop_factor": "The backward does five N x N x D products (S, dP, dV, dQ, dK) "
+                            "against the forward's two: 2.5x.",
+    "recompute": "The backward recomputes P = exp(S - L) block by block: 'P'.",
+}
+
+
+@grading.exercise("flash-triton/q2-backward", "Q2: what the backward saves and recomputes", 1,
+                  kind="question")
+def _check_q2(answers) -> str:
+    return _grade_items("flash-triton/q2-backward", answers, Q2, Q2_WHY)
+
+
+Q3 = {"exp_unit": "exp2", "mask_only_diagonal": True, "fa3_feature": "warp_specialization"}
+Q3_WHY = {
+    "exp_unit": "exp2 maps to one hardware instruction; folding log2(e) into the scale makes "
+                "exp(x) = exp2(x * log2(e)) free: 'exp2'.",
+    "mask_only_diagonal": "Blocks left of the diagonal block are entirely visible: only the "
+                          "diagonal block needs tl.where, so the loop is split in two.",
+    "fa3_feature": "FA3 overlaps softmax and matmuls by giving producer and consumer warps "
+                   "different roles (with TMA and wgmma on Hopper): 'warp_specialization'.",
+}
+
+
+@grading.exercise("flash-triton/q3-speed", "Q3: where the speed comes from", 1, kind="question")
+def _check_q3(answers) -> str:
+    return _grade_items("flash-triton/q3-speed", answers, Q3, Q3_WHY)
+
+
+MISCONCEPTIONS = {
+    "flash_reduces_flops": (
+        False, "FlashAttention does the same matmul FLOPs as standard attention (the backward "
+        "even recomputes P). It saves HBM traffic and the O(N^2) memory, not arithmetic."),
+    "running_max_for_numerical_safety": (
+        True, "Subtracting the running max keeps exp2 from overflowing; mathematically the "
+        "result is the same softmax."),
+    "blockwise_softmax_then_concat_is_correct": (
+        False, "A softmax per key block normalises by that block's sum only; the blocks must "
+        "share one running max and one running sum per row."),
+    "hbm_smem_order_of_magnitude": (
+        True, "HBM gives about 3-5 TB/s per chip, shared memory/L1 roughly 10x more in "
+        "aggregate (and far lower latency): about an order of magnitude."),
+}
+
+
+@grading.exercise("flash-triton/misconceptions", "veto misconceptions (true/false)", 0,
+                  kind="veto")
+def _check_misconceptions(answers) -> str:
+    _require_keys(answers, list(MISCONCEPTIONS), "flash-triton/misconceptions")
+    wrong = []
+    for key, (truth, why) in MISCONCEPTIONS.items():
+        given = answers[key]
+        if not isinstance(given, bool):
+            raise grading.WrongAnswer(f"flash-triton/misconceptions: answer {key} with True or "
+                                      f"False, not {given!r}.")
+        if given != truth:
+            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
+    if wrong:
+        raise grading.VetoMisconception(
+            "flash-triton/misconceptions: a wrong answer here fails the lesson whatever the "
+            "other points:\n" + "\n".join(wrong))
+    return f"all {len(MISCONCEPTIONS)} statements judged right"

@@ -1,0 +1,512 @@
+"""Checks of lesson 4, "Tiling a matrix product": the numpy blocked matmul that counts its HBM
+bytes, the grouped launch order, the tiled Triton kernel, three questions and the veto
+misconceptions.
+
+The grader launches the student's Triton kernel itself (`launch`), always with the signature
+of the lesson's kernel, on inputs inside NaN padding and an output inside canaries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import grading, runtime
+from ..blanks import BlankNotFilled, is_blank, refuse_blanks, source_of
+from ..matmul_model import (
+    cdiv,
+    grouped_order,
+    launch_order,
+    matmul_flops,
+    naive_read_bytes,
+    tiled_read_bytes,
+    wave_stripes,
+)
+
+LESSON = grading.lesson("tiling", "Lesson 4: Tiling a matrix product", pass_line=8)
+
+# ---------------------------------------------------------------- numpy: blocked matmul + bytes
+
+# (M, N, K, BM, BN, BK, numpy dtype, seed)
+BLOCKED_CASES = [
+    (64, 64, 64, 16, 16, 16, "float64", 0),  # tiles divide the shape: the plain formula
+    (37, 53, 29, 16, 16, 8, "float32", 1),  # ragged in M, N and K
+    (50, 20, 70, 32, 8, 16, "float32", 2),  # BM != BN: A and B are re-read different counts
+    (8, 96, 40, 8, 32, 40, "float64", 3),  # one K step
+    (3, 5, 7, 4, 4, 4, "float32", 4),  # smaller than one tile
+]
+BLOCKED_HIDDEN = [
+    (90, 33, 65, 32, 16, 32, "float64", 101),
+    (17, 129, 12, 8, 64, 5, "float32", 102),
+]
+
+
+def _blocked_inputs(M, N, K, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((M, K)).astype(dtype),
+            rng.standard_normal((K, N)).astype(dtype))
+
+
+def _byte_mistakes(M, N, K, BM, BN, BK, itemsize):
+    """Byte counts of classic counting mistakes, with what each one says."""
+    reads = tiled_read_bytes(M, N, K, BM, BN, itemsize)
+    a_part = M * K * cdiv(N, BN) * itemsize
+    steps = cdiv(M, BM) * cdiv(N, BN) * cdiv(K, BK)
+    return [
+        (reads // itemsize, "You counted elements, not bytes: multiply by the item size "
+                            "(a.nbytes does it for you)."),
+        (a_part, "Only the A tiles are counted: every K step loads one tile of A and one of B."),
+        (reads - a_part, "Only the B tiles are counted: every K step loads one tile of A and one "
+                         "of B."),
+        (steps * (BM * BK + BK * BN) * itemsize,
+         "You counted every tile as full-size, but edge tiles are smaller when the shape is not "
+         "a multiple of the tile: count the elements actually loaded (a.nbytes + b.nbytes)."),
+        (reads + M * N * itemsize, "Count only the reads of A and B, not the output C."),
+        ((M * K * cdiv(N, BM) + K * N * cdiv(M, BN)) * itemsize,
+         "A is re-read once per column block of C (cdiv(N, BN) times) and B once per row block "
+         "(cdiv(M, BM) times): the roles of BM and BN are swapped."),
+        (M * K * itemsize + K * N * itemsize,
+         "Each matrix counted once: that is the ideal with infinite on-chip memory, but a tiled "
+         "kernel loads every tile again for each output tile that needs it."),
+    ]
+
+
+@grading.exercise("tiling/blocked-bytes", "numpy blocked matmul that counts HBM bytes", 2)
+def _check_blocked(blocked_matmul) -> str:
+    if not callable(blocked_matmul):
+        raise grading.WrongAnswer("Pass the function itself: check(..., blocked_matmul).")
+    cases = BLOCKED_CASES + (BLOCKED_HIDDEN if grading.grading_mode() else [])
+    for number, (M, N, K, BM, BN, BK, dtype, seed) in enumerate(cases, 1):
+        A, B = _blocked_inputs(M, N, K, dtype, seed)
+        label = (f"case {number}/{len(cases)} (M={M}, N={N}, K={K}, BM={BM}, BN={BN}, "
+                 f"BK={BK}, {dtype})")
+        result = grading.run_student(blocked_matmul, label, A.copy(), B.copy(), BM, BN, BK)
+        if is_blank(result):
+            raise BlankNotFilled(f"Fill in the blank: {label} returned ______.")
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise grading.WrongAnswer(f"{label}: return a pair (C, bytes_read), got "
+                                      f"{type(result).__name__}.")
+        C, bytes_read = result
+        expected = A.astype(np.float64) @ B.astype(np.float64)
+        scale = float((np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))).max())
+        tol = 1e-5 if dtype == "float32" else 1e-12
+        grading.compare(C, expected, f"{label}, the product C", atol=tol * scale,
+                        tile_rows=BM, hint="Each output tile C[i:i+BM, j:j+BN] is the sum over "
+                        "K steps of A[i:i+BM, k:k+BK] @ B[k:k+BK, j:j+BN].")
+        itemsize = np.dtype(dtype).itemsize
+        reads = tiled_read_bytes(M, N, K, BM, BN, itemsize)
+        if is_blank(bytes_read):
+            raise BlankNotFilled(f"Fill in the blank: {label} returned ______ as bytes_read.")
+        if not isinstance(bytes_read, (int, np.integer)) or bytes_read != reads:
+            hint = next((why for wrong, why in _byte_mistakes(M, N, K, BM, BN, BK, itemsize)
+                         if wrong == bytes_read and wrong != reads),
+                        "Add a.nbytes + b.nbytes for every tile pair a, b that the K loop loads.")
+            raise grading.WrongAnswer(
+                f"{label}: bytes_read = {bytes_read!r}, expected {reads:,} = (M*K*cdiv(N, BN) "
+                f"+ K*N*cdiv(M, BM)) * {itemsize} bytes. {hint}")
+    hidden = "" if grading.grading_mode() else " (graders also run hidden cases)"
+    return f"{len(cases)} cases: products and byte counts match the formula{hidden}"
+
+
+# ---------------------------------------------------------------- grouped launch order
+
+# (num_pid_m, num_pid_n, GROUP_M)
+ORDER_CASES = [(6, 6, 2), (7, 5, 3), (4, 9, 4), (5, 3, 8), (3, 4, 1), (10, 2, 4)]
+
+
+@grading.exercise("tiling/grouped-order", "grouped launch order (GROUP_M swizzle)", 1)
+def _check_order(grouped_order_fn) -> str:
+    if not callable(grouped_order_fn):
+        raise grading.WrongAnswer("Pass the function itself: check(..., grouped_order).")
+    for number, (pm, pn, group) in enumerate(ORDER_CASES, 1):
+        label = (f"case {number}/{len(ORDER_CASES)} (num_pid_m={pm}, num_pid_n={pn}, "
+                 f"GROUP_M={group})")
+        got = []
+        for pid in range(pm * pn):
+            tile = grading.run_student(grouped_order_fn, label, pid, pm, pn, group)
+            if is_blank(tile) or any(is_blank(t) for t in tuple(tile)):
+                raise BlankNotFilled(f"Fill in the blank: {label} returned ______.")
+            got.append((int(tile[0]), int(tile[1])))
+        want = launch_order(pm, pn, group)
+        if got == want:
+            continue
+        missing = sorted(set(want) - set(got))
+        twice = sorted({t for t in got if got.count(t) > 1})
+        if missing or twice:
+            hint = (f"tile {missing[0]} is never computed" if missing else "")
+            hint += ("; " if missing and twice else "") + \
+                (f"tile {twice[0]} is computed twice" if twice else "")
+            extra = (" The last group may hold fewer than GROUP_M rows: take "
+                     "group_rows = min(num_pid_m - first_pid_m, GROUP_M) and use it for both "
+                     "% and //." if pm % group else "")
+            raise grading.WrongAnswer(f"{label}: every tile must be computed by exactly one "
+                                      f"program, but {hint}.{extra}")
+        pid = next(p for p, (g, w) in enumerate(zip(got, want, strict=True)) if g != w)
+        row_major = [(p // pn, p % pn) for p in range(pm * pn)]
+        hint = ("This is row-major order, one tile row after the other: walk down a group of "
+                "GROUP_M rows first, then move one column right." if got == row_major else
+                "Within a group, consecutive programs go down the rows (pid % group_rows) and "
+                "then right (pid // group_rows).")
+        raise grading.WrongAnswer(f"{label}: program {pid} computes tile {got[pid]}, expected "
+                                  f"{want[pid]}. {hint}")
+    return f"{len(ORDER_CASES)} grids: every program maps to its tile in grouped order"
+
+
+# ---------------------------------------------------------------- the tiled Triton kernel
+
+KERNEL_ARGS = ("a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, "
+               "stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M")
+
+# (M, N, K, input dtype, output dtype, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, seed, values)
+KERNEL_CASES = [
+    (32, 32, 32, "float32", "float32", 16, 16, 16, 2, 0, "normal"),  # square, tiles divide
+    (37, 53, 29, "float32", "float32", 16, 16, 16, 2, 1, "normal"),  # ragged M, N and K
+    (64, 16, 100, "float16", "float16", 32, 16, 32, 4, 2, "normal"),  # ragged K, fp16
+    (100, 40, 48, "float16", "float16", 16, 16, 16, 4, 3, "normal"),  # last group shorter
+    (16, 24, 1024, "float16", "float32", 16, 16, 64, 1, 4, "uniform"),  # long K: fp32 sums
+    (45, 64, 64, "float32", "float32", 32, 32, 32, 8, 5, "normal"),  # GROUP_M > tile rows
+    (70, 90, 130, "bfloat16", "bfloat16", 32, 32, 32, 4, 6, "normal"),  # GPU only
+]
+KERNEL_HIDDEN = [
+    (1, 77, 33, "float32", "float32", 16, 32, 16, 4, 101, "normal"),
+    (129, 3, 65, "float16", "float16", 32, 16, 32, 2, 102, "normal"),
+    (48, 48, 200, "float16", "float32", 16, 16, 32, 3, 103, "uniform"),
+    (96, 80, 72, "bfloat16", "float32", 32, 16, 32, 2, 104, "normal"),
+]
+
+
+def _torch_dtype(name):
+    import torch
+
+    return getattr(torch, name)
+
+
+def _tolerance(in_dtype: str, out_dtype: str) -> tuple[float, float]:
+    """(atol as a fraction of max(|A| @ |B|), rtol): products of fp16/bf16 values are exact in
+    fp32; fp32 tl.dot uses TF32 on a GPU; the output dtype adds its rounding."""
+    if in_dtype == "float32":
+        dot = 1e-5 if runtime.current().interpreter else 4e-3
+    else:
+        dot = 1e-5
+    rtol = {"float32": 0.0, "float16": 1e-3, "bfloat16": 8e-3}[out_dtype]
+    return dot, rtol
+
+
+def launch(kernel, a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, GROUP_M: int,
+           num_warps: int = 4, num_stages: int = 2) -> None:
+    """Launch a kernel with the lesson's signature: one program per output tile."""
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),)
+    kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                 c.stride(0), c.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                 GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages)
+
+
+def _kernel_inputs(M, N, K, dtype, seed, values):
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    shape_a, shape_b = (M, K), (K, N)
+    if values == "uniform":  # all positive: sums grow with K, and so does fp16 rounding
+        A, B = torch.rand(shape_a, generator=gen), torch.rand(shape_b, generator=gen)
+    else:
+        A, B = torch.randn(shape_a, generator=gen), torch.randn(shape_b, generator=gen)
+    device = runtime.current().device
+    return A.to(_torch_dtype(dtype)).to(device), B.to(_torch_dtype(dtype)).to(device)
+
+
+def _run_kernel(kernel, A, B, out_dtype, cfg, label, padding="nan"):
+    """Run the kernel on fresh buffers; return (output as float64 numpy, the Canaried)."""
+    import torch
+
+    from .. import buffers
+
+    M, N = A.shape[0], B.shape[1]
+    if padding == "nan":
+        a, b = buffers.poisoned(A), buffers.poisoned(B)
+    elif padding == "zero":  # finite zeros around the inputs: a read past an edge adds 0
+        a = torch.zeros(A.shape[0] + 8, A.shape[1] + 8, dtype=A.dtype, device=A.device)
+        b = torch.zeros(B.shape[0] + 8, B.shape[1] + 8, dtype=B.dtype, device=B.device)
+        a = a[:A.shape[0], :A.shape[1]]
+        b = b[:B.shape[0], :B.shape[1]]
+        a.copy_(A)
+        b.copy_(B)
+    else:  # contiguous: the strides equal the row lengths
+        a, b = A.clone().contiguous(), B.clone().contiguous()
+    out = buffers.Canaried((M, N), _torch_dtype(out_dtype), device=A.device)
+    if padding == "contiguous":
+        out.tensor = torch.full((M, N), float("nan"), dtype=_torch_dtype(out_dtype),
+                                device=A.device)
+    grading.run_student(launch, label, kernel, a, b, out.tensor, *cfg)
+    if runtime.current().device == "cuda":
+        torch.cuda.synchronize()
+    return out.tensor.detach().cpu().double().numpy(), out
+
+
+def _worst(actual, expected):
+    error = np.abs(actual - expected)
+    error[~np.isfinite(actual)] = np.inf
+    return np.unravel_index(int(np.argmax(error)), actual.shape)
+
+
+def _fp16_accumulation(A64, B64, BK):
+    """The product as a kernel with an fp16 accumulator computes it (fp32 per K step)."""
+    acc = np.zeros((A64.shape[0], B64.shape[1]), dtype=np.float16)
+    for k in range(0, A64.shape[1], BK):
+        step = (A64[:, k:k + BK] @ B64[k:k + BK]).astype(np.float32)
+        acc = (acc.astype(np.float32) + step.astype(np.float16).astype(np.float32)) \
+            .astype(np.float16)
+    return acc.astype(np.float64)
+
+
+def _diagnose(kernel, A, B, out_dtype, cfg, actual, expected, atol, label) -> str:
+    """Name the mistake behind a wrong output, rerunning the kernel where that tells more."""
+    M, N, K = A.shape[0], B.shape[1], A.shape[1]
+    BLOCK_M, BLOCK_N, BLOCK_K, _ = cfg
+    A64 = A.detach().cpu().double().numpy()
+    B64 = B.detach().cpu().double().numpy()
+    transposed = {
+        "A @ B.T": lambda: A64 @ B64.T, "A.T @ B": lambda: A64.T @ B64,
+        "(A @ B).T": lambda: (A64 @ B64).T, "A.T @ B.T": lambda: A64.T @ B64.T,
+    }
+    if M == N == K:
+        for name, make in transposed.items():
+            if grading.same_result(actual, make(), atol):
+                return (f"Likely mistake: your kernel computed {name}, a transposed index. "
+                        "A[m, k] sits at a_ptr + m*stride_am + k*stride_ak (offs_m down the "
+                        "rows, [:, None]); B[k, n] at b_ptr + k*stride_bk + n*stride_bn (offs_k "
+                        "down the rows); C[m, n] at c_ptr + m*stride_cm + n*stride_cn.")
+    try:
+        contiguous, _ = _run_kernel(kernel, A, B, out_dtype, cfg, label, "contiguous")
+        if grading.same_result(contiguous, expected, atol):
+            return ("Likely mistake: your kernel is right on contiguous tensors but wrong on the "
+                    "grader's views, whose rows are longer than the tensor is wide. Index with "
+                    "the stride arguments (stride_am, stride_ak, stride_bk, stride_bn, "
+                    "stride_cm, stride_cn), never with K or N.")
+        zero, _ = _run_kernel(kernel, A, B, out_dtype, cfg, label, "zero")
+    except grading.WrongAnswer:
+        return ""
+    if np.isnan(actual).any():
+        if grading.same_result(zero, expected, atol):
+            if K % BLOCK_K:
+                return ("Likely mistake: the last K step reads past column K-1 of A and row K-1 "
+                        "of B (K is not a multiple of BLOCK_K). Mask both loads with the K that "
+                        "is left: offs_k < K - k * BLOCK_K, with other=0.0.")
+            return ("Likely mistake: a load reads outside A or B. Mask it: rows offs_m < M for "
+                    "A, columns offs_n < N for B, and other=0.0.")
+        if np.isnan(zero).any():
+            row, col = np.argwhere(np.isnan(zero))[0]
+            return (f"Likely mistake: no program wrote output tile (pid_m={row // BLOCK_M}, "
+                    f"pid_n={col // BLOCK_N}). Check that the pid -> (pid_m, pid_n) mapping "
+                    "reaches every tile exactly once (the last group may hold fewer than "
+                    "GROUP_M rows) and that the store covers the whole tile.")
+    if out_dtype == "float32":
+        sim = _fp16_accumulation(A64, B64, BLOCK_K)
+        off_true = np.abs(actual - expected).max()
+        if np.abs(actual - sim).max() < 0.25 * off_true:
+            return ("Likely mistake: the accumulator is fp16. Each addition rounds to 11 "
+                    "significant bits, and over a long K the errors add up: keep "
+                    "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) and cast only when "
+                    "storing.")
+    return ("Check the loop: acc = tl.dot(a, b, acc) once per K step, then advance a_ptrs by "
+            "BLOCK_K * stride_ak and b_ptrs by BLOCK_K * stride_bk.")
+
+
+def _refuse_stub(kernel, name):
+    source = source_of(kernel) or ""
+    refuse_blanks(kernel, name)
+    if "raise NotImplementedError" in source:
+        raise NotImplementedError(name)
+
+
+@grading.exercise("tiling/matmul-kernel", "tiled Triton matmul (tl.dot, masks, fp32 acc, "
+                  "GROUP_M)", 3)
+def _check_kernel(kernel) -> str:
+    if not hasattr(kernel, "fn") or not hasattr(kernel, "__getitem__"):
+        raise grading.WrongAnswer("Pass the @triton.jit kernel itself: "
+                                  "check('tiling/matmul-kernel', matmul_kernel).")
+    _refuse_stub(kernel, "matmul_kernel")
+    interpreter = runtime.current().interpreter
+    cases = KERNEL_CASES + (KERNEL_HIDDEN if grading.grading_mode() else [])
+    skipped = 0
+    ran = 0
+    for number, case in enumerate(cases, 1):
+        M, N, K, in_dtype, out_dtype, bm, bn, bk, group, seed, values = case
+        if interpreter and "bfloat16" in (in_dtype,):
+            skipped += 1  # the interpreter's bf16 tl.dot is wrong: bf16 is graded on a GPU
+            continue
+        cfg = (bm, bn, bk, group)
+        label = (f"case {number}/{len(cases)} (M={M}, N={N}, K={K}, {in_dtype} -> {out_dtype}, "
+                 f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={group})")
+        A, B = _kernel_inputs(M, N, K, in_dtype, seed, values)
+        runtime.check_tensors(A, B, names=("A", "B"), dot=True)
+        actual, out = _run_kernel(kernel, A, B, out_dtype, cfg, label)
+        out.verify(label)
+        A64 = A.detach().cpu().double().numpy()
+        B64 = B.detach().cpu().double().numpy()
+        expected = A64 @ B64
+        dot_tol, rtol = _tolerance(in_dtype, out_dtype)
+        atol = dot_tol * float((np.abs(A64) @ np.abs(B64)).max())
+        try:
+            grading.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=bm)
+        except grading.WrongAnswer as err:
+            row, col = _worst(actual, expected)
+            where = (f"The worst element, row {row}, column {col}, is in output tile "
+                     f"(pid_m={row // bm}, pid_n={col // bn}).")
+            hint = _diagnose(kernel, A, B, out_dtype, cfg, actual, expected,
+                             max(atol, 1e-3 * float(np.abs(expected).max())), label)
+            raise grading.WrongAnswer(f"{err}\n{where}\n{hint}".rstrip()) from None
+        ran += 1
+    notes = []
+    if skipped:
+        notes.append(f"{skipped} bf16 case(s) run only on a GPU")
+    if not grading.grading_mode():
+        notes.append("graders also run hidden cases")
+    extra = f" ({'; '.join(notes)})" if notes else ""
+    return f"{ran} cases match A @ B (ragged shapes, fp32 and fp16){extra}"
+
+
+# ---------------------------------------------------------------- questions
+
+
+def _require_keys(answers, expected_keys, exercise_id):
+    if is_blank(answers) or not isinstance(answers, dict):
+        raise BlankNotFilled(f"Fill in the blank: {exercise_id} expects a dict of answers.")
+    missing = [k for k in expected_keys if k not in answers]
+    if missing:
+        raise grading.WrongAnswer(f"{exercise_id}: missing answers for {missing}.")
+    blanks = [k for k in expected_keys if is_blank(answers[k])]
+    if blanks:
+        raise BlankNotFilled(f"Fill in the blank for {blanks} in {exercise_id}.")
+
+
+def _grade_items(exercise_id, answers, expected, explanations, rtol=1e-9):
+    _require_keys(answers, list(expected), exercise_id)
+    wrong = []
+    for key, right in expected.items():
+        given = answers[key]
+        number = isinstance(right, (int, float)) and not isinstance(right, bool)
+        if number and isinstance(given, (int, float, np.number)) and \
+                not isinstance(given, bool):
+            ok = bool(np.isclose(float(given), right, rtol=rtol, atol=0))
+        else:
+            ok = given == right and type(given) is type(right) if isinstance(right, bool) \
+                else given == right
+        if not ok:
+            wrong.append(f"  {key} = {given!r} is not right. {explanations[key]}")
+    if wrong:
+        raise grading.WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers "
+                                  "are wrong:\n" + "\n".join(wrong))
+    return f"all {len(expected)} answers right"
+
+
+Q1 = {
+    "reads_tiled_128x128": tiled_read_bytes(4096, 4096, 4096, 128, 128, 2),
+    "reads_naive": naive_read_bytes(4096, 4096, 4096, 2),
+    "intensity_128x256": matmul_flops(4096, 4096, 4096)
+    / tiled_read_bytes(4096, 4096, 4096, 128, 256, 2),
+    "block_k_changes_reads": False,
+}
+Q1_WHY = {
+    "reads_tiled_128x128": "M*N*K*(1/BN + 1/BM)*2 bytes = 4096^3 * (2/128) * 2 = 2^31.",
+    "reads_naive": "Every output reads a row of A and a column of B: 2*M*N*K elements of "
+                   "2 bytes.",
+    "intensity_128x256": "FLOPs 2*M*N*K divided by the tiled reads M*N*K*(1/256 + 1/128)*2: "
+                         "256/3.",
+    "block_k_changes_reads": "BK does not appear in the formula: it cuts the same bytes into "
+                             "more or fewer loads.",
+}
+
+
+@grading.exercise("tiling/q1-traffic", "Q1: HBM bytes and arithmetic intensity of tiles", 2,
+                  kind="question")
+def _check_q1(answers) -> str:
+    return _grade_items("tiling/q1-traffic", answers, Q1, Q1_WHY, rtol=1e-3)
+
+
+Q2 = {
+    "acc_lives_in": "registers",
+    "acc_registers_per_thread": 128 * 256 // (8 * 32),
+    "smem_bytes_3_stages": 3 * (128 * 64 + 64 * 256) * 2,
+}
+Q2_WHY = {
+    "acc_lives_in": "acc is a block-sized value that stays in the program for the whole K loop: "
+                    "the compiler spreads it over the registers of the program's threads.",
+    "acc_registers_per_thread": "128*256 fp32 values over 8 warps of 32 threads: 128 values, "
+                                "one 32-bit register each.",
+    "smem_bytes_3_stages": "Each stage holds one A tile (128x64) and one B tile (64x256) of "
+                           "2-byte values; 3 stages hold three of each pair.",
+}
+
+
+@grading.exercise("tiling/q2-registers-smem", "Q2: register tiling and shared-memory staging",
+                  1, kind="question")
+def _check_q2(answers) -> str:
+    return _grade_items("tiling/q2-registers-smem", answers, Q2, Q2_WHY)
+
+
+def _best_group(num_tiles: int, wave: int) -> int:
+    options = [g for g in (1, 2, 4, 8, 16, 32) if g <= num_tiles]
+    return min(options, key=lambda g: sum(wave_stripes(launch_order(num_tiles, num_tiles, g),
+                                                       wave)))
+
+
+Q3 = {
+    "stripes_row_major": sum(wave_stripes(launch_order(32, 32, 1), 64)),
+    "stripes_group_8": sum(wave_stripes(launch_order(32, 32, 8), 64)),
+    "best_group_m": _best_group(32, 64),
+}
+Q3_WHY = {
+    "stripes_row_major": "Row-major: the first 64 programs cover 2 tile rows and all 32 tile "
+                         "columns: 2 + 32 stripes.",
+    "stripes_group_8": "GROUP_M=8: the first 64 programs form an 8 x 8 block of tiles: 8 + 8 "
+                       "stripes.",
+    "best_group_m": "A square block of 64 tiles (8 x 8) needs the fewest stripes; compare "
+                    "sum(fc.matmul_model.wave_stripes(...)) for each GROUP_M.",
+}
+
+
+@grading.exercise("tiling/q3-grouped-order", "Q3: grouped launch order and L2 reuse", 1,
+                  kind="question")
+def _check_q3(answers) -> str:
+    return _grade_items("tiling/q3-grouped-order", answers, Q3, Q3_WHY)
+
+
+# ---------------------------------------------------------------- veto misconceptions
+
+MISCONCEPTIONS = {
+    "bigger_tiles_always_faster": (
+        False, "Bigger tiles cut HBM reads, but they need more registers and shared memory per "
+        "program, so fewer programs fit on an SM, and at some size there are fewer tiles than "
+        "SMs or the accumulator spills to local memory."),
+    "group_m_changes_flops": (
+        False, "GROUP_M only changes which program computes which tile, and so how well L2 "
+        "serves repeated tile loads. Every tile, and every FLOP, is the same."),
+    "fp16_accumulator_is_enough": (
+        False, "Each fp16 addition rounds to 11 significant bits; summing K products in fp16 "
+        "loses low bits once the sum is large. tl.dot accumulates in fp32 for this reason."),
+    "unmasked_load_past_end_raises": (
+        False, "An unmasked load past the end of a tensor usually raises nothing: it reads "
+        "whatever memory lies there, silently, on the GPU and in the interpreter."),
+}
+
+
+@grading.exercise("tiling/misconceptions", "veto misconceptions (true/false)", 0, kind="veto")
+def _check_misconceptions(answers) -> str:
+    _require_keys(answers, list(MISCONCEPTIONS), "tiling/misconceptions")
+    wrong = []
+    for key, (truth, why) in MISCONCEPTIONS.items():
+        given = answers[key]
+        if not isinstance(given, bool):
+            raise grading.WrongAnswer(f"tiling/misconceptions: answer {key} with True or "
+                                      f"False, not {given!r}.")
+        if given != truth:
+            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
+    if wrong:
+        raise grading.VetoMisconception(
+            "tiling/misconceptions: a wrong answer here fails the lesson whatever the other "
+            "points:\n" + "\n".join(wrong))
+    return f"all {len(MISCONCEPTIONS)} statements judged right"
+
+
+__all__ = ["KERNEL_ARGS", "grouped_order", "launch"]

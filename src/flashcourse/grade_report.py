@@ -1,0 +1,182 @@
+"""Reports of `python -m flashcourse grade`: the printed scorecard, results.csv, junit.xml,
+a standalone progress.html, and results.json."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from .grade import PASS, Submission, as_dict
+
+MARKS = {"pass": "\u2713", "veto": "VETO", "blank": "\u2717", "wrong": "\u2717"}
+
+
+def _item_line(item) -> str:
+    if item.kind == "veto":
+        state = {"pass": "ok", "veto": "VETO"}.get(item.status, item.status)
+        line = f"    [veto] {item.title}: {state}"
+    else:
+        mark = "\u2713" if item.status == "pass" else "\u2717"
+        kind = "exercise" if item.kind == "code" else "self-check"
+        line = f"    {mark} {item.earned:g}/{item.points:g}  {item.title} ({kind})"
+        if item.status != "pass":
+            line += f": {item.status}"
+    if item.status != "pass" and item.message:
+        line += f" - {item.message}"
+    return line
+
+
+def submission_text(sub: Submission) -> str:
+    head = f"{sub.label}: {sub.status}"
+    if sub.lesson:
+        head += f"  [{sub.lesson_title}]"
+    lines = [head]
+    for item in sub.exercises:
+        lines.append(_item_line(item))
+    if sub.exercises:
+        lines.append(f"    Total: {sub.earned:g}/{sub.total:g} (pass line {sub.pass_line:g})")
+    for veto in sub.vetoes:
+        lines.append(f"    VETO misconception: {veto}")
+    for change in sub.tampering:
+        lines.append(f"    TAMPERED: {change}")
+    for problem in sub.problems:
+        lines.append(f"    PROBLEM: {problem}")
+    for note in sub.notes:
+        lines.append(f"    note: {note}")
+    return "\n".join(lines)
+
+
+def scorecard_text(subs: list[Submission]) -> str:
+    return "\n\n".join(submission_text(s) for s in subs)
+
+
+def _exercise_columns(subs: list[Submission]) -> list[str]:
+    columns: list[str] = []
+    for sub in subs:
+        for item in sub.exercises:
+            if item.id not in columns:
+                columns.append(item.id)
+    return columns
+
+
+def write_csv(subs: list[Submission], path: Path) -> None:
+    columns = _exercise_columns(subs)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["submission", "lesson", "status", "passed", "points", "out_of",
+                         "pass_line", *columns, "vetoes", "tampering", "problems", "seconds"])
+        for sub in subs:
+            by_id = {item.id: item for item in sub.exercises}
+            cells = []
+            for column in columns:
+                item = by_id.get(column)
+                cells.append("" if item is None else
+                             item.status if item.kind == "veto" else f"{item.earned:g}")
+            writer.writerow([sub.label, sub.lesson, sub.status, int(sub.passed),
+                             f"{sub.earned:g}", f"{sub.total:g}", f"{sub.pass_line:g}", *cells,
+                             " | ".join(sub.vetoes), " | ".join(sub.tampering),
+                             " | ".join(sub.problems), sub.seconds])
+
+
+def write_junit(subs: list[Submission], path: Path) -> None:
+    suites = ET.Element("testsuites", name="flashcourse grade")
+    for sub in subs:
+        suite = ET.SubElement(suites, "testsuite", name=sub.label, time=f"{sub.seconds:.2f}")
+        cases = []
+        integrity = ET.Element("testcase", classname=sub.label, name="integrity")
+        if sub.tampering or sub.problems:
+            text = "\n".join([*(f"TAMPERED: {t}" for t in sub.tampering), *sub.problems])
+            failure = ET.SubElement(integrity, "failure", message=sub.status,
+                                    type=sub.status)
+            failure.text = text
+        cases.append(integrity)
+        for item in sub.exercises:
+            case = ET.Element("testcase", classname=sub.label, name=item.id)
+            if item.status != "pass":
+                failure = ET.SubElement(case, "failure", message=f"{item.status}: "
+                                        f"{item.message}"[:500], type=item.status)
+                failure.text = item.message
+            cases.append(case)
+        total = ET.Element("testcase", classname=sub.label, name="total")
+        if not sub.passed:
+            ET.SubElement(total, "failure", type=sub.status,
+                          message=f"{sub.status}: {sub.earned:g}/{sub.total:g} (pass line "
+                                  f"{sub.pass_line:g})")
+        cases.append(total)
+        suite.extend(cases)
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; }
+table { border-collapse: collapse; }
+th, td { border: 1px solid #ccc; padding: .3rem .5rem; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+.PASS { background: #d9f2d9; } .FAIL { background: #fde2c8; }
+.TAMPERED, .CRASHED, .MALFORMED, .UNMATCHED, .TIMEOUT { background: #f8c9c9; }
+.pass { color: #17692b; } .bad { color: #a11; }
+.bar { background: #eee; width: 8rem; height: .8rem; display: inline-block; }
+.bar span { display: block; height: 100%; background: #4a8; }
+small { color: #555; }
+"""
+
+
+def write_html(subs: list[Submission], path: Path) -> None:
+    esc = html.escape
+    columns = _exercise_columns(subs)
+    passed = sum(s.passed for s in subs)
+    rows = []
+    for sub in subs:
+        by_id = {item.id: item for item in sub.exercises}
+        cells = []
+        for column in columns:
+            item = by_id.get(column)
+            if item is None:
+                cells.append("<td></td>")
+                continue
+            good = item.status == "pass"
+            text = ("ok" if good else item.status) if item.kind == "veto" else \
+                f"{item.earned:g}/{item.points:g}"
+            cells.append(f'<td class="{"pass" if good else "bad"}" title="{esc(item.message)}">'
+                         f"{esc(text)}</td>")
+        share = 0 if not sub.total else min(1.0, sub.earned / sub.total)
+        details = [*(f"veto: {v}" for v in sub.vetoes), *(f"tampered: {t}" for t in
+                                                          sub.tampering),
+                   *sub.problems, *sub.notes]
+        rows.append(
+            f'<tr class="{esc(sub.status)}"><td>{esc(sub.label)}</td><td>{esc(sub.lesson)}</td>'
+            f"<td><b>{esc(sub.status)}</b></td>"
+            f'<td>{sub.earned:g}/{sub.total:g} <span class="bar"><span style="width:'
+            f'{share * 100:.0f}%"></span></span></td>{"".join(cells)}'
+            f"<td><small>{'<br>'.join(esc(d) for d in details)}</small></td></tr>")
+    header = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Grading progress</title>
+<style>{STYLE}</style></head><body>
+<h1>Grading progress</h1>
+<p>{passed} of {len(subs)} submissions passed (pass line 8 of 10, no veto misconception, no
+tampering). Generated {esc(time.strftime("%Y-%m-%d %H:%M"))}.</p>
+<table><thead><tr><th>submission</th><th>lesson</th><th>status</th><th>points</th>{header}
+<th>details</th></tr></thead>
+<tbody>
+{chr(10).join(rows)}
+</tbody></table></body></html>
+"""
+    path.write_text(page, encoding="utf-8")
+
+
+def write_all(subs: list[Submission], out: Path, timeout: float, jobs: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scorecard.txt").write_text(scorecard_text(subs) + "\n", encoding="utf-8")
+    write_csv(subs, out / "results.csv")
+    write_junit(subs, out / "junit.xml")
+    write_html(subs, out / "progress.html")
+    (out / "results.json").write_text(json.dumps(
+        {"timeout": timeout, "jobs": jobs, "passed": sum(s.status == PASS for s in subs),
+         "submissions": [as_dict(s) for s in subs]}, indent=1), encoding="utf-8")

@@ -1,0 +1,277 @@
+"""Lesson 6's grader: the lesson's kernels pass; known-wrong kernels, built by editing the
+solution's source, are rejected with the message that names their mistake."""
+
+import importlib.util
+import itertools
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from flashcourse import (
+    BlankNotFilled,
+    CourseInputError,
+    VetoMisconception,
+    WrongAnswer,
+    ______,
+    attention,
+    check,
+    grading,
+    notebooks,
+    runtime,
+)
+
+runtime.setup(verbose=False)  # before any kernel is defined: the interpreter on CPU
+
+from flashcourse.checks import flash_triton  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = ROOT / "lessons" / "06-flash-attention.qmd"
+KERNEL_CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq",
+                "exercise-skipped")
+HEADER = "import triton\nimport triton.language as tl\n\n\n"
+_TMP = Path(tempfile.mkdtemp(prefix="flash_triton_"))
+_COUNTER = itertools.count()
+REJECTED = []
+
+
+def _solution() -> str:
+    lesson = notebooks.parse(LESSON)
+    cells = {c.options.get("id"): c for c in lesson.cells}
+    return HEADER + "\n\n\n".join(notebooks._solution_source(cells[i]) for i in KERNEL_CELLS)
+
+
+SOLUTION = _solution()
+
+
+def student_module(*edits):
+    """The lesson's kernels with textual edits (old, new) applied, imported from a real file
+    (@triton.jit reads the source with inspect)."""
+    source = SOLUTION
+    for old, new in edits:
+        if old.startswith("re:"):
+            source, count = re.subn(old[3:], new, source)
+        else:
+            count = source.count(old)
+            source = source.replace(old, new)
+        assert count >= 1, old
+    path = _TMP / f"student_{next(_COUNTER)}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def solution():
+    return student_module()
+
+
+def test_solution_forward_passes(solution, capsys):
+    check("flash-triton/forward", solution.flash_forward_kernel)
+    out = capsys.readouterr().out
+    assert out == ("\u2713 flash-triton/forward: 6 cases match standard attention, O and L "
+                   "(graders also run hidden cases)\n")
+
+
+def test_hidden_cases_run_in_grading_mode(solution, capsys, monkeypatch):
+    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    check("flash-triton/forward", solution.flash_forward_kernel)
+    check("flash-triton/backward-dq", solution.flash_dq_kernel)
+    out = capsys.readouterr().out
+    assert "9 cases match standard attention" in out and "6 cases match torch autograd" in out
+
+
+def test_solution_backward_passes(solution, capsys):
+    check("flash-triton/backward-dkdv", solution.flash_dkdv_kernel)
+    check("flash-triton/backward-dq", solution.flash_dq_kernel)
+    out = capsys.readouterr().out
+    assert "4 cases match torch autograd, dK and dV" in out
+    assert "4 cases match torch autograd, dQ" in out
+
+
+ALPHA = "alpha = tl.exp2(m_i - m_new)"
+ACC = "acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)"
+WRONG_FORWARD = {
+    "missing rescale of the accumulator": (
+        [(ALPHA, "alpha = tl.exp2(m_new - m_new)")], "not rescaled"),
+    "causal mask off by one": (
+        [("(offs_m[:, None] >= cols[None, :])", "(offs_m[:, None] > cols[None, :])")],
+        "off by one"),
+    "no tail mask on the K/V loads": (
+        [(",\n                    mask=cols[:, None] < N, other=0.0)", ")")],
+        "reads past N"),
+    "padded keys not masked to -inf": (
+        [("keep = cols[None, :] < N ", "keep = cols[None, :] >= 0 ")], "Keys past N"),
+    "batch offset ignores the batch stride": (
+        [(r"re:b \* s(\w)b \+ h \* s\1h", r"bh * s\1h")], "batch 0 is right"),
+    "normalising every block instead of at the end": (
+        [(ACC, "acc = (acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)) / l_i[:, None]"),
+         ("acc = acc / l_i[:, None]", "acc = acc")], "defers the normalisation"),
+    "logsumexp stored in log2 units": (
+        [("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log2(l_i)")],
+        "log2 units"),
+    "no mask on the output store": (
+        [("acc.to(O.dtype.element_ty), mask=rows_ok)", "acc.to(O.dtype.element_ty))")],
+        "outside the output"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_FORWARD))
+def test_wrong_forward_kernel_is_rejected_with_its_message(mistake):
+    edits, message = WRONG_FORWARD[mistake]
+    module = student_module(*edits)
+    with pytest.raises(WrongAnswer, match=re.escape(message)) as caught:
+        check("flash-triton/forward", module.flash_forward_kernel)
+    assert re.search(r"case \d+/\d+ \(B=\d+, H=\d+, N=\d+", str(caught.value))
+    assert "flash-triton/forward" not in grading.RESULTS
+    REJECTED.append(("forward", mistake))
+
+
+WRONG_BACKWARD = {
+    "dK without sm_scale": (
+        "backward-dkdv", "flash_dkdv_kernel", [("dk = dk * sm_scale", "dk = dk")],
+        "lacks the factor sm_scale"),
+    "dK/dV without the causal mask": (
+        "backward-dkdv", "flash_dkdv_kernel",
+        [("keep = keep & (rows[None, :] >= cols[:, None])", "keep = keep")],
+        "not causally masked"),
+    "dQ without delta": (
+        "backward-dq", "flash_dq_kernel", [("ds = p * (dp - delta[:, None])", "ds = p * dp")],
+        "delta is missing"),
+    "dQ kernel ignores the batch stride": (
+        "backward-dq", "flash_dq_kernel",
+        [("q = tl.load(Q + b * sqb + h * sqh + rows", "q = tl.load(Q + bh * sqh + rows")],
+        "batch 0 is right"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_BACKWARD))
+def test_wrong_backward_kernel_is_rejected_with_its_message(mistake):
+    exercise, name, edits, message = WRONG_BACKWARD[mistake]
+    module = student_module(*edits)
+    with pytest.raises(WrongAnswer, match=re.escape(message)):
+        check(f"flash-triton/{exercise}", getattr(module, name))
+    REJECTED.append(("backward", mistake))
+
+
+def test_blank_in_a_helper_says_fill_in_the_blank():
+    module = student_module((ALPHA, "alpha = ______"))
+    with pytest.raises(BlankNotFilled, match=r"Fill in the blank in attend_blocks"):
+        check("flash-triton/forward", module.flash_forward_kernel)
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        attention.flash_forward(module.flash_forward_kernel,
+                                *attention.make_inputs(1, 1, 16, 16))
+
+
+def test_a_python_function_is_not_a_kernel():
+    with pytest.raises(WrongAnswer, match="pass the @triton.jit kernel itself"):
+        check("flash-triton/forward", lambda *args: None)
+    with pytest.raises(BlankNotFilled):
+        check("flash-triton/forward", ______)
+
+
+def test_a_kernel_with_the_wrong_signature_names_the_case():
+    module = student_module(("sqb, sqh, sqn, skb,", "sqb, sqh, skb,"))
+    with pytest.raises(WrongAnswer, match=r"case 1/6 .*launching your kernel raised"):
+        check("flash-triton/forward", module.flash_forward_kernel)
+
+
+def test_autograd_function_matches_torch(solution):
+    attn = attention.make_flash_attention(solution.flash_forward_kernel,
+                                          solution.flash_delta_kernel,
+                                          solution.flash_dkdv_kernel, solution.flash_dq_kernel)
+    for causal in (False, True):
+        base = attention.make_inputs(2, 2, 33, 16, seed=5)
+        # non-contiguous inputs: transposed views of (B, N, H, D) tensors
+        q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
+                   for x in base)
+        out = attn(q, k, v, causal=causal, sm_scale=0.4)
+        d_out = torch.randn_like(out)
+        out.backward(d_out)
+        q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+        ref = attention.standard_attention(q64, k64, v64, causal, 0.4)
+        ref.backward(d_out.double())
+        assert (out.double() - ref).abs().max() < 1e-5
+        for a, b in ((q, q64), (k, k64), (v, v64)):
+            assert (a.grad.double() - b.grad).abs().max() < 1e-4
+
+
+def test_inputs_the_interpreter_cannot_handle_are_refused(solution):
+    q, k, v = attention.make_inputs(1, 1, 16, 16, torch.bfloat16)
+    with pytest.raises(CourseInputError, match="bfloat16"):
+        attention.flash_forward(solution.flash_forward_kernel, q, k, v)
+    q, k, v = attention.make_inputs(1, 1, 16, 24)
+    with pytest.raises(CourseInputError, match="head dim 24"):
+        attention.flash_forward(solution.flash_forward_kernel, q, k, v)
+
+
+def test_skipped_tiles(solution, capsys):
+    check("flash-triton/skipped-blocks", solution.causal_skipped_tiles)
+    assert "8 sizes counted right" in capsys.readouterr().out
+    assert attention.causal_tiles(4096, 64, 64) == (2080, 2016)
+
+    def visited(n, block_m, block_n):
+        return attention.causal_tiles(n, block_m, block_n)[0]
+
+    with pytest.raises(WrongAnswer, match="tiles visited, not skipped"):
+        check("flash-triton/skipped-blocks", visited)
+    with pytest.raises(WrongAnswer, match="ceil"):
+        check("flash-triton/skipped-blocks",
+              lambda n, bm, bn: (n // bm) * (n // bn) - (n // bm) * (n // bm + 1) // 2)
+    REJECTED.append(("skipped", "visited"))
+
+
+QUESTIONS = {"flash-triton/fa1-loop-order": flash_triton.FA1,
+             "flash-triton/q1-grid": flash_triton.Q1,
+             "flash-triton/q2-backward": flash_triton.Q2,
+             "flash-triton/q3-speed": flash_triton.Q3}
+
+
+@pytest.mark.parametrize("exercise_id", list(QUESTIONS))
+def test_questions_accept_right_and_reject_wrong(exercise_id):
+    right = dict(QUESTIONS[exercise_id])
+    check(exercise_id, right)
+    for key, value in right.items():
+        wrong = dict(right)
+        wrong[key] = (not value if isinstance(value, bool) else value * 3
+                      if isinstance(value, (int, float)) else "wrong")
+        with pytest.raises(WrongAnswer, match=re.escape(key)):
+            check(exercise_id, wrong)
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        check(exercise_id, dict(right, **{next(iter(right)): ______}))
+
+
+def test_misconceptions_and_scorecard(capsys):
+    right = {key: truth for key, (truth, _) in flash_triton.MISCONCEPTIONS.items()}
+    for key in right:
+        with pytest.raises(VetoMisconception, match=key):
+            check("flash-triton/misconceptions", dict(right, **{key: not right[key]}))
+    for exercise_id, answers in QUESTIONS.items():
+        check(exercise_id, answers)
+    for name, points in (("forward", 3), ("skipped-blocks", 1), ("backward-dkdv", 1),
+                         ("backward-dq", 1)):
+        grading.RESULTS[f"flash-triton/{name}"] = points
+    with pytest.raises(VetoMisconception, match="fails the lesson"):
+        grading.scorecard("flash-triton")
+    check("flash-triton/misconceptions", right)
+    assert grading.scorecard("flash-triton") == 10
+    assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out
+
+
+def test_memory_model_and_figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    peak = attention.peak_memory_bytes(1, 8, 32768, 64)
+    assert peak["standard"] - peak["flash"] == 2 * 8 * 32768**2 * 2 - 8 * 32768 * 4
+    fig = attention.memory_figure([1024, 2048], [1e9, 4e9], [1e6, 2e6], "test", False)
+    assert "computed, not measured" in fig.axes[0].get_title()
+
+
+def test_zz_report_rejected_count():
+    print(f"\nlesson 6: {len(REJECTED)} known-wrong answers rejected")
+    assert len([r for r in REJECTED if r[0] == "forward"]) >= 5

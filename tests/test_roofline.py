@@ -1,0 +1,230 @@
+"""Lesson 2's grader: the solutions pass; known-wrong answers, built by editing the lesson's own
+solution cells, are rejected with the message meant for them."""
+
+import re
+
+import numpy as np
+import pytest
+
+import flashcourse as fc
+from flashcourse import BlankNotFilled, VetoMisconception, WrongAnswer, ______, check, grading
+from flashcourse import lesson_cells
+from flashcourse.checks import roofline as checks
+
+REJECTED = []
+
+
+@pytest.fixture(scope="module")
+def lesson(root):
+    fc.setup(verbose=False)  # before any @triton.jit: the interpreter in tests
+    return root / "lessons" / "02-memory-roofline.qmd"
+
+
+def answer(lesson, cell_id, name, *replace):
+    module = lesson_cells.load_cells(lesson, [cell_id], replace=list(replace))
+    return getattr(module, name)
+
+
+CELLS = {
+    "roofline/gemm-intensity": ("exercise-gemm-intensity", "gemm_intensity"),
+    "roofline/attainable": ("exercise-attainable", "attainable_tflops"),
+    "roofline/attention-intensity": ("exercise-attention-intensity", "attention_intensities"),
+    "roofline/copy-kernel": ("exercise-copy-kernel", "copy_kernel"),
+}
+
+
+@pytest.mark.parametrize("exercise_id", list(CELLS))
+def test_solution_passes(lesson, exercise_id, capsys):
+    cell_id, name = CELLS[exercise_id]
+    check(exercise_id, answer(lesson, cell_id, name))
+    assert capsys.readouterr().out.startswith(f"\u2713 {exercise_id}: ")
+    assert exercise_id in grading.RESULTS
+
+
+def test_hidden_cases_run_in_grading_mode(lesson, capsys, monkeypatch):
+    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    check("roofline/copy-kernel", answer(lesson, *CELLS["roofline/copy-kernel"]))
+    check("roofline/gemm-intensity", answer(lesson, *CELLS["roofline/gemm-intensity"]))
+    out = capsys.readouterr().out
+    assert "16 cases copied exactly" in out and "6 shapes right" in out
+
+
+WRONG = {
+    "roofline/gemm-intensity": {
+        "one FLOP per multiply-add": (
+            [("flops = 2 * m * n * k", "flops = m * n * k")], "2 FLOPs, so flops = 2*m*n*k"),
+        "C not written": (
+            [("(m * k + k * n + m * n) * element_bytes", "(m * k + k * n) * element_bytes")],
+            "also writes C"),
+        "elements, not bytes": (
+            [("(m * k + k * n + m * n) * element_bytes", "(m * k + k * n + m * n)")],
+            "multiply by element_bytes"),
+        "C read and written": (
+            [("(m * k + k * n + m * n) * element_bytes",
+              "(m * k + k * n + 2 * m * n) * element_bytes")], "C is counted twice"),
+    },
+    "roofline/attainable": {
+        "maximum": ([("np.minimum(", "np.maximum(")], "LOWER of the two ceilings"),
+        "no compute ceiling": (
+            [("np.minimum(peak_tflops, intensity * bandwidth_tbs)",
+              "intensity * bandwidth_tbs")], "no compute ceiling"),
+        "python min": ([("np.minimum(", "min(")], "use np.minimum"),
+        "factor 1000": (
+            [("intensity * bandwidth_tbs)", "intensity * bandwidth_tbs * 1000)")],
+            "no factor of 1000"),
+        "divide": ([("intensity * bandwidth_tbs)", "intensity / bandwidth_tbs)")],
+                   "do not divide"),
+    },
+    "roofline/attention-intensity": {
+        "matmul FLOPs halved": (
+            [("matmul_flops = 2 * n * n * d", "matmul_flops = n * n * d")], "half the right"),
+        "read bytes only": (
+            [("f / kernel.total", "f / kernel.read_bytes")], "only what a kernel reads"),
+        "fused with one matmul": (
+            [("(2 * matmul_flops + softmax_flops)", "(matmul_flops + softmax_flops)")],
+            "both matmuls"),
+        "fused without softmax": (
+            [("(2 * matmul_flops + softmax_flops)", "(2 * matmul_flops)")],
+            "also does the softmax"),
+        "dtype ignored": (
+            [("traffic.standard_attention_traffic(n, d, dtype)",
+              "traffic.standard_attention_traffic(n, d)"),
+             ("traffic.flash_attention_traffic(n, d, dtype, block_rows=128)",
+              "traffic.flash_attention_traffic(n, d, block_rows=128)")], "ignores dtype"),
+    },
+    "roofline/copy-kernel": {
+        "no store mask": (
+            [("tl.store(y_ptr + offsets, values, mask=mask)", "tl.store(y_ptr + offsets, values)")],
+            "Mask the stores"),
+        "no masks at all": (
+            [("tl.load(x_ptr + offsets, mask=mask)", "tl.load(x_ptr + offsets)"),
+             ("tl.store(y_ptr + offsets, values, mask=mask)", "tl.store(y_ptr + offsets, values)")],
+            "wrote"),
+        "off-by-one mask": ([("offsets < n_elements", "offsets <= n_elements")],
+                            "Mask the stores"),
+        "mask drops the last element": ([("offsets < n_elements", "offsets < n_elements - 1")],
+                                        "last element was never written"),
+        "no program offset": (
+            [("pid * BLOCK + tl.arange(0, BLOCK)", "tl.arange(0, BLOCK)")],
+            "Only the first block was written"),
+        "program id instead of block start": (
+            [("pid * BLOCK + tl.arange(0, BLOCK)", "pid + tl.arange(0, BLOCK)")],
+            "never written"),
+        "values changed": (
+            [("values, mask=mask)", "values * 2, mask=mask)")], "reproduce its input exactly"),
+    },
+}
+
+
+@pytest.mark.parametrize("exercise_id,mistake",
+                         [(e, m) for e, wrongs in WRONG.items() for m in wrongs])
+def test_known_wrong_answer_is_rejected_with_its_message(lesson, exercise_id, mistake):
+    replace, message = WRONG[exercise_id][mistake]
+    wrong = answer(lesson, *CELLS[exercise_id], *replace)
+    with pytest.raises(WrongAnswer, match=re.escape(message)) as caught:
+        check(exercise_id, wrong)
+    assert re.search(r"case \d+/\d+ \(", str(caught.value)), str(caught.value)
+    assert exercise_id not in grading.RESULTS
+    REJECTED.append((exercise_id, mistake))
+
+
+def test_copy_failure_says_where(lesson):
+    wrong = answer(lesson, *CELLS["roofline/copy-kernel"],
+                   ("offsets < n_elements", "offsets <= n_elements"))
+    with pytest.raises(WrongAnswer, match=r"case 1/12 \(n_elements=1, BLOCK=64, fp32\): your "
+                                          r"kernel wrote 1 value\(s\) outside the output, first "
+                                          r"at index 1, past the last index 0"):
+        check("roofline/copy-kernel", wrong)
+
+
+@pytest.mark.parametrize("exercise_id", list(CELLS))
+def test_untouched_exercise_says_fill_in_the_blank(lesson, exercise_id):
+    cell_id, name = CELLS[exercise_id]
+    source = lesson_cells.exercise_source(lesson, cell_id)
+    module = lesson_cells.load(source)
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        check(exercise_id, getattr(module, name))
+
+
+def test_run_kernel_turns_a_blank_into_a_short_error(lesson):
+    source = lesson_cells.exercise_source(lesson, "exercise-copy-kernel")
+    module = lesson_cells.load(source, prelude=lesson_cells.PRELUDE +
+                               "from flashcourse.kernel_grading import run_kernel\n")
+    import torch
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        module.copy(torch.zeros(10))
+
+
+def test_stub_kernel_says_implement(lesson):
+    stub = lesson_cells.load(
+        "@triton.jit\ndef copy_kernel(x_ptr, y_ptr, n_elements, BLOCK: tl.constexpr):\n"
+        "    raise NotImplementedError('write this function')\n")
+    with pytest.raises(WrongAnswer, match="NotImplementedError"):
+        check("roofline/copy-kernel", stub.copy_kernel)
+
+
+def test_a_plain_function_is_not_a_kernel():
+    with pytest.raises(WrongAnswer, match="@triton.jit"):
+        check("roofline/copy-kernel", lambda *args: None)
+
+
+QUESTIONS = {"roofline/q1-intensity": checks.Q1, "roofline/q2-attention": checks.Q2,
+             "roofline/q3-copy": checks.Q3}
+
+
+@pytest.mark.parametrize("exercise_id", list(QUESTIONS))
+def test_questions_accept_right_and_reject_wrong(exercise_id):
+    right = dict(QUESTIONS[exercise_id])
+    check(exercise_id, right)
+    for key, value in right.items():
+        wrong = dict(right, **{key: value * 3 if isinstance(value, (int, float)) else "wrong"})
+        with pytest.raises(WrongAnswer, match=re.escape(key)):
+            check(exercise_id, wrong)
+        REJECTED.append((exercise_id, key))
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        check(exercise_id, dict(right, **{next(iter(right)): ______}))
+
+
+def test_question_answers_in_the_lesson_are_right(lesson):
+    module = lesson_cells.load_cells(lesson, ["answer-q1", "answer-q2", "answer-q3"])
+    for exercise_id, name in (("roofline/q1-intensity", "q1_answers"),
+                              ("roofline/q2-attention", "q2_answers"),
+                              ("roofline/q3-copy", "q3_answers")):
+        check(exercise_id, getattr(module, name))
+
+
+def test_misconceptions_veto(capsys):
+    right = {key: truth for key, (truth, _) in checks.MISCONCEPTIONS.items()}
+    for key in right:
+        with pytest.raises(VetoMisconception, match=key):
+            check("roofline/misconceptions", dict(right, **{key: not right[key]}))
+        REJECTED.append(("roofline/misconceptions", key))
+    with pytest.raises(WrongAnswer, match="True or False"):
+        check("roofline/misconceptions", dict(right, roofline_is_upper_bound="yes"))
+    for exercise_id, points in (("roofline/gemm-intensity", 2), ("roofline/attainable", 1),
+                                ("roofline/attention-intensity", 2),
+                                ("roofline/copy-kernel", 2)):
+        grading.RESULTS[exercise_id] = points
+    for exercise_id, answers in QUESTIONS.items():
+        check(exercise_id, answers)
+    with pytest.raises(VetoMisconception, match="fails the lesson"):
+        grading.scorecard("roofline")
+    check("roofline/misconceptions", right)
+    assert grading.scorecard("roofline") == 10
+    assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out
+
+
+def test_intensity_numbers_are_consistent():
+    # the lesson's claims: softmax 1.25 FLOP/B, matmuls approach d, ridge ~184
+    from flashcourse import roofline
+
+    points = roofline.attention_points(32768, 128)
+    assert points[1].intensity == pytest.approx(1.25)
+    assert points[0].intensity == pytest.approx(128, rel=0.01)
+    assert roofline.H200_PEAK_TFLOPS / roofline.H200_BANDWIDTH_TBS == pytest.approx(184, abs=0.5)
+    assert np.all(roofline.attainable_tflops([1e-3, 1e4], 790, 4.3) == [4.3e-3, 790])
+
+
+def test_zz_at_least_three_wrong_answers_per_exercise():
+    for exercise_id in list(CELLS) + list(QUESTIONS):
+        assert len([r for r in REJECTED if r[0] == exercise_id]) >= 3, exercise_id

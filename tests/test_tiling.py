@@ -1,0 +1,321 @@
+"""Lesson 4's grader: the solutions pass, known-wrong kernels and numpy answers are rejected with
+the message that names their mistake, questions and misconceptions are checked.
+
+Wrong answers are built from the lesson's own solution cells by textual substitution. A Triton
+kernel needs real source, so a modified kernel is written to a temporary .py file and imported.
+"""
+
+import importlib.util
+import re
+import sys
+
+import numpy as np
+import pytest
+
+import flashcourse
+from flashcourse import (
+    BlankNotFilled,
+    VetoMisconception,
+    WrongAnswer,
+    ______,
+    check,
+    grading,
+    notebooks,
+)
+from flashcourse.checks import tiling
+
+flashcourse.setup(verbose=False)  # before any kernel is defined: the interpreter in tests
+
+KERNEL_CELL = "exercise-matmul-kernel"
+REJECTED = []  # (exercise id, mistake) pairs a test saw rejected, counted at the end
+
+
+def _solution_source(root, cell_id):
+    lesson = notebooks.parse(root / "lessons" / "04-tiling-matmul.qmd")
+    cell = next(c for c in lesson.cells if c.options.get("id") == cell_id)
+    return notebooks._solution_source(cell)
+
+
+def _substitute(source, replacements):
+    for old, new in replacements.items():
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    return source
+
+
+def student_kernel(root, tmp_path, **replacements):
+    """The lesson's kernel with some text replaced, imported from a real file."""
+    source = _substitute(_solution_source(root, KERNEL_CELL), replacements)
+    name = f"student_kernel_{len(list(tmp_path.iterdir()))}"
+    return _import_kernel(tmp_path, name, source)
+
+
+def _import_kernel(tmp_path, name, source):
+    path = tmp_path / f"{name}.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n" + source + "\n")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module.matmul_kernel
+
+
+def student_function(root, cell_id, name, **replacements):
+    source = _substitute(_solution_source(root, cell_id), replacements)
+    namespace = {"np": np}
+    exec(compile(source, "<student>", "exec"), namespace)
+    return namespace[name]
+
+
+# ---------------------------------------------------------------- the Triton kernel
+
+
+def test_solution_kernel_passes(root, tmp_path, capsys):
+    check("tiling/matmul-kernel", student_kernel(root, tmp_path))
+    out = capsys.readouterr().out
+    assert out == ("\u2713 tiling/matmul-kernel: 6 cases match A @ B (ragged shapes, fp32 and "
+                   "fp16) (1 bf16 case(s) run only on a GPU; graders also run hidden cases)\n")
+
+
+def test_hidden_kernel_cases_run_in_grading_mode(root, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    check("tiling/matmul-kernel", student_kernel(root, tmp_path))
+    assert "9 cases match" in capsys.readouterr().out
+
+
+ACC32 = "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"
+WRONG_KERNELS = {
+    "missing K-tail mask": (
+        {"a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)":
+         "a_mask = offs_m[:, None] < M",
+         "b_mask = (offs_k[:, None] < k_left) & (offs_n[None, :] < N)":
+         "b_mask = offs_n[None, :] < N"},
+        "the last K step reads past column K-1"),
+    "row stride K instead of stride_am": (
+        {"a_ptr + offs_m[:, None] * stride_am": "a_ptr + offs_m[:, None] * K"},
+        "right on contiguous tensors"),
+    "output row stride N instead of stride_cm": (
+        {"c_ptr + offs_m[:, None] * stride_cm": "c_ptr + offs_m[:, None] * N"},
+        "right on contiguous tensors"),
+    "fp16 accumulator": (
+        {ACC32: ACC32.replace("float32", "float16"),
+         "acc = tl.dot(a, b, acc)": "acc += tl.dot(a, b).to(tl.float16)"},
+        "the accumulator is fp16"),
+    "transposed index into B": (
+        {"offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn":
+         "offs_k[:, None] * stride_bn + offs_n[None, :] * stride_bk"},
+        "computed A @ B.T, a transposed index"),
+    "missing store mask": (
+        {"mask=c_mask)": ")"}, "wrote"),
+    "last group not shortened": (
+        {"group_rows = min(num_pid_m - first_pid_m, GROUP_M)": "group_rows = GROUP_M"},
+        "no program wrote output tile"),
+    "pointers never advance along K": (
+        {"a_ptrs += BLOCK_K * stride_ak": "a_ptrs += 0"}, "Check the loop"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_KERNELS))
+def test_known_wrong_kernel_is_rejected_with_its_message(root, tmp_path, mistake):
+    replacements, message = WRONG_KERNELS[mistake]
+    kernel = student_kernel(root, tmp_path, **replacements)
+    with pytest.raises(WrongAnswer, match=re.escape(message)) as caught:
+        check("tiling/matmul-kernel", kernel)
+    text = str(caught.value)
+    assert re.search(r"case \d+/\d+ \(M=\d+, N=\d+, K=\d+", text), text  # names the case
+    if "wrote" not in message:  # a value mismatch also says where, down to the tile
+        assert re.search(r"row \d+, column \d+", text), text
+        assert re.search(r"output tile \(pid_m=\d+, pid_n=\d+\)", text), text
+    assert "tiling/matmul-kernel" not in grading.RESULTS
+    REJECTED.append(("tiling/matmul-kernel", mistake))
+
+
+def test_fp16_accumulator_fails_the_long_k_case(root, tmp_path):
+    """fp16 inputs with fp32 accumulation pass; the same kernel with an fp16 accumulator fails,
+    and the long-K fp16 case alone is enough to catch it."""
+    replacements, _ = WRONG_KERNELS["fp16 accumulator"]
+    kernel = student_kernel(root, tmp_path, **replacements)
+    long_k = [c for c in tiling.KERNEL_CASES if c[2] >= 1024]
+    assert long_k and long_k[0][3] == "float16" and long_k[0][4] == "float32"
+    original = tiling.KERNEL_CASES
+    try:
+        tiling.KERNEL_CASES = long_k
+        with pytest.raises(WrongAnswer, match="the accumulator is fp16"):
+            check("tiling/matmul-kernel", kernel)
+        check("tiling/matmul-kernel", student_kernel(root, tmp_path))
+    finally:
+        tiling.KERNEL_CASES = original
+
+
+def test_stub_kernel_says_implement(root, tmp_path):
+    source = _solution_source(root, KERNEL_CELL)
+    head, _, _ = source.partition("    # which output tile")
+    kernel = _import_kernel(tmp_path, "stub_kernel",
+                            head + '    raise NotImplementedError("write this function")')
+    with pytest.raises(WrongAnswer, match="NotImplementedError"):
+        check("tiling/matmul-kernel", kernel)
+
+
+def test_blank_kernel_says_fill_in_the_blank(root, tmp_path):
+    kernel = student_kernel(root, tmp_path, **{"acc = tl.dot(a, b, acc)": "acc = ______"})
+    kernel.fn.__globals__["______"] = ______
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        check("tiling/matmul-kernel", kernel)
+
+
+def test_a_plain_function_is_refused():
+    with pytest.raises(WrongAnswer, match="Pass the @triton.jit kernel"):
+        check("tiling/matmul-kernel", lambda *args: None)
+
+
+def test_bf16_is_refused_in_the_interpreter():
+    import torch
+
+    a = torch.zeros(16, 16, dtype=torch.bfloat16)
+    with pytest.raises(flashcourse.CourseInputError, match="bfloat16"):
+        flashcourse.runtime.check_tensors(a, a, names=("A", "B"), dot=True)
+    assert any(case[3] == "bfloat16" for case in tiling.KERNEL_CASES)
+
+
+def test_visible_cases_are_ragged_and_cover_both_dtypes():
+    M, N, K, _, _, bm, bn, bk, *_ = tiling.KERNEL_CASES[1]
+    assert M % bm and N % bn and K % bk
+    assert {c[3] for c in tiling.KERNEL_CASES} >= {"float32", "float16", "bfloat16"}
+
+
+# ---------------------------------------------------------------- numpy exercises
+
+
+def test_blocked_matmul_solution_passes(root, capsys):
+    check("tiling/blocked-bytes",
+          student_function(root, "exercise-blocked-matmul", "blocked_matmul"))
+    assert "5 cases: products and byte counts match" in capsys.readouterr().out
+
+
+WRONG_BLOCKED = {
+    "elements, not bytes": (
+        {"bytes_read += a.nbytes + b.nbytes": "bytes_read += a.size + b.size"},
+        "counted elements, not bytes"),
+    "only A counted": (
+        {"bytes_read += a.nbytes + b.nbytes": "bytes_read += a.nbytes"},
+        "Only the A tiles are counted"),
+    "every tile counted full-size": (
+        {"bytes_read += a.nbytes + b.nbytes":
+         "bytes_read += (BM * BK + BK * BN) * A.itemsize"},
+        "edge tiles are smaller"),
+    "C counted too": (
+        {"return C, bytes_read": "return C, bytes_read + C.size * A.itemsize"},
+        "Count only the reads of A and B"),
+    "product not accumulated": (
+        {"acc += a @ b": "acc = a @ b"}, "the product C: max abs error"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_BLOCKED))
+def test_wrong_blocked_matmul_is_rejected(root, mistake):
+    replacements, message = WRONG_BLOCKED[mistake]
+    fn = student_function(root, "exercise-blocked-matmul", "blocked_matmul", **replacements)
+    with pytest.raises(WrongAnswer, match=re.escape(message)) as caught:
+        check("tiling/blocked-bytes", fn)
+    assert re.search(r"case \d+/\d+ \(M=\d+", str(caught.value))
+    REJECTED.append(("tiling/blocked-bytes", mistake))
+
+
+def test_hidden_blocked_cases_run_in_grading_mode(root, capsys, monkeypatch):
+    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    check("tiling/blocked-bytes",
+          student_function(root, "exercise-blocked-matmul", "blocked_matmul"))
+    assert "7 cases" in capsys.readouterr().out
+
+
+def test_grouped_order_solution_passes(root):
+    check("tiling/grouped-order",
+          student_function(root, "exercise-grouped-order", "grouped_order"))
+
+
+WRONG_ORDER = {
+    "row-major": ({"pid_m = first_pid_m + (pid % pids_per_group) % group_rows":
+                   "pid_m = pid // num_pid_n",
+                   "pid_n = (pid % pids_per_group) // group_rows": "pid_n = pid % num_pid_n"},
+                  "This is row-major order"),
+    "last group not shortened": ({"group_rows = min(num_pid_m - first_pid_m, GROUP_M)":
+                                  "group_rows = GROUP_M"}, "The last group may hold fewer"),
+    "pid_n from the wrong quotient": ({"pid_n = (pid % pids_per_group) // group_rows":
+                                       "pid_n = pid // group_rows"}, "is never computed"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_ORDER))
+def test_wrong_grouped_order_is_rejected(root, mistake):
+    replacements, message = WRONG_ORDER[mistake]
+    fn = student_function(root, "exercise-grouped-order", "grouped_order", **replacements)
+    with pytest.raises(WrongAnswer, match=re.escape(message)):
+        check("tiling/grouped-order", fn)
+    REJECTED.append(("tiling/grouped-order", mistake))
+
+
+# ---------------------------------------------------------------- questions and vetoes
+
+RIGHT_Q = {"tiling/q1-traffic": tiling.Q1, "tiling/q2-registers-smem": tiling.Q2,
+           "tiling/q3-grouped-order": tiling.Q3}
+
+
+def test_question_answers_match_the_lesson_numbers():
+    assert tiling.Q1["reads_tiled_128x128"] == 2**31
+    assert tiling.Q1["reads_naive"] == 2**38
+    assert tiling.Q1["intensity_128x256"] == pytest.approx(256 / 3)
+    assert tiling.Q2 == {"acc_lives_in": "registers", "acc_registers_per_thread": 128,
+                         "smem_bytes_3_stages": 147456}
+    assert tiling.Q3 == {"stripes_row_major": 34, "stripes_group_8": 16, "best_group_m": 8}
+
+
+@pytest.mark.parametrize("exercise_id", list(RIGHT_Q))
+def test_questions_accept_right_and_reject_wrong(exercise_id):
+    right = dict(RIGHT_Q[exercise_id])
+    check(exercise_id, right)
+    for key, value in right.items():
+        wrong = dict(right)
+        if isinstance(value, bool):
+            wrong[key] = not value
+        elif isinstance(value, (int, float)):
+            wrong[key] = value * 2
+        else:
+            wrong[key] = "wrong"
+        with pytest.raises(WrongAnswer, match=re.escape(key)):
+            check(exercise_id, wrong)
+        REJECTED.append((exercise_id, key))
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        check(exercise_id, dict(right, **{next(iter(right)): ______}))
+
+
+def test_misconceptions_veto_fails_the_lesson(capsys):
+    right = {key: truth for key, (truth, _) in tiling.MISCONCEPTIONS.items()}
+    for key in right:
+        with pytest.raises(VetoMisconception, match=key):
+            check("tiling/misconceptions", dict(right, **{key: not right[key]}))
+        REJECTED.append(("tiling/misconceptions", key))
+    with pytest.raises(WrongAnswer, match="True or False"):
+        check("tiling/misconceptions", dict(right, group_m_changes_flops="no"))
+    for exercise_id, answers in RIGHT_Q.items():
+        check(exercise_id, answers)
+    for exercise_id in ("tiling/blocked-bytes", "tiling/grouped-order", "tiling/matmul-kernel"):
+        grading.RESULTS[exercise_id] = grading.EXERCISES[exercise_id].points
+    with pytest.raises(VetoMisconception, match="fails the lesson"):
+        check("tiling/misconceptions", dict(right, bigger_tiles_always_faster=True))
+    with pytest.raises(VetoMisconception):
+        grading.scorecard("tiling")
+    assert "FAIL" in capsys.readouterr().out
+    check("tiling/misconceptions", right)
+    assert grading.scorecard("tiling") == 10
+    assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out
+
+
+def test_rubric_is_ten_points():
+    assert grading.LESSONS["tiling"].total_points == 10
+    assert grading.LESSONS["tiling"].pass_line == 8
+
+
+def test_zz_report_rejected_count():
+    print(f"\nlesson 4: {len(REJECTED)} known-wrong answers rejected")
+    assert len([r for r in REJECTED if r[0] == "tiling/matmul-kernel"]) >= 4
+    assert len([r for r in REJECTED if r[0] == "tiling/blocked-bytes"]) >= 3
