@@ -32,3 +32,20 @@ def test_untouched_exercise_fails_every_check(root, slug, tmp_path):
     # the notebook file on disk is untouched by running it
     assert json.loads((root / "exercises" / f"{slug}.ipynb").read_text())["cells"][1].get(
         "outputs", []) == []
+
+
+def test_pytest_nbval_fails_on_every_untouched_exercise(root, tmp_path):
+    """The literal grader claim: strict `pytest --nbval` fails each untouched exercise."""
+    import subprocess
+    import sys
+    import xml.etree.ElementTree as ET
+
+    report = tmp_path / "report.xml"
+    notebooks_ = [str(root / "exercises" / f"{slug}.ipynb") for slug in ROOT_LESSONS]
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
+                    "addopts=", "--nbval", "--nbval-current-env", f"--junitxml={report}",
+                    *notebooks_], cwd=root, capture_output=True, text=True, timeout=600)
+    failed = {case.get("classname") for case in ET.parse(report).iter("testcase")
+              if case.find("failure") is not None or case.find("error") is not None}
+    for slug in ROOT_LESSONS:  # classname is "exercises.<slug>.ipynb"
+        assert f"exercises.{slug}.ipynb" in failed, f"nbval passed the untouched exercise {slug}"
