@@ -56,3 +56,17 @@ def test_cli_lists_exercise_ids():
     out = subprocess.run([sys.executable, "-m", "flashcourse", "list"], capture_output=True,
                          text=True, check=True).stdout
     assert "gpu-flash/flash-attention\t4\tcode" in out
+
+
+def test_block_size_must_be_a_power_of_two():
+    runtime.check_block_size("BLOCK", 64)
+    with pytest.raises(CourseInputError, match=r"BLOCK=48 is not a power of two.*Use 32 or 64"):
+        runtime.check_block_size("BLOCK", 48)
+
+
+def test_shape_and_dtype_messages():
+    q = torch.zeros(2, 3, 5)
+    with pytest.raises(CourseInputError, match=r"q has shape \(2, 3, 5\); expected \(B, H, N, D\)"):
+        runtime.check_shape("q", q, (None, None, None, None), "(B, H, N, D)")
+    with pytest.raises(CourseInputError, match="dtype float64; use one of: float32, float16"):
+        runtime.check_dtype("q", q.double(), (torch.float32, torch.float16))

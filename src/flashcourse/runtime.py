@@ -106,3 +106,30 @@ def check_tensors(*tensors, names: tuple[str, ...] | None = None, dot: bool = Fa
                 "(silent garbage, triton issue 11584). Use float16 or float32 on CPU, or run "
                 "bf16 on a CUDA GPU."
             )
+
+
+def check_block_size(name: str, value: int) -> None:
+    """tl.arange needs a power-of-two length: say so before Triton fails deep inside."""
+    if not isinstance(value, int) or value < 1 or value & (value - 1):
+        lower = 1 << (max(int(value), 1).bit_length() - 1) if isinstance(value, int) else 16
+        raise CourseInputError(
+            f"{name}={value!r} is not a power of two; Triton's tl.arange needs one. "
+            f"Use {lower} or {lower * 2}."
+        )
+
+
+def check_shape(name: str, tensor, expected: tuple, dims: str) -> None:
+    """Compare a shape with `expected` (None = any size); `dims` names the axes, e.g.
+    "(B, H, N, D)"."""
+    shape = tuple(tensor.shape)
+    if len(shape) != len(expected) or any(e is not None and e != s
+                                          for e, s in zip(expected, shape, strict=False)):
+        want = tuple("any" if e is None else e for e in expected)
+        raise CourseInputError(f"{name} has shape {shape}; expected {dims} = {want}.")
+
+
+def check_dtype(name: str, tensor, allowed: tuple) -> None:
+    if tensor.dtype not in allowed:
+        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+        raise CourseInputError(f"{name} has dtype {str(tensor.dtype).replace('torch.', '')}; "
+                               f"use one of: {names} (convert with .to(torch.float16)).")
