@@ -9,7 +9,8 @@ from flashcourse.runtime import CourseInputError
 
 
 def _banner(env):
-    code = "import flashcourse as fc; fc.setup(); import os; print(os.environ.get('TRITON_INTERPRET'))"
+    code = ("import os, flashcourse as fc; fc.setup(); "
+            "print(os.environ.get('TRITON_INTERPRET'))")
     clean = {k: v for k, v in __import__("os").environ.items()
              if k not in ("FLASHCOURSE_INTERPRET", "TRITON_INTERPRET")}
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env},
@@ -66,7 +67,7 @@ def test_block_size_must_be_a_power_of_two():
 
 def test_shape_and_dtype_messages():
     q = torch.zeros(2, 3, 5)
-    with pytest.raises(CourseInputError, match=r"q has shape \(2, 3, 5\); expected \(B, H, N, D\)"):
+    with pytest.raises(CourseInputError, match=r"shape \(2, 3, 5\); expected \(B, H, N, D\)"):
         runtime.check_shape("q", q, (None, None, None, None), "(B, H, N, D)")
     with pytest.raises(CourseInputError, match="dtype float64; use one of: float32, float16"):
         runtime.check_dtype("q", q.double(), (torch.float32, torch.float16))
