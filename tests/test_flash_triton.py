@@ -107,7 +107,9 @@ WRONG_FORWARD = {
     "padded keys not masked to -inf": (
         [("keep = cols[None, :] < N ", "keep = cols[None, :] >= 0 ")], "Keys past N"),
     "batch offset ignores the batch stride": (
-        [(r"re:b \* s(\w)b \+ h \* s\1h", r"bh * s\1h")], "batch 0 is right"),
+        [(r"re:b \* s([qkv])b \+ h \* s\1h", r"bh * s\1h")], "batch 0 is right"),
+    "batch offset of L ignores its strides": (
+        [("L + b * slb + h * slh", "L + bh * slh")], "batch and head offsets"),
     "normalising every block instead of at the end": (
         [(ACC, "acc = (acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)) / l_i[:, None]"),
          ("acc = acc / l_i[:, None]", "acc = acc")], "defers the normalisation"),

@@ -19,8 +19,8 @@ import torch
 
 from .grading import WrongAnswer
 
-GUARD = 64  # poisoned elements before and after the whole tensor
-PAD_ROWS = 2  # extra rows after each (..., rows, cols) matrix
+GUARD = 16384  # poisoned elements before and after: more than one 128x128 tile
+PAD_ROWS = 64  # extra rows after each matrix, so a tail block reads NaN, not a neighbour
 PAD_COLS = 8  # extra columns after each row
 CANARY = -1536.0  # exactly representable in fp32, fp16 and bf16
 

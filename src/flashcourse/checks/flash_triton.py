@@ -107,11 +107,31 @@ def _require_kernel(kernel, exercise_id: str) -> None:
             raise BlankNotFilled(f"Fill in the blank in {name}.")
 
 
-def _place(x: torch.Tensor, layout: str) -> torch.Tensor:
-    """x (B, H, N, D) copied into NaN padding; "bnhd": as a transposed view of (B, N, H, D)."""
+def _place(x: torch.Tensor, layout: str, pad: int) -> torch.Tensor:
+    """x (B, H, N, D) copied into NaN padding of at least `pad` rows after every (N, D)
+    matrix, so that an unmasked block load stays inside the buffer (the interpreter does not
+    check bounds) and reads NaN. "bnhd": a transposed view of a (B, N, H, D) tensor."""
     if layout == "bnhd":
-        return buffers.poisoned(x.transpose(1, 2).contiguous()).transpose(1, 2)
-    return buffers.poisoned(x)
+        B, H, N, D = x.shape
+        nan_rows = torch.full((B, pad, H, D), float("nan"), dtype=x.dtype)
+        padded = buffers.poisoned(torch.cat([x.transpose(1, 2), nan_rows], 1))
+        return padded[:, :N].transpose(1, 2)
+    return buffers.poisoned(x, pad_rows=pad)
+
+
+def _pad(case: Case) -> int:
+    return max(case.block_m, case.block_n)
+
+
+OFFSET_HINT = ("If the stores are masked, check the batch and head offsets of this output: use "
+               "its own strides (b * stride_b + h * stride_h), never (b * H + h) * stride_h.")
+
+
+def _verify(buffer, label: str) -> None:
+    try:
+        buffer.verify(label)
+    except grading.WrongAnswer as err:
+        raise grading.WrongAnswer(f"{err}\n{OFFSET_HINT}") from None
 
 
 def _inputs(case: Case):
@@ -252,14 +272,14 @@ def _diagnose_forward(out: np.ndarray, case: Case, q, k, v) -> str:
 
 def _run_forward(kernel, case: Case, label: str):
     q, k, v = _inputs(case)
-    qp, kp, vp = (_place(x, case.layout) for x in (q, k, v))
-    out = buffers.Canaried((case.B, case.H, case.N, case.D), case.dtype)
-    lse = buffers.Canaried((case.B, case.H, case.N), torch.float32)
+    qp, kp, vp = (_place(x, case.layout, _pad(case)) for x in (q, k, v))
+    out = buffers.Canaried((case.B, case.H, case.N, case.D), case.dtype, pad_rows=_pad(case))
+    lse = buffers.Canaried((case.B, case.H, case.N), torch.float32, pad_cols=_pad(case))
     _launch(attention.flash_forward, label, kernel, qp, kp, vp, case.causal, case.sm_scale
             if case.sm_scale is not None else None, block_m=case.block_m,
             block_n=case.block_n, out=out.tensor, lse=lse.tensor)
-    out.verify(label + ", output O")
-    lse.verify(label + ", logsumexp L")
+    for buffer, name in ((out, "output O"), (lse, "logsumexp L")):
+        _verify(buffer, f"{label}, {name}")
     return q, k, v, out.tensor.detach().clone(), lse.tensor.detach().clone()
 
 
@@ -328,15 +348,19 @@ def _check_skipped(skipped_tiles) -> str:
 
 
 def reference_grads(q, k, v, do, causal, sm_scale, *, use_delta=True, scale_grads=True,
-                    mask=True):
-    """float64 dQ, dK, dV from the explicit formulas, with switches for known mistakes."""
+                    keep=None):
+    """float64 dQ, dK, dV from the explicit formulas, with switches for known mistakes.
+    keep: an (N, N) boolean mask used for P instead of the causal one (a kernel that skips
+    whole tiles but forgets the mask inside the tiles it visits)."""
     q, k, v, do = (x.to(torch.float64) for x in (q, k, v, do))
     s = (q @ k.transpose(-1, -2)) * sm_scale
     n = s.shape[-1]
     above = torch.ones(n, n, dtype=torch.bool).triu(1)
     lse = torch.logsumexp(s.masked_fill(above, float("-inf")) if causal else s, -1)
     p = torch.exp(s - lse[..., None])
-    if causal and mask:
+    if keep is not None:
+        p = p.masked_fill(~keep, 0.0)
+    elif causal:
         p = p.masked_fill(above, 0.0)
     o = attention.standard_attention(q, k, v, causal, sm_scale)
     delta = (do * o).sum(-1) if use_delta else torch.zeros_like(lse)
@@ -353,7 +377,7 @@ BACKWARD_MISTAKES = [
     (dict(use_delta=False),
      "delta is missing: dS = P * (dP - delta) with delta = rowsum(dO * O), one number per "
      "query row."),
-    (dict(mask=False),
+    (dict(keep="tiles"),
      "P is not causally masked: recomputing exp2(s - L) gives nonzero weights above the "
      "diagonal; set them to 0 with tl.where(rows >= cols, p, 0)."),
 ]
@@ -376,17 +400,18 @@ def _check_backward(kernel, exercise_id: str, which: str) -> str:
     for number, case in enumerate(cases, 1):
         label = case.label(number, len(cases))
         q, k, v, do, lse, delta = _backward_inputs(case)
-        placed = [_place(x, case.layout) for x in (q, k, v, do)]
-        lse_p, delta_p = buffers.poisoned(lse), buffers.poisoned(delta)
+        pad = _pad(case)
+        placed = [_place(x, case.layout, pad) for x in (q, k, v, do)]
+        lse_p, delta_p = (buffers.poisoned(x, pad_cols=pad) for x in (lse, delta))
         shape = (case.B, case.H, case.N, case.D)
         if which == "dkdv":
-            dk, dv = buffers.Canaried(shape, case.dtype), buffers.Canaried(shape, case.dtype)
+            dk, dv = (buffers.Canaried(shape, case.dtype, pad_rows=pad) for _ in range(2))
             _launch(attention.launch_dkdv, label, kernel, *placed, lse_p, delta_p, case.causal,
                     case.scale(), dk=dk.tensor, dv=dv.tensor, block_m=case.block_m,
                     block_n=case.block_n)
             outputs = {"dK": dk, "dV": dv}
         else:
-            dq = buffers.Canaried(shape, case.dtype)
+            dq = buffers.Canaried(shape, case.dtype, pad_rows=pad)
             _launch(attention.launch_dq, label, kernel, *placed, lse_p, delta_p, case.causal,
                     case.scale(), dq=dq.tensor, block_m=case.block_m, block_n=case.block_n)
             outputs = {"dQ": dq}
@@ -394,7 +419,7 @@ def _check_backward(kernel, exercise_id: str, which: str) -> str:
         refs = {"dQ": ref_dq, "dK": ref_dk, "dV": ref_dv}
         atol, rtol = GRAD_TOLERANCES[case.dtype]
         for name, buffer in outputs.items():
-            buffer.verify(f"{label}, {name}")
+            _verify(buffer, f"{label}, {name}")
             got = buffer.tensor.to(torch.float64).numpy()
             # scale the absolute tolerance with the gradient's size
             expected = refs[name].numpy()
@@ -404,19 +429,30 @@ def _check_backward(kernel, exercise_id: str, which: str) -> str:
                                 tile_rows=case.block_n if which == "dkdv" else case.block_m)
             except grading.WrongAnswer as err:
                 hint = _where_wrong(got, expected, atol * scale, rtol) or \
-                    _diagnose_backward(got, name, case, q, k, v, do)
+                    _diagnose_backward(got, name, case, q, k, v, do, which)
                 raise grading.WrongAnswer(f"{err}\n{hint}") from None
     hidden = "" if grading.grading_mode() else " (graders also run hidden cases)"
     names = "dK and dV" if which == "dkdv" else "dQ"
     return f"{len(cases)} cases match torch autograd, {names}{hidden}"
 
 
-def _diagnose_backward(got, name, case, q, k, v, do) -> str:
+def _visited_tiles(case: Case, which: str) -> torch.Tensor:
+    """(N, N) mask of the (row, column) pairs inside tiles the causal kernel visits."""
+    rows = torch.arange(case.N)[:, None]
+    cols = torch.arange(case.N)[None, :]
+    if which == "dkdv":  # key block j starts at query row (j * BLOCK_N) // BLOCK_M * BLOCK_M
+        return rows >= (cols // case.block_n * case.block_n) // case.block_m * case.block_m
+    return cols < (rows // case.block_m + 1) * case.block_m
+
+
+def _diagnose_backward(got, name, case, q, k, v, do, which) -> str:
     index = {"dQ": 0, "dK": 1, "dV": 2}[name]
     if case.dtype == torch.float32:
         for switches, hint in BACKWARD_MISTAKES:
-            if switches.get("mask") is False and not case.causal:
-                continue
+            if "keep" in switches:
+                if not case.causal:
+                    continue
+                switches = dict(keep=_visited_tiles(case, which))
             candidate = reference_grads(q, k, v, do, case.causal, case.scale(), **switches)
             if _close(got, candidate[index].numpy()):
                 return "Likely mistake: " + hint

@@ -1,0 +1,90 @@
+"""Check lesson 6's solution kernels on a CUDA GPU against torch; exit non-zero on a mismatch.
+
+Run from the repository root:  python gpu/check_flash_attention.py
+The kernels are taken from lessons/06-flash-attention.qmd (the solution cells), written to a
+temporary module (Triton reads kernel source with inspect) and compiled for the GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import torch  # noqa: E402
+
+from flashcourse import attention, notebooks, runtime  # noqa: E402
+
+CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq")
+TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 6e-2}  # max abs error, O(1) outputs
+
+
+def load_kernels():
+    lesson = notebooks.parse(ROOT / "lessons" / "06-flash-attention.qmd")
+    cells = {c.options.get("id"): c for c in lesson.cells}
+    source = "import triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(
+        notebooks._solution_source(cells[name]) for name in CELLS)
+    path = Path(tempfile.mkdtemp()) / "lesson06_kernels.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: this script checks the compiled kernels only")
+        return 2
+    rt = runtime.setup()
+    assert not rt.interpreter
+    kernels = load_kernels()
+    attn = attention.make_flash_attention(kernels.flash_forward_kernel,
+                                          kernels.flash_delta_kernel,
+                                          kernels.flash_dkdv_kernel, kernels.flash_dq_kernel)
+    failures = 0
+    cases = [(B, H, N, D, causal, dtype, layout)
+             for B, H, N in ((2, 3, 1000), (1, 4, 4096), (3, 2, 77))
+             for D in (64, 128) for causal in (False, True)
+             for dtype in (torch.float16, torch.bfloat16) for layout in ("bhnd", "bnhd")]
+    for B, H, N, D, causal, dtype, layout in cases:
+        q, k, v = attention.make_inputs(B, H, N, D, dtype, device="cuda", seed=N + D)
+        if layout == "bnhd":  # non-contiguous views, as models store them
+            q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
+        q, k, v = (x.requires_grad_() for x in (q, k, v))
+        out = attn(q, k, v, causal=causal)
+        d_out = torch.randn_like(out)
+        out.backward(d_out)
+        q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+        ref = attention.standard_attention(q64, k64, v64, causal)
+        ref.backward(d_out.double())
+        _, lse = attention.flash_forward(kernels.flash_forward_kernel, q.detach(), k.detach(),
+                                         v.detach(), causal)
+        _, ref_lse = attention.standard_attention(q64.detach(), k64.detach(), v64.detach(),
+                                                  causal, return_lse=True)
+        errors = {
+            "O": (out.double() - ref).abs().max().item(),
+            "L": (lse.double() - ref_lse).abs().max().item(),
+            "dQ": (q.grad.double() - q64.grad).abs().max().item(),
+            "dK": (k.grad.double() - k64.grad).abs().max().item(),
+            "dV": (v.grad.double() - v64.grad).abs().max().item(),
+        }
+        scale = {name: max(1.0, float(t.abs().max())) for name, t in
+                 (("O", ref), ("L", torch.ones(1)), ("dQ", q64.grad), ("dK", k64.grad),
+                  ("dV", v64.grad))}
+        bad = [name for name, err in errors.items()
+               if not err <= TOLERANCE[dtype] * scale[name] or err != err]
+        failures += bool(bad)
+        text = " ".join(f"{name}={err:.2e}" for name, err in errors.items())
+        print(f"{'FAIL' if bad else 'ok  '} B={B} H={H} N={N} D={D} causal={causal} "
+              f"{str(dtype)[6:]} {layout}: {text}")
+    print(f"{len(cases) - failures} of {len(cases)} cases match torch")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Run lesson 5's solution kernels compiled on a CUDA GPU and compare them with torch.softmax.
+
+    python gpu/check_softmax.py            # kernels against torch, then the lesson's graders
+    python gpu/check_softmax.py --no-graders
+    python gpu/check_softmax.py --interpreter   # smoke test of this script on a CPU (small rows)
+
+The kernels are taken from solutions/05-softmax.ipynb by cell id (no copy of their source lives
+here), written to a temporary module (@triton.jit needs a real source file) and imported. Every
+shape, dtype (fp32, fp16, bf16) and logit scale is checked; inputs are non-contiguous views and
+outputs sit inside NaN padding that must stay untouched. Exits 1 on any mismatch, 2 without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "solutions" / "05-softmax.ipynb"
+KERNEL_CELLS = {"exercise-row-kernel": "softmax_row_kernel",
+                "exercise-online-kernel": "online_softmax_kernel"}
+HEADER = "import triton\nimport triton.language as tl\n\n\n"
+
+ROW_SHAPES = [(1, 1), (7, 7), (64, 100), (33, 1000), (16, 4096), (8, 16384)]
+ONLINE_SHAPES = [(1, 1), (7, 7), (64, 100), (33, 1000), (16, 4096), (4, 65536), (2, 100003)]
+ONLINE_BLOCKS = (64, 1024)
+TOLERANCE = {"fp32": (1e-6, 1e-4), "fp16": (1e-5, 2e-3), "bf16": (1e-4, 1.6e-2)}  # atol, rtol
+PAD = 16  # NaN columns after each output row; a store past the row end changes them
+DEVICE = "cuda"  # "cpu" with --interpreter
+
+
+def load_kernels():
+    cells = {c.get("id"): c for c in json.loads(NOTEBOOK.read_text())["cells"]}
+    folder = Path(tempfile.mkdtemp(prefix="softmax_kernels_"))
+    path = folder / "softmax_kernels.py"
+    source = "\n\n\n".join("".join(cells[cell_id]["source"]) for cell_id in KERNEL_CELLS)
+    path.write_text(HEADER + source + "\n")
+    spec = importlib.util.spec_from_file_location("softmax_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["softmax_kernels"] = module
+    spec.loader.exec_module(module)
+    return {name: getattr(module, name) for name in KERNEL_CELLS.values()}
+
+
+def inputs(rows, n, dtype, scale, seed, torch):
+    """A non-contiguous (rows, n) view (every row followed by 5 unused columns)."""
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    wide = torch.randn(rows, n + 5, device=DEVICE, generator=gen) * scale
+    if seed % 2 and n > 1:  # some masked (-inf) entries, column 0 always finite
+        holes = torch.rand(rows, n + 5, device=DEVICE, generator=gen) < 0.2
+        holes[:, 0] = False
+        wide[holes] = float("-inf")
+    return wide.to(dtype)[:, :n]
+
+
+def run_case(kernel_name, kernel, rows, n, dtype_name, scale, seed, block, torch, triton):
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+    x = inputs(rows, n, dtype, scale, seed, torch)
+    padded = torch.full((rows, n + PAD), float("nan"), device=DEVICE, dtype=dtype)
+    y = padded[:, :n]
+    if block is None:
+        grid_block = triton.next_power_of_2(n)
+    else:
+        grid_block = block
+    warps = 4 if grid_block <= 1024 else 8 if grid_block <= 4096 else 16
+    kernel[(rows,)](x, y, n, x.stride(0), y.stride(0), BLOCK=grid_block, num_warps=warps)
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    ref = torch.softmax(x.double(), dim=-1)
+    atol, rtol = TOLERANCE[dtype_name]
+    err = (y.double() - ref).abs()
+    bad = ~(err <= atol + rtol * ref.abs())  # NaN counts as bad
+    label = (f"{kernel_name} rows={rows} n={n} BLOCK={grid_block} {dtype_name} "
+             f"scale={scale:g}{' with -inf' if seed % 2 and n > 1 else ''}")
+    problems = []
+    if bad.any():
+        where = tuple(int(i) for i in torch.nonzero(bad)[0])
+        problems.append(f"{int(bad.sum())} wrong values, max error "
+                        f"{float(torch.nan_to_num(err, nan=float('inf')).max()):.3g}, "
+                        f"first at {where}")
+    if not torch.isnan(padded[:, n:]).all():
+        problems.append("wrote past the end of a row")
+    print(f"{'FAIL' if problems else 'ok  '} {label}" + (": " + "; ".join(problems)
+                                                         if problems else ""))
+    return not problems
+
+
+def check_kernels(kernels, torch, triton, max_n=None) -> int:
+    failures = 0
+    seed = 0
+    for dtype_name in ("fp32", "fp16", "bf16"):
+        for scale in (1.0, 1e3):
+            for rows, n in ROW_SHAPES:
+                seed += 1
+                if max_n and n > max_n:
+                    continue
+                failures += not run_case("row", kernels["softmax_row_kernel"], rows, n,
+                                         dtype_name, scale, seed, None, torch, triton)
+            for rows, n in ONLINE_SHAPES:
+                for block in ONLINE_BLOCKS:
+                    seed += 1
+                    if max_n and n > max_n:
+                        continue
+                    failures += not run_case("online", kernels["online_softmax_kernel"], rows,
+                                             n, dtype_name, scale, seed, block, torch, triton)
+    return failures
+
+
+def check_graders(kernels) -> int:
+    """The lesson's own graders, on the GPU (compiled kernels, poisoned inputs, canaries)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from flashcourse import check, grading, runtime
+
+    chosen = runtime.setup(verbose=True)
+    if chosen.interpreter != (DEVICE == "cpu"):
+        print(f"FAIL graders: the runtime chose {chosen.device}, this script runs on {DEVICE}")
+        return 1
+    failures = 0
+    for exercise_id, name in (("softmax/row-kernel", "softmax_row_kernel"),
+                              ("softmax/online-kernel", "online_softmax_kernel")):
+        for hidden in (False, True):
+            os.environ[grading.GRADING_MODE_ENV] = "1" if hidden else "0"
+            try:
+                check(exercise_id, kernels[name])
+            except Exception as err:  # report every failure, keep going
+                failures += 1
+                print(f"FAIL grader {exercise_id} (hidden={hidden}): {type(err).__name__}: {err}")
+    return failures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--no-graders", action="store_true",
+                        help="only compare the kernels with torch.softmax")
+    parser.add_argument("--interpreter", action="store_true",
+                        help="smoke-test this script on a CPU in the Triton interpreter")
+    args = parser.parse_args()
+    global DEVICE
+    if args.interpreter:  # before triton is imported: its standard library must be interpreted
+        DEVICE = "cpu"
+        os.environ["TRITON_INTERPRET"] = "1"
+        os.environ["FLASHCOURSE_INTERPRET"] = "1"
+    import torch
+    import triton
+
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        print("No CUDA GPU: this script checks the compiled kernels and needs one "
+              "(--interpreter runs a smoke test on a CPU).")
+        return 2
+    gpu = torch.cuda.get_device_name() if DEVICE == "cuda" else "none (interpreter)"
+    print(f"GPU {gpu}, torch {torch.__version__}, Triton {triton.__version__}")
+    kernels = load_kernels()
+    failures = check_kernels(kernels, torch, triton, max_n=1000 if args.interpreter else None)
+    if not args.no_graders:
+        failures += check_graders(kernels)
+    print(f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
