@@ -34,8 +34,8 @@ def load_solution() -> dict:
     import triton
     import triton.language as tl
 
-    namespace = {"torch": torch, "triton": triton, "tl": tl, "fc": fc, "device": fc.runtime.current().device,
-                 "np": __import__("numpy")}
+    namespace = {"torch": torch, "triton": triton, "tl": tl, "fc": fc,
+                 "device": fc.runtime.current().device, "np": __import__("numpy")}
     folder = Path(tempfile.mkdtemp(prefix="check_matmul_"))
     for cell_id in CELLS:
         # @triton.jit needs real source: give each cell a file of its own

@@ -7,6 +7,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Tests never touch a GPU: CI has none, and a local GPU must not change what is graded here.
 os.environ.setdefault("FLASHCOURSE_INTERPRET", "1")
+# Choose the runtime (and set TRITON_INTERPRET) before any test module imports triton: Triton
+# 3.9 fixes interpreter mode for its builtins at import time.
+from flashcourse import runtime  # noqa: E402
+
+runtime.setup(verbose=False)
 
 
 @pytest.fixture(autouse=True)
@@ -21,3 +26,77 @@ def _fresh_grading_state():
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+# ---------------------------------------------------------------- known-wrong answers
+# Every test module that shows a known-wrong answer being rejected records it here; the
+# terminal summary prints "known-wrong answers rejected: R / T" over the whole suite (also
+# under pytest-xdist, whose workers send their records to the controller).
+#
+#     def test_mistake(known_wrong):
+#         with known_wrong("lesson/exercise", "forgot the mask", match="mask"):
+#             check("lesson/exercise", wrong_answer)
+#
+# or, after your own pytest.raises, call the `record_rejection` fixture:
+# `record_rejection("lesson/exercise", "forgot the mask")`.
+
+KNOWN_WRONG: dict[tuple[str, str], bool] = {}  # (exercise id, mistake) -> rejected
+_WORKER_KEY = "flashcourse_known_wrong"
+
+
+def _record_rejection(exercise_id: str, mistake: str, rejected: bool = True) -> None:
+    key = (exercise_id, mistake)
+    KNOWN_WRONG[key] = KNOWN_WRONG.get(key, False) or rejected
+
+
+@pytest.fixture
+def record_rejection():
+    """`record_rejection(exercise_id, mistake)`: count a known-wrong answer that was rejected."""
+    return _record_rejection
+
+
+@pytest.fixture
+def known_wrong():
+    """Context manager: `with known_wrong(exercise_id, mistake, match=...): check(...)` counts
+    the attempt, expects the check to raise (WrongAnswer by default, which includes vetoes),
+    and counts it as rejected when it does."""
+    import contextlib
+
+    from flashcourse import WrongAnswer
+
+    @contextlib.contextmanager
+    def expect(exercise_id: str, mistake: str, exc=WrongAnswer, match: str | None = None):
+        _record_rejection(exercise_id, mistake, rejected=False)
+        with pytest.raises(exc, match=match) as caught:
+            yield caught
+        _record_rejection(exercise_id, mistake)
+
+    return expect
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: hand the records to the controller
+        workeroutput[_WORKER_KEY] = [[e, m, r] for (e, m), r in KNOWN_WRONG.items()]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    for exercise_id, mistake, rejected in getattr(node, "workeroutput", {}).get(_WORKER_KEY, []):
+        _record_rejection(exercise_id, mistake, rejected)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not KNOWN_WRONG:
+        return
+    rejected = sum(KNOWN_WRONG.values())
+    terminalreporter.write_sep("-", "known-wrong answers")
+    terminalreporter.write_line(f"known-wrong answers rejected: {rejected} / {len(KNOWN_WRONG)}")
+    by_exercise: dict[str, list[bool]] = {}
+    for (exercise_id, _), ok in sorted(KNOWN_WRONG.items()):
+        by_exercise.setdefault(exercise_id, []).append(ok)
+    for exercise_id, oks in by_exercise.items():
+        terminalreporter.write_line(f"  {exercise_id}: {sum(oks)} / {len(oks)}")
+    for (exercise_id, mistake), ok in sorted(KNOWN_WRONG.items()):
+        if not ok:
+            terminalreporter.write_line(f"  NOT rejected: {exercise_id}: {mistake}")

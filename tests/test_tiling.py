@@ -5,15 +5,23 @@ Wrong answers are built from the lesson's own solution cells by textual substitu
 kernel needs real source, so a modified kernel is written to a temporary .py file and imported.
 """
 
-import importlib.util
-import re
-import sys
+import os
 
-import numpy as np
-import pytest
+# Tests run kernels in the interpreter. TRITON_INTERPRET must be set before triton is first
+# imported: Triton's own @jit helpers (tl.zeros, tl.cdiv, tl.sum) are made at import time, and
+# made for the compiler they fail inside an interpreted kernel.
+os.environ.setdefault("FLASHCOURSE_INTERPRET", "1")
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import flashcourse
-from flashcourse import (
+import importlib.util  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import flashcourse  # noqa: E402
+from flashcourse import (  # noqa: E402
     BlankNotFilled,
     VetoMisconception,
     WrongAnswer,
@@ -22,7 +30,7 @@ from flashcourse import (
     grading,
     notebooks,
 )
-from flashcourse.checks import tiling
+from flashcourse.checks import tiling  # noqa: E402
 
 flashcourse.setup(verbose=False)  # before any kernel is defined: the interpreter in tests
 
@@ -103,8 +111,13 @@ WRONG_KERNELS = {
         "the accumulator is fp16"),
     "transposed index into B": (
         {"offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn":
-         "offs_k[:, None] * stride_bn + offs_n[None, :] * stride_bk"},
+         "offs_k[:, None] * stride_bn + offs_n[None, :] * stride_bk",
+         "b_ptrs += BLOCK_K * stride_bk": "b_ptrs += BLOCK_K * stride_bn"},
         "computed A @ B.T, a transposed index"),
+    "transposed index into C": (
+        {"offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn":
+         "offs_m[:, None] * stride_cn + offs_n[None, :] * stride_cm"},
+        "computed (A @ B).T, a transposed index"),
     "missing store mask": (
         {"mask=c_mask)": ")"}, "wrote"),
     "last group not shortened": (
@@ -123,7 +136,7 @@ def test_known_wrong_kernel_is_rejected_with_its_message(root, tmp_path, mistake
         check("tiling/matmul-kernel", kernel)
     text = str(caught.value)
     assert re.search(r"case \d+/\d+ \(M=\d+, N=\d+, K=\d+", text), text  # names the case
-    if "wrote" not in message:  # a value mismatch also says where, down to the tile
+    if "outside the output" not in text:  # a value mismatch says where, down to the tile
         assert re.search(r"row \d+, column \d+", text), text
         assert re.search(r"output tile \(pid_m=\d+, pid_n=\d+\)", text), text
     assert "tiling/matmul-kernel" not in grading.RESULTS

@@ -42,7 +42,7 @@ class _Blank:
     def __array__(self, *args, **kwargs):
         raise BlankNotFilled(_message())
 
-    __call__ = __getitem__ = __setitem__ = __iter__ = __len__ = _refuse
+    __call__ = __getitem__ = __setitem__ = __iter__ = __len__ = __format__ = _refuse
     __bool__ = __float__ = __int__ = __index__ = __complex__ = _refuse
     __neg__ = __pos__ = __abs__ = __invert__ = _refuse
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse

@@ -33,11 +33,11 @@ def memory_hierarchy(levels: tuple[MemoryLevel, ...] = H100_MEMORY):
     return fig
 
 
-def attention_traffic(ns, standard_bytes, flash_bytes, label: str):
-    """HBM bytes of standard vs fused attention over sequence length, log-log."""
+def attention_traffic(ns, series: dict[str, list[float]], label: str):
+    """HBM bytes of several ways to compute attention over sequence length, log-log."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.loglog(ns, standard_bytes, "o-", label="standard attention (3 kernels)")
-    ax.loglog(ns, flash_bytes, "s-", label="fused FlashAttention")
+    for (name, values), marker in zip(series.items(), "os^vd", strict=False):
+        ax.loglog(ns, values, marker + "-", label=name)
     ax.set_xlabel("sequence length N")
     ax.set_ylabel("HBM bytes moved, one head")
     ax.set_title(label)

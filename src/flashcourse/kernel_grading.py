@@ -65,6 +65,11 @@ class CanariedVector:
     def unwritten(self) -> torch.Tensor:
         return self._matrix.unwritten()[0]
 
+    def outside_writes(self) -> int:
+        """How many canaries a store changed."""
+        matrix = self._matrix
+        return int(((matrix._storage != buffers.CANARY) & ~matrix._inside).sum())
+
 
 def launch(kernel, grid, case: str, *args, **kwargs) -> None:
     """Run `kernel[grid](*args, **kwargs)`; a crash becomes a WrongAnswer naming the case, a
@@ -109,6 +114,7 @@ def unwritten_hint(unwritten: torch.Tensor, case: str, what: str) -> None:
 def run_kernel(kernel, grid, *args, **kwargs):
     """`kernel[grid](*args, **kwargs)` for notebook cells: an unfilled blank or a stub inside
     the kernel raises its own short error instead of a Triton interpreter stack trace."""
+    refuse_blanks(kernel, getattr(getattr(kernel, "fn", kernel), "__name__", "the kernel"))
     try:
         return kernel[grid](*args, **kwargs)
     except (BlankNotFilled, NotImplementedError):

@@ -19,7 +19,7 @@ H200_BANDWIDTH_TBS = hardware.H200_MEASURED_COPY_TBS
 
 
 def gemm_intensity(m: int, n: int, k: int, element_bytes: int) -> float:
-    """FLOPs per HBM byte of C = A @ B with A (m, k), B (k, n): A and B read once, C written once."""
+    """FLOPs per HBM byte of C = A @ B, A (m, k) and B (k, n): A, B read once, C written once."""
     flops = 2.0 * m * n * k  # one multiply and one add per (i, j, l)
     moved = (m * k + k * n + m * n) * element_bytes
     return flops / moved

@@ -44,11 +44,13 @@ def standard_attention_traffic(n: int, d: int, dtype: str = "bf16") -> list[Kern
     ]
 
 
-def flash_attention_traffic(n: int, d: int, dtype: str = "bf16",
-                            block_rows: int = 64) -> KernelTraffic:
-    """One fused kernel: Q read once, K and V once per query block, O written once."""
+def flash_attention_traffic(n: int, d: int, dtype: str = "bf16", block_rows: int = 128,
+                            kv_reads_hit_l2: bool = False) -> KernelTraffic:
+    """One fused kernel: Q read once, O written once, and K and V read once per query block,
+    or only once in all when `kv_reads_hit_l2` (query blocks of one head run side by side and
+    share K and V through the L2 cache)."""
     size = DTYPE_BYTES[dtype]
-    query_blocks = -(-n // block_rows)
+    query_blocks = 1 if kv_reads_hit_l2 else -(-n // block_rows)
     return KernelTraffic(
         "fused FlashAttention",
         read_bytes=n * d * size + query_blocks * 2 * n * d * size,

@@ -215,28 +215,52 @@ def _kernel_inputs(M, N, K, dtype, seed, values):
     return A.to(_torch_dtype(dtype)).to(device), B.to(_torch_dtype(dtype)).to(device)
 
 
+def _embedded(tensor, row_pad, col_pad, fill, contiguous=False):
+    """A copy of a 2-D tensor inside a larger buffer filled with `fill`: with row_pad rows and
+    col_pad columns after it (a strided view), or, when contiguous, as the start of a flat
+    buffer with the same room after it. A load or store up to one tile past an edge stays
+    inside the buffer, so a missing mask shows as poison instead of touching other memory."""
+    import torch
+
+    rows, cols = tensor.shape
+    if contiguous:
+        room = (rows + row_pad) * (cols + col_pad)
+        storage = torch.full((room + 64,), fill, dtype=tensor.dtype, device=tensor.device)
+        view = storage[:rows * cols].view(rows, cols)
+    else:
+        buffer = torch.full((rows + row_pad, cols + col_pad), fill, dtype=tensor.dtype,
+                            device=tensor.device)
+        view = buffer[:rows, :cols]
+    view.copy_(tensor)
+    return view
+
+
 def _run_kernel(kernel, A, B, out_dtype, cfg, label, padding="nan"):
-    """Run the kernel on fresh buffers; return (output as float64 numpy, the Canaried)."""
+    """Run the kernel on fresh buffers; return (output as float64 numpy, the Canaried).
+
+    padding="nan": inputs inside NaN padding and the output inside canaries (the graded run);
+    "zero": inputs inside zeros (a read past an edge adds 0); "contiguous": inputs (with NaN
+    after them) and output with the strides of contiguous tensors. The padding is a whole
+    tile wide, so even a kernel without masks stays inside the buffers."""
     import torch
 
     from .. import buffers
 
     M, N = A.shape[0], B.shape[1]
+    bm, bn, bk, _ = cfg
+    dtype = _torch_dtype(out_dtype)
+    out = buffers.Canaried((M, N), dtype, device=A.device, pad_rows=bm, pad_cols=bn)
     if padding == "nan":
-        a, b = buffers.poisoned(A), buffers.poisoned(B)
-    elif padding == "zero":  # finite zeros around the inputs: a read past an edge adds 0
-        a = torch.zeros(A.shape[0] + 8, A.shape[1] + 8, dtype=A.dtype, device=A.device)
-        b = torch.zeros(B.shape[0] + 8, B.shape[1] + 8, dtype=B.dtype, device=B.device)
-        a = a[:A.shape[0], :A.shape[1]]
-        b = b[:B.shape[0], :B.shape[1]]
-        a.copy_(A)
-        b.copy_(B)
-    else:  # contiguous: the strides equal the row lengths
-        a, b = A.clone().contiguous(), B.clone().contiguous()
-    out = buffers.Canaried((M, N), _torch_dtype(out_dtype), device=A.device)
-    if padding == "contiguous":
-        out.tensor = torch.full((M, N), float("nan"), dtype=_torch_dtype(out_dtype),
-                                device=A.device)
+        a = buffers.poisoned(A, pad_rows=bm, pad_cols=bk)
+        b = buffers.poisoned(B, pad_rows=bk, pad_cols=bn)
+    else:
+        contiguous = padding == "contiguous"
+        fill = float("nan") if contiguous else 0.0
+        a = _embedded(A, bm, bk, fill, contiguous)
+        b = _embedded(B, bk, bn, fill, contiguous)
+        if contiguous:
+            out.tensor = _embedded(torch.full((M, N), float("nan"), dtype=dtype,
+                                              device=A.device), bm, bn, float("nan"), True)
     grading.run_student(launch, label, kernel, a, b, out.tensor, *cfg)
     if runtime.current().device == "cuda":
         torch.cuda.synchronize()
@@ -257,6 +281,20 @@ def _fp16_accumulation(A64, B64, BK):
         acc = (acc.astype(np.float32) + step.astype(np.float16).astype(np.float32)) \
             .astype(np.float16)
     return acc.astype(np.float64)
+
+
+def _strides_hint(kernel, A, B, out_dtype, cfg, label, expected, atol) -> str:
+    """After a store outside the output: say so when the kernel is right on contiguous
+    tensors, which means it indexes with a width instead of a stride."""
+    try:
+        contiguous, _ = _run_kernel(kernel, A, B, out_dtype, cfg, label, "contiguous")
+    except grading.WrongAnswer:
+        return ""
+    if grading.same_result(contiguous, expected, atol):
+        return ("\nLikely mistake: your kernel is right on contiguous tensors only: it steps "
+                "between rows by the width (K or N) instead of the stride. Use stride_am, "
+                "stride_bk and stride_cm for rows.")
+    return ""
 
 
 def _diagnose(kernel, A, B, out_dtype, cfg, actual, expected, atol, label) -> str:
@@ -291,7 +329,7 @@ def _diagnose(kernel, A, B, out_dtype, cfg, actual, expected, atol, label) -> st
             if K % BLOCK_K:
                 return ("Likely mistake: the last K step reads past column K-1 of A and row K-1 "
                         "of B (K is not a multiple of BLOCK_K). Mask both loads with the K that "
-                        "is left: offs_k < K - k * BLOCK_K, with other=0.0.")
+                        "is left: offs_k < k_left (K - k at step k), with other=0.0.")
             return ("Likely mistake: a load reads outside A or B. Mask it: rows offs_m < M for "
                     "A, columns offs_n < N for B, and other=0.0.")
         if np.isnan(zero).any():
@@ -341,12 +379,17 @@ def _check_kernel(kernel) -> str:
         A, B = _kernel_inputs(M, N, K, in_dtype, seed, values)
         runtime.check_tensors(A, B, names=("A", "B"), dot=True)
         actual, out = _run_kernel(kernel, A, B, out_dtype, cfg, label)
-        out.verify(label)
         A64 = A.detach().cpu().double().numpy()
         B64 = B.detach().cpu().double().numpy()
         expected = A64 @ B64
         dot_tol, rtol = _tolerance(in_dtype, out_dtype)
         atol = dot_tol * float((np.abs(A64) @ np.abs(B64)).max())
+        try:
+            out.verify(label)
+        except grading.WrongAnswer as err:
+            hint = _strides_hint(kernel, A, B, out_dtype, cfg, label, expected,
+                                 atol + rtol * float(np.abs(expected).max()))
+            raise grading.WrongAnswer(f"{err}{hint}") from None
         try:
             grading.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=bm)
         except grading.WrongAnswer as err:
@@ -354,7 +397,7 @@ def _check_kernel(kernel) -> str:
             where = (f"The worst element, row {row}, column {col}, is in output tile "
                      f"(pid_m={row // bm}, pid_n={col // bn}).")
             hint = _diagnose(kernel, A, B, out_dtype, cfg, actual, expected,
-                             max(atol, 1e-3 * float(np.abs(expected).max())), label)
+                             atol + rtol * float(np.abs(expected).max()), label)
             raise grading.WrongAnswer(f"{err}\n{where}\n{hint}".rstrip()) from None
         ran += 1
     notes = []

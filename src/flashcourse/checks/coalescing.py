@@ -1,0 +1,397 @@
+"""Checks of lesson 3, "Coalescing, divergence and transposes": counting sectors and lines,
+warp efficiency under a branch, a strided copy and two transposes in Triton, three questions
+and the veto misconceptions."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+
+from .. import buffers, grading, kernel_grading, memory_model, runtime
+from ..blanks import BlankNotFilled
+from .gpu_flash import _grade_items, _require_keys
+
+LESSON = grading.lesson("coalescing", "Lesson 3: Coalescing, divergence and transposes",
+                        pass_line=8)
+
+
+def _hidden_note() -> str:
+    return "" if grading.grading_mode() else " (graders also run hidden cases)"
+
+
+# ---------------------------------------------------------------- sectors and lines
+
+# (description, addresses, access bytes)
+def _sector_cases(hidden: bool):
+    wa = memory_model.warp_addresses
+    cases = [
+        ("32 contiguous fp32", wa("contiguous"), 4),
+        ("32 fp32 starting 4 bytes late", wa("offset"), 4),
+        ("fp32 with a stride of 2 elements", wa("strided", stride=2), 4),
+        ("one fp32 per row of a 4 KiB-row matrix", wa("column"), 4),
+        ("32 random fp32", wa("random", seed=3), 4),
+        ("32 contiguous fp16", wa("contiguous", element_bytes=2), 2),
+        ("32 contiguous 16-byte vectors", wa("contiguous", element_bytes=16), 16),
+        ("16-byte vectors starting 8 bytes late", wa("offset", element_bytes=16,
+                                                     offset_bytes=8), 16),
+        ("fp32 starting 30 bytes late (each read straddles)", wa("contiguous") * 8 + 30, 4),
+        ("all 32 threads read the same word", np.full(32, 4096), 4),
+    ]
+    if hidden:
+        cases += [("fp16 with a stride of 3", wa("strided", element_bytes=2, stride=3), 2),
+                  ("random fp16", wa("random", element_bytes=2, seed=9), 2)]
+    return cases
+
+
+def _sector_variants(addresses, size):
+    a = np.asarray(addresses, dtype=np.int64)
+    unique = lambda x: len(np.unique(x))  # noqa: E731
+    return [
+        ((len(a), len(a)), "You counted one transaction per thread: count DISTINCT sectors "
+         "and lines (np.unique), threads that share a sector share its transaction."),
+        ((unique(np.concatenate([a // 32, (a + size) // 32])),
+          unique(np.concatenate([a // 128, (a + size) // 128]))),
+         "Off by one: a read of access_bytes bytes at address a ends at byte "
+         "a + access_bytes - 1, not a + access_bytes."),
+        ((unique(a // 32), unique(a // 128)),
+         "Only the first byte of each read is counted: a read can straddle two sectors, count "
+         "the sector of its last byte (a + access_bytes - 1) too."),
+        ((unique(np.concatenate([a // 128, (a + size - 1) // 128])),
+          unique(np.concatenate([a // 32, (a + size - 1) // 32]))),
+         "Sectors and lines are swapped: sectors are 32 bytes, lines 128; return "
+         "(sectors, lines)."),
+        ((unique(a), unique(a)), "You counted distinct addresses, not the sectors and lines "
+         "they fall in: divide the byte addresses by 32 and by 128."),
+    ]
+
+
+@grading.exercise("coalescing/sectors", "sectors and lines of a warp's load", 2)
+def _check_sectors(sectors_and_lines) -> str:
+    cases = _sector_cases(grading.grading_mode())
+    for number, (what, addresses, size) in enumerate(cases, 1):
+        case = f"case {number}/{len(cases)} ({what}, access_bytes={size})"
+        got = grading.run_student(sectors_and_lines, case, addresses.copy(), size)
+        want = memory_model.sectors_and_lines(addresses, size)
+        try:
+            got = tuple(int(v) for v in got)
+        except (TypeError, ValueError) as err:
+            if isinstance(err, BlankNotFilled):
+                raise
+            raise grading.WrongAnswer(f"{case}: return a pair (sectors, lines), not "
+                                      f"{got!r}.") from err
+        if got != want:
+            hint = next((why for value, why in _sector_variants(addresses, size)
+                         if value == got),
+                        "A thread's read covers bytes a .. a + access_bytes - 1; count the "
+                        "distinct values of byte // 32 (sectors) and byte // 128 (lines).")
+            raise grading.WrongAnswer(f"{case}: you returned (sectors, lines) = {got}, "
+                                      f"expected {want}. {hint}")
+    return f"{len(cases)} access patterns right{_hidden_note()}"
+
+
+# ---------------------------------------------------------------- warp efficiency
+
+def _divergence_cases(hidden: bool):
+    t = np.arange(256)
+    rng = np.random.default_rng(5)
+    cases = [
+        ("t % 2 == 0", t % 2 == 0),
+        ("(t // 32) % 2 == 0 (uniform per warp)", (t // 32) % 2 == 0),
+        ("t < 40", t < 40),
+        ("t % 32 < 8", t % 32 < 8),
+        ("all True", np.ones(256, bool)),
+        ("random, 90% True", rng.random(256) < 0.9),
+    ]
+    if hidden:
+        cases += [("t >= 200", t >= 200), ("all False", np.zeros(256, bool))]
+    return cases
+
+
+def _efficiency_variants(predicate):
+    warps = predicate.reshape(-1, 32)
+    taken = warps.sum(axis=1)
+    return [
+        (0.5, "Not every warp runs both paths: a warp whose 32 lanes agree runs only its one "
+         "path, at full efficiency."),
+        (float(predicate.mean()), "That is the fraction of threads taking the `if`; efficiency "
+         "is useful lane slots over issued lane slots across both paths."),
+        (1.0, "Count lane slots per executed path: a warp with both kinds of lanes issues "
+         "2 x 32 slots for its 32 useful ones."),
+        (predicate.size / (32 * max(int((taken > 0).sum()), 1)),
+         "Count the else path too: a warp runs it when any lane's predicate is False "
+         "(taken < 32)."),
+    ]
+
+
+@grading.exercise("coalescing/warp-efficiency", "warp efficiency under divergence", 1)
+def _check_warp_efficiency(warp_efficiency) -> str:
+    cases = _divergence_cases(grading.grading_mode())
+    results = []
+    for number, (what, predicate) in enumerate(cases, 1):
+        case = f"case {number}/{len(cases)} (256 threads, predicate {what})"
+        got = grading.run_student(warp_efficiency, case, predicate.copy())
+        try:
+            results.append(float(got))
+        except (TypeError, ValueError) as err:
+            if isinstance(err, BlankNotFilled):
+                raise
+            raise grading.WrongAnswer(f"{case}: return one number, not {got!r}.") from err
+    for number, ((what, predicate), value) in enumerate(zip(cases, results, strict=True), 1):
+        want = memory_model.warp_efficiency(predicate)
+        if np.isclose(value, want, rtol=1e-9):
+            continue
+        case = f"case {number}/{len(cases)} (256 threads, predicate {what})"
+        # name the mistake whose values match the student's on every case
+        hint = "Per warp, paths = (any lane True) + (any lane False); efficiency = " \
+               "threads / (32 * total paths)."
+        for index in range(4):
+            expected = [_efficiency_variants(p)[index][0] for _, p in cases]
+            if np.allclose(results, expected, rtol=1e-9):
+                hint = _efficiency_variants(predicate)[index][1]
+                break
+        raise grading.WrongAnswer(f"{case}: you returned {value:.4g}, expected {want:.4g}. "
+                                  f"{hint}")
+    return f"{len(cases)} predicates right{_hidden_note()}"
+
+
+# ---------------------------------------------------------------- strided copy
+
+# (n_elements, stride, BLOCK): ragged last blocks, stride 1 included
+STRIDED_CASES = [(64, 5, 64), (1000, 2, 256), (300, 4, 128), (1, 3, 64), (129, 8, 128),
+                 (500, 1, 128)]
+STRIDED_HIDDEN = [(777, 3, 256), (33, 16, 32)]
+
+
+def run_strided_copy(kernel, n, stride, block, dtype, case, seed=0):
+    device = runtime.current().device
+    generator = torch.Generator().manual_seed(seed)
+    source = (torch.randn(n * stride, generator=generator) * 100).to(dtype).to(device)
+    pad = (n + block) * stride
+    x = kernel_grading.padded_vector(source, pad=pad)
+    out = kernel_grading.CanariedVector(n, dtype, device, pad=pad)
+    kernel_grading.launch(kernel, (triton.cdiv(n, block),), case, x, out.tensor, n, stride,
+                          BLOCK=block)
+    return out, source
+
+
+@grading.exercise("coalescing/strided-copy", "Triton strided copy", 1)
+def _check_strided(strided_copy_kernel) -> str:
+    kernel_grading.require_kernel(strided_copy_kernel, "coalescing/strided-copy",
+                                  "strided_copy_kernel")
+    cases = STRIDED_CASES + (STRIDED_HIDDEN if grading.grading_mode() else [])
+    dtypes = kernel_grading.graded_dtypes()
+    total, number = len(cases) * len(dtypes), 0
+    for dtype in dtypes:
+        for n, stride, block in cases:
+            number += 1
+            case = (f"case {number}/{total} (n_elements={n}, stride={stride}, BLOCK={block}, "
+                    f"{kernel_grading.dtype_name(dtype)})")
+            out, source = run_strided_copy(strided_copy_kernel, n, stride, block, dtype, case,
+                                           seed=number)
+            if out.outside_writes() > triton.cdiv(n, block) * block - n:
+                raise grading.WrongAnswer(
+                    f"{case}: your kernel wrote {out.outside_writes()} values outside the "
+                    "output, more than a missing mask on the last block could: the stride "
+                    "belongs to the load only. "
+                    "Store to y_ptr + offsets, load from x_ptr + offsets * stride.")
+            out.verify(case)
+            want = source[::stride][:n]
+            got = out.tensor.cpu()
+            if stride > 1 and n > 1 and grading.same_result(got, source[:n].cpu(), 0):
+                raise grading.WrongAnswer(f"{case}: you copied x[i], not x[i * stride]: load "
+                                          "from x_ptr + offsets * stride.")
+            kernel_grading.unwritten_hint(
+                out.unwritten().cpu(), case,
+                "(NaN: never stored, or loaded from outside the input.) The mask compares "
+                "output indices: offsets < n_elements, on the load and the store.")
+            grading.compare(got, want.cpu(), case, atol=0,
+                            hint="y[i] must be x[i * stride]; a masked-off load without "
+                                 "`other` gives undefined values.")
+    return f"{total} cases right, canaries intact{_hidden_note()}"
+
+
+# ---------------------------------------------------------------- transposes
+
+# (M, N, BLOCK_M, BLOCK_N) for the tiled kernel; the first case has no ragged edge
+TILED_CASES = [(64, 32, 32, 32), (33, 47, 16, 32), (1, 1, 16, 16), (100, 20, 32, 16),
+               (40, 72, 16, 64)]
+TILED_HIDDEN = [(65, 65, 32, 32), (7, 130, 16, 16)]
+# (M, N, BLOCK) for the naive kernel: one program per row and block of columns
+NAIVE_CASES = [(16, 64, 32), (33, 47, 32), (1, 1, 16), (17, 100, 64), (5, 300, 128)]
+NAIVE_HIDDEN = [(40, 40, 16)]
+
+
+def run_transpose(kernel, m, n, blocks, dtype, case, tiled, seed=0):
+    device = runtime.current().device
+    generator = torch.Generator().manual_seed(seed)
+    values = (torch.randn(m, n, generator=generator) * 100).to(dtype).to(device)
+    pad = max(blocks) + 8
+    x = buffers.poisoned(values, pad_rows=pad, pad_cols=pad)
+    out = buffers.Canaried((n, m), dtype, device, pad_rows=pad, pad_cols=pad)
+    if tiled:
+        block_m, block_n = blocks
+        grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
+        kernel_grading.launch(kernel, grid, case, x, out.tensor, m, n, x.stride(0),
+                              out.tensor.stride(0), BLOCK_M=block_m, BLOCK_N=block_n)
+    else:
+        (block,) = blocks
+        grid = (m, triton.cdiv(n, block))
+        kernel_grading.launch(kernel, grid, case, x, out.tensor, m, n, x.stride(0),
+                              out.tensor.stride(0), BLOCK=block)
+    return out, x, values
+
+
+def _transpose_mistake(got, x, values, m, n) -> str:
+    storage = x.untyped_storage()
+    flat = torch.empty(0, dtype=x.dtype, device=x.device).set_(storage, x.storage_offset(),
+                                                                (m * n,), (1,))
+    packed = flat.reshape(m, n).cpu()
+    if grading.same_result(got, packed.T, 0):
+        return ("You read x with row stride N: x is a view whose rows are longer than N. Use "
+                "the stride you are given, x_ptr + rows * stride_xm + cols.")
+    if m == n and grading.same_result(got, values.cpu(), 0):
+        return ("The output equals the input: the tile was stored without being transposed. "
+                "Store tl.trans(tile) to pointers laid out (BLOCK_N, BLOCK_M).")
+    return ("y[j, i] must be x[i, j]: read x at rows * stride_xm + cols, write y at "
+            "cols * stride_yn + rows, both masked.")
+
+
+def _check_transpose(kernel, exercise_id, name, tiled) -> str:
+    kernel_grading.require_kernel(kernel, exercise_id, name)
+    if tiled:
+        cases = TILED_CASES + (TILED_HIDDEN if grading.grading_mode() else [])
+    else:
+        cases = NAIVE_CASES + (NAIVE_HIDDEN if grading.grading_mode() else [])
+    dtypes = kernel_grading.graded_dtypes()
+    total, number = len(cases) * len(dtypes), 0
+    for dtype in dtypes:
+        for m, n, *blocks in cases:
+            number += 1
+            shape = (f"BLOCK_M={blocks[0]}, BLOCK_N={blocks[1]}" if tiled
+                     else f"BLOCK={blocks[0]}")
+            case = (f"case {number}/{total} (x of shape ({m}, {n}), {shape}, "
+                    f"{kernel_grading.dtype_name(dtype)})")
+            out, x, values = run_transpose(kernel, m, n, blocks, dtype, case, tiled,
+                                           seed=number)
+            ragged = (m % blocks[0] or n % blocks[-1]) if tiled else n % blocks[0]
+            try:
+                out.verify(case)
+            except grading.WrongAnswer as err:
+                if ragged:
+                    raise
+                text = str(err).split(". Mask")[0]
+                raise grading.WrongAnswer(
+                    f"{text}. This case has no ragged edge, so it is not a missing mask: "
+                    "check the output's pointers, y_ptr + cols * stride_yn + rows (y has "
+                    "shape (N, M) and its own row stride).") from None
+            got = out.tensor.cpu()
+            try:
+                grading.compare(got, values.T.cpu(), case, atol=0)
+            except grading.WrongAnswer as err:
+                raise grading.WrongAnswer(
+                    f"{err}\n{_transpose_mistake(got, x, values, m, n)}") from None
+    return f"{total} cases transposed exactly, canaries intact{_hidden_note()}"
+
+
+@grading.exercise("coalescing/transpose-naive", "Triton transpose, one row per program", 1)
+def _check_naive(transpose_naive_kernel) -> str:
+    return _check_transpose(transpose_naive_kernel, "coalescing/transpose-naive",
+                            "transpose_naive_kernel", tiled=False)
+
+
+@grading.exercise("coalescing/transpose-tiled", "Triton transpose, 2-D tiles", 2)
+def _check_tiled(transpose_tiled_kernel) -> str:
+    return _check_transpose(transpose_tiled_kernel, "coalescing/transpose-tiled",
+                            "transpose_tiled_kernel", tiled=True)
+
+
+# ---------------------------------------------------------------- questions
+
+Q1 = {"fp16_contiguous_sectors": 2, "fp32_offset16_sectors": 5, "float4_contiguous_lines": 4}
+Q1_WHY = {
+    "fp16_contiguous_sectors": "32 threads x 2 bytes = 64 contiguous aligned bytes: 2 sectors.",
+    "fp32_offset16_sectors": "Bytes 16..143: the last 16 bytes of sector 0, sectors 1-3, the "
+                             "first 16 bytes of sector 4: 5 sectors.",
+    "float4_contiguous_lines": "32 threads x 16 bytes = 512 bytes = 4 lines of 128 bytes.",
+}
+
+
+@grading.exercise("coalescing/q1-sectors", "Q1: counting sectors", 1, kind="question")
+def _check_q1(answers) -> str:
+    return _grade_items("coalescing/q1-sectors", answers, Q1, Q1_WHY)
+
+
+Q2 = {"efficiency_t_mod_4": 0.5, "efficiency_t_lt_40_of_128": 0.8,
+      "naive_transpose_uncoalesced": "stores"}
+Q2_WHY = {
+    "efficiency_t_mod_4": "Every warp runs both paths (8 and 24 lanes): 32 useful of 64 "
+                          "issued slots.",
+    "efficiency_t_lt_40_of_128": "Warp 0 all True, warp 1 mixed (2 paths), warps 2-3 all "
+                                 "False: 128 / (32 * 5) = 0.8.",
+    "naive_transpose_uncoalesced": "The naive kernel reads a row (contiguous) and writes a "
+                                   "column of y (stride M): the 'stores'.",
+}
+
+
+@grading.exercise("coalescing/q2-divergence", "Q2: divergence and the naive transpose", 1,
+                  kind="question")
+def _check_q2(answers) -> str:
+    return _grade_items("coalescing/q2-divergence", answers, Q2, Q2_WHY)
+
+
+Q3 = {"sectors_a_thread_per_row": 32, "sectors_b_thread_per_col": 4,
+      "tile16_reuse_factor": 16, "coarsening_relieves": "mio_throttle"}
+Q3_WHY = {
+    "sectors_a_thread_per_row": "Thread t computes row t: at step k the warp reads A[t, k] for "
+                                "32 rows, K * 4 bytes apart: 32 sectors.",
+    "sectors_b_thread_per_col": "Thread t computes column t: the warp reads B[k, t..t+31], "
+                                "128 contiguous bytes: 4 sectors.",
+    "tile16_reuse_factor": "Each element of a 16 x 16 tile in shared memory serves 16 outputs: "
+                           "HBM reads drop 16-fold.",
+    "coarsening_relieves": "More outputs per thread means fewer shared-memory loads issued per "
+                           "FLOP: the MIO (memory input/output) queue throttles less.",
+}
+
+
+@grading.exercise("coalescing/q3-matmul", "Q3: naive matmul, tiling and coarsening", 1,
+                  kind="question")
+def _check_q3(answers) -> str:
+    return _grade_items("coalescing/q3-matmul", answers, Q3, Q3_WHY)
+
+
+# ---------------------------------------------------------------- veto misconceptions
+
+MISCONCEPTIONS = {
+    "coalescing_is_per_thread": (
+        False, "Coalescing is decided per warp instruction: the addresses of all 32 lanes "
+        "together decide how many sectors one load needs."),
+    "divergence_between_warps_costs": (
+        False, "Different warps may take different branches at no extra cost: only lanes of "
+        "one warp that disagree serialise the paths."),
+    "stride_2_costs_2x_sectors": (
+        True, "With a stride of 2 fp32 elements, a warp's 32 reads span 256 bytes: 8 sectors "
+        "instead of 4, half of every moved byte unused."),
+    "tiled_transpose_still_uncoalesced": (
+        False, "A tiled transpose loads rows of a tile and stores rows of the transposed tile: "
+        "both sides are contiguous; the reshuffle happens on chip."),
+}
+
+
+@grading.exercise("coalescing/misconceptions", "veto misconceptions (true/false)", 0,
+                  kind="veto")
+def _check_misconceptions(answers) -> str:
+    _require_keys(answers, list(MISCONCEPTIONS), "coalescing/misconceptions")
+    wrong = []
+    for key, (truth, why) in MISCONCEPTIONS.items():
+        given = answers[key]
+        if not isinstance(given, bool):
+            raise grading.WrongAnswer(f"coalescing/misconceptions: answer {key} with True or "
+                                      f"False, not {given!r}.")
+        if given != truth:
+            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
+    if wrong:
+        raise grading.VetoMisconception(
+            "coalescing/misconceptions: a wrong answer here fails the lesson whatever the "
+            "other points:\n" + "\n".join(wrong))
+    return f"all {len(MISCONCEPTIONS)} statements judged right"

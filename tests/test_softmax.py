@@ -1,0 +1,342 @@
+"""Lesson 5's grader: the solutions pass, known-wrong answers (numpy functions and Triton kernels
+built by editing the lesson's own solution cells) are rejected with the message that names the
+mistake, blanks say "Fill in the blank", questions and misconceptions are checked."""
+
+import importlib.util
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from flashcourse import (
+    BlankNotFilled,
+    VetoMisconception,
+    WrongAnswer,
+    ______,
+    check,
+    grading,
+    notebooks,
+    runtime,
+)
+
+runtime.setup(verbose=False)  # before triton is imported or any kernel defined: the interpreter
+
+from flashcourse.checks import softmax  # noqa: E402
+
+REJECTED = []  # (exercise id, mistake) pairs a test saw rejected
+KERNEL_HEADER = "import triton\nimport triton.language as tl\nfrom flashcourse import ______\n\n"
+
+
+@pytest.fixture
+def note_rejection(request):
+    """Count a rejected known-wrong answer in the suite's summary (conftest's record_rejection
+    fixture, where it exists) as well as in this module."""
+    try:
+        record = request.getfixturevalue("record_rejection")
+    except pytest.FixtureLookupError:
+        record = None
+
+    def note(exercise_id, mistake):
+        REJECTED.append((exercise_id, mistake))
+        if record is not None:
+            record(exercise_id, mistake)
+
+    return note
+
+
+def solution_source(root, cell_id):
+    lesson = notebooks.parse(root / "lessons" / "05-softmax.qmd")
+    cell = next(c for c in lesson.cells if c.options.get("id") == cell_id)
+    return notebooks._solution_source(cell)
+
+
+def edited(source, lines=None, replace=()):
+    """The source with assignments `target = ...` rewritten (lines) and substrings replaced
+    (replace: (old, new, expected count))."""
+    for target, value in (lines or {}).items():
+        pattern = rf"^(\s*){re.escape(target)} = .*$"
+        source, count = re.subn(pattern, rf"\1{target} = {value}", source, flags=re.M)
+        assert count == 1, target
+    for old, new, times in replace:
+        assert source.count(old) == times, (old, source.count(old))
+        source = source.replace(old, new)
+    return source
+
+
+def numpy_answer(root, cell_id, name, lines=None, replace=()):
+    source = edited(solution_source(root, cell_id), lines, replace)
+    namespace = {"np": np, "______": ______}
+    exec(compile(source, "<student>", "exec"), namespace)
+    return namespace[name]
+
+
+def kernel_answer(root, tmp_path, cell_id, name, lines=None, replace=()):
+    """A student's kernel: @triton.jit reads the source file, so write a real module."""
+    runtime.setup(verbose=False)  # the interpreter must be chosen before @triton.jit runs
+    source = edited(solution_source(root, cell_id), lines, replace)
+    module_name = f"student_{name}_{len(list(tmp_path.iterdir()))}"
+    path = tmp_path / f"{module_name}.py"
+    path.write_text(KERNEL_HEADER + source + "\n")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+EXERCISES = {  # exercise id: (solution cell id, function name, kind)
+    "softmax/stable-softmax": ("exercise-stable-softmax", "stable_softmax", "numpy"),
+    "softmax/row-kernel": ("exercise-row-kernel", "softmax_row_kernel", "kernel"),
+    "softmax/online-stats": ("exercise-online-stats", "online_softmax_stats", "numpy"),
+    "softmax/online-kernel": ("exercise-online-kernel", "online_softmax_kernel", "kernel"),
+    "softmax/merge-states": ("exercise-merge-states", "merge_states", "numpy"),
+}
+
+
+def answer(root, tmp_path, exercise_id, lines=None, replace=()):
+    cell_id, name, kind = EXERCISES[exercise_id]
+    if kind == "kernel":
+        return kernel_answer(root, tmp_path, cell_id, name, lines, replace)
+    return numpy_answer(root, cell_id, name, lines, replace)
+
+
+# ---------------------------------------------------------------- right answers
+
+
+@pytest.mark.parametrize("exercise_id", list(EXERCISES))
+def test_solution_passes(root, tmp_path, capsys, exercise_id):
+    check(exercise_id, answer(root, tmp_path, exercise_id))
+    out = capsys.readouterr().out
+    assert out.startswith(f"\u2713 {exercise_id}: ")
+    assert "(graders also run hidden cases)" in out
+    assert grading.RESULTS[exercise_id] == grading.EXERCISES[exercise_id].points
+
+
+@pytest.mark.parametrize("exercise_id", ["softmax/stable-softmax", "softmax/row-kernel",
+                                         "softmax/online-kernel", "softmax/merge-states",
+                                         "softmax/online-stats"])
+def test_hidden_cases_run_in_grading_mode(root, tmp_path, capsys, monkeypatch, exercise_id):
+    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    check(exercise_id, answer(root, tmp_path, exercise_id))
+    out = capsys.readouterr().out
+    count = int(re.search(r": (\d+) cases", out).group(1))
+    assert count >= 8 and "hidden" not in out, out
+
+
+# ---------------------------------------------------------------- known-wrong answers
+
+WRONG = {
+    # exercise 1: the stable numpy softmax
+    ("softmax/stable-softmax", "no max subtraction"): (
+        dict(lines={"shifted": "x"}), "Without subtracting the max"),
+    ("softmax/stable-softmax", "max over the whole array"): (
+        dict(lines={"shifted": "x - x.max()"}), "The max is taken over the whole array"),
+    ("softmax/stable-softmax", "sum over the whole array"): (
+        dict(lines={"probabilities": "e / e.sum()"}), "The sum runs over the whole array"),
+    ("softmax/stable-softmax", "reductions down the columns"): (
+        dict(lines={"shifted": "x - x.max(axis=0, keepdims=True)",
+                    "probabilities": "e / e.sum(axis=0, keepdims=True)"}), "over axis 0"),
+    ("softmax/stable-softmax", "max without keepdims"): (
+        dict(lines={"shifted": "x - x.max(axis=-1)"}), "keepdims=True"),
+    # exercise 2: the fused row kernel
+    ("softmax/row-kernel", "no max subtraction"): (
+        dict(lines={"row_max": "0.0"}), "subtract the row max before tl.exp"),
+    ("softmax/row-kernel", "padding loaded as 0"): (
+        dict(replace=[('other=float("-inf")', "other=0.0", 1)]), "fills the padding lanes"),
+    ("softmax/row-kernel", "masked load without other="): (
+        dict(replace=[(', other=float("-inf")', "", 1)]), "fills the padding lanes"),
+    ("softmax/row-kernel", "load without a mask"): (
+        dict(lines={"x": "tl.load(x_ptrs).to(tl.float32)"}), "the load read past the end"),
+    ("softmax/row-kernel", "store without a mask"): (
+        dict(replace=[("numerator / denominator, mask=mask)", "numerator / denominator)", 1)]),
+        "Mask the stores"),
+    ("softmax/row-kernel", "rows assumed contiguous"): (
+        dict(replace=[("row * x_row_stride", "row * n_cols", 1),
+                      ("row * y_row_stride", "row * n_cols", 1)]), "not r * n_cols"),
+    ("softmax/row-kernel", "input rows assumed contiguous"): (
+        dict(replace=[("row * x_row_stride", "row * n_cols", 1)]), "not r * n_cols"),
+    ("softmax/row-kernel", "no division by the sum"): (
+        dict(replace=[("numerator / denominator,", "numerator,", 1)]), "never divided"),
+    ("softmax/row-kernel", "nothing stored"): (
+        dict(replace=[("    tl.store(y_ptrs, numerator / denominator, mask=mask)",
+                       "    pass", 1)]), "nothing was stored"),
+    # exercise 3: the online statistics in numpy
+    ("softmax/online-stats", "sum not rescaled"): (
+        dict(lines={"scale": "np.ones_like(m_new)"}), "not rescaled"),
+    ("softmax/online-stats", "rescale the wrong way"): (
+        dict(lines={"scale": "np.exp(m_new - m)"}), "points the wrong way"),
+    ("softmax/online-stats", "block max only"): (
+        dict(lines={"m_new": "block.max(axis=-1)"}), "with the block max alone"),
+    ("softmax/online-stats", "no max subtraction"): (
+        dict(lines={"m_new": "np.zeros_like(m)"}), "Without subtracting the running max"),
+    # exercise 4: the online kernel
+    ("softmax/online-kernel", "sum not rescaled"): (
+        dict(replace=[("l = l * tl.exp(m - m_new) + ", "l = l + ", 1)]), "not rescaled"),
+    ("softmax/online-kernel", "rescale the wrong way"): (
+        dict(replace=[("tl.exp(m - m_new)", "tl.exp(m_new - m)", 1)]), "points the wrong way"),
+    ("softmax/online-kernel", "block max only"): (
+        dict(lines={"m_new": "tl.max(x, axis=0)"}), "With the block max alone"),
+    ("softmax/online-kernel", "padding loaded as 0"): (
+        dict(replace=[('other=float("-inf")', "other=0.0", 2)]), "fills the padding lanes"),
+    ("softmax/online-kernel", "no division by the sum"): (
+        dict(lines={"y": "tl.exp(x - m)"}), "without dividing"),
+    ("softmax/online-kernel", "store without a mask"): (
+        dict(replace=[("tl.store(y_row + cols, y, mask=mask)", "tl.store(y_row + cols, y)", 1)]),
+        "Mask the stores"),
+    # exercise 5: merging two states
+    ("softmax/merge-states", "states added without rescaling"): (
+        dict(lines={"l": "l1 + l2", "o": "o1 + o2"}), "different maxima"),
+    ("softmax/merge-states", "o not rescaled"): (
+        dict(lines={"o": "o1 + o2"}), "l is rescaled but o is not"),
+    ("softmax/merge-states", "factors swapped"): (
+        dict(lines={"a1": "np.exp(m2 - m)", "a2": "np.exp(m1 - m)"}), "factors are swapped"),
+    ("softmax/merge-states", "factors flipped"): (
+        dict(lines={"a1": "np.exp(m - m1)", "a2": "np.exp(m - m2)"}), "point the wrong way"),
+    ("softmax/merge-states", "first max kept"): (
+        dict(lines={"m": "m1"}), "not m1"),
+}
+
+
+@pytest.mark.parametrize("exercise_id, mistake", list(WRONG))
+def test_known_wrong_answer_is_rejected_with_its_message(root, tmp_path, note_rejection,
+                                                         exercise_id, mistake):
+    edits, message = WRONG[exercise_id, mistake]
+    wrong = answer(root, tmp_path, exercise_id, **edits)
+    with pytest.raises(WrongAnswer, match=re.escape(message)) as caught:
+        check(exercise_id, wrong)
+    text = str(caught.value)
+    assert re.search(r"case \d+/\d+ \(", text), text  # names the case
+    assert "Traceback" not in text and "triton" not in text.split("\n")[0].lower()
+    assert exercise_id not in grading.RESULTS
+    note_rejection(exercise_id, mistake)
+
+
+def test_failure_message_says_where_and_how_much(root, tmp_path):
+    wrong = answer(root, tmp_path, "softmax/online-kernel",
+                   replace=[("l = l * tl.exp(m - m_new) + ", "l = l + ", 1)])
+    with pytest.raises(WrongAnswer) as caught:
+        check("softmax/online-kernel", wrong)
+    text = str(caught.value)
+    assert re.search(r"max abs error [0-9.e+-]+ .* at row \d+, column \d+", text), text
+    assert "BLOCK=16" in text and "fp32" in text
+
+
+def test_kernel_crash_names_the_case(root, tmp_path):
+    wrong = answer(root, tmp_path, "softmax/row-kernel",
+                   lines={"row_max": "tl.max(x, axis=1)"})
+    with pytest.raises(WrongAnswer, match=r"case 1/\d+ .*your code raised"):
+        check("softmax/row-kernel", wrong)
+
+
+# ---------------------------------------------------------------- blanks and wrong types
+
+
+@pytest.mark.parametrize("exercise_id, target", [
+    ("softmax/stable-softmax", "e"), ("softmax/row-kernel", "mask"),
+    ("softmax/row-kernel", "y_ptrs"), ("softmax/online-stats", "scale"),
+    ("softmax/online-kernel", "m_new"), ("softmax/online-kernel", "y"),
+    ("softmax/merge-states", "a2")])
+def test_blank_says_fill_in_the_blank(root, tmp_path, exercise_id, target):
+    blank = answer(root, tmp_path, exercise_id, lines={target: "______"})
+    with pytest.raises(BlankNotFilled, match="Fill in the blank") as caught:
+        check(exercise_id, blank)
+    if EXERCISES[exercise_id][2] == "kernel":  # kernels live in files: the line is shown
+        assert re.search(rf"line \d+: {target} = ______", str(caught.value)), caught.value
+
+
+def test_passing_something_else_than_a_kernel(root, tmp_path):
+    kernel = answer(root, tmp_path, "softmax/row-kernel")
+    with pytest.raises(WrongAnswer, match="pass the kernel itself"):
+        check("softmax/row-kernel", kernel.fn)
+    with pytest.raises(BlankNotFilled):
+        check("softmax/online-kernel", ______)
+
+
+def test_modifying_inputs_is_rejected():
+    def sneaky(x):
+        x -= x.max(axis=-1, keepdims=True)
+        return softmax.stable_candidate(x, "global_sum") * 0 + np.exp(x) / np.exp(x).sum(
+            axis=-1, keepdims=True)
+
+    with pytest.raises(WrongAnswer, match="modified x in place"):
+        check("softmax/stable-softmax", sneaky)
+
+
+def test_stats_must_return_a_pair():
+    with pytest.raises(WrongAnswer, match=r"return the pair \(m, l\)"):
+        check("softmax/online-stats", lambda x, block_size: x.max(axis=-1))
+
+
+def test_launchers_match_the_lesson(root, tmp_path):
+    import torch
+
+    kernel = answer(root, tmp_path, "softmax/online-kernel")
+    x = torch.randn(3, 50) * 4
+    for block in (16, 64):
+        y = softmax.online_softmax(kernel, x, block=block)
+        assert torch.allclose(y, torch.softmax(x, dim=-1), atol=1e-6)
+    row = answer(root, tmp_path, "softmax/row-kernel")
+    assert torch.allclose(softmax.row_softmax(row, x), torch.softmax(x, dim=-1), atol=1e-6)
+
+
+# ---------------------------------------------------------------- questions and misconceptions
+
+RIGHT_Q = {"softmax/q1-overflow": softmax.Q1, "softmax/q2-traffic": softmax.Q2,
+           "softmax/q3-merge": softmax.Q3}
+
+
+@pytest.mark.parametrize("exercise_id", list(RIGHT_Q))
+def test_questions_accept_right_and_reject_wrong(note_rejection, exercise_id):
+    right = dict(RIGHT_Q[exercise_id])
+    check(exercise_id, right)
+    for key, value in right.items():
+        wrong = dict(right)
+        wrong[key] = (not value if isinstance(value, bool) else value * 2 + 1
+                      if isinstance(value, (int, float)) else "wrong")
+        with pytest.raises(WrongAnswer, match=re.escape(key)):
+            check(exercise_id, wrong)
+        note_rejection(exercise_id, key)
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        check(exercise_id, dict(right, **{next(iter(right)): ______}))
+
+
+def test_q3_accepts_a_rounded_number():
+    check("softmax/q3-merge", dict(softmax.Q3, merged_l=1.149))
+    with pytest.raises(WrongAnswer, match="merged_l"):
+        check("softmax/q3-merge", dict(softmax.Q3, merged_l=4.0))  # l1 + l2, not rescaled
+
+
+def test_misconceptions_veto_fails_the_lesson(capsys, note_rejection):
+    right = {key: truth for key, (truth, _) in softmax.MISCONCEPTIONS.items()}
+    for key in right:
+        with pytest.raises(VetoMisconception, match=key):
+            check("softmax/misconceptions", dict(right, **{key: not right[key]}))
+        note_rejection("softmax/misconceptions", key)
+    for item in grading.LESSONS["softmax"].exercises:
+        if item.kind != "veto":
+            grading.RESULTS[item.id] = item.points
+    with pytest.raises(VetoMisconception, match="fails the lesson"):
+        grading.scorecard("softmax")
+    assert "FAIL" in capsys.readouterr().out
+    check("softmax/misconceptions", right)
+    assert grading.scorecard("softmax") == 10
+    assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out
+
+
+def test_misconception_answers_must_be_booleans():
+    right = {key: truth for key, (truth, _) in softmax.MISCONCEPTIONS.items()}
+    with pytest.raises(WrongAnswer, match="True or False"):
+        check("softmax/misconceptions", dict(right, shift_changes_softmax="no"))
+
+
+def test_lesson_is_out_of_ten_with_pass_line_eight():
+    lesson = grading.LESSONS["softmax"]
+    assert lesson.total_points == 10 and lesson.pass_line == 8
+
+
+def test_every_graded_exercise_has_three_known_wrong_answers():
+    # static, so it holds under pytest-xdist too; each entry is run by the parametrized test
+    for exercise_id in EXERCISES:
+        count = len([key for key in WRONG if key[0] == exercise_id])
+        assert count >= 3, (exercise_id, count)
