@@ -29,9 +29,14 @@ FORWARD_CONFIGS = {
     (64, False): (64, 64, 4, 3), (64, True): (64, 64, 4, 3),
     (128, False): (128, 128, 8, 3), (128, True): (64, 64, 4, 3),
 }
-# Backward configs on the GPU, keyed by head dim: BLOCK_M, BLOCK_N, warps, stages.
-BACKWARD_CONFIGS = {16: (64, 64, 4, 2), 32: (64, 64, 4, 2), 64: (64, 64, 4, 2),
-                    128: (64, 64, 8, 2)}
+# Backward configs on the GPU, keyed by (kernel, head dim): BLOCK_M, BLOCK_N, warps, stages.
+# The dK/dV kernel keeps a key block resident and walks query blocks; dQ does the opposite.
+BACKWARD_CONFIGS = {
+    ("dkdv", 16): (64, 64, 4, 2), ("dkdv", 32): (64, 64, 4, 2), ("dkdv", 64): (64, 64, 4, 2),
+    ("dkdv", 128): (64, 64, 8, 2),
+    ("dq", 16): (64, 64, 4, 2), ("dq", 32): (64, 64, 4, 2), ("dq", 64): (64, 64, 4, 2),
+    ("dq", 128): (64, 64, 8, 2),
+}
 INTERPRETER_BLOCKS = (16, 16)  # small blocks: the interpreter's cost grows with block area
 
 
@@ -174,11 +179,11 @@ def triton_cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-def backward_config(d: int, block_m=None, block_n=None):
+def backward_config(d: int, block_m=None, block_n=None, kernel: str = "dkdv"):
     if runtime.current().interpreter:
         bm, bn, warps, stages = *INTERPRETER_BLOCKS, 4, 1
     else:
-        bm, bn, warps, stages = BACKWARD_CONFIGS.get(d, (64, 64, 4, 2))
+        bm, bn, warps, stages = BACKWARD_CONFIGS.get((kernel, d), (64, 64, 4, 2))
     return block_m or bm, block_n or bn, warps, stages
 
 
@@ -234,7 +239,7 @@ def launch_dq(kernel, q, k, v, do, lse, delta, causal, sm_scale, dq=None,
     refuse_unfinished(kernel, getattr(kernel, "__name__", "kernel"))
     B, H, N, D = q.shape
     lse, delta = _same_strides(lse, delta)
-    bm, bn, warps, stages = backward_config(D, block_m, block_n)
+    bm, bn, warps, stages = backward_config(D, block_m, block_n, kernel="dq")
     dq = torch.empty_like(q) if dq is None else dq
     kernel[(triton_cdiv(N, bm), B * H)](
         q, k, v, do, lse, delta, dq,

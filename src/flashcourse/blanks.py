@@ -87,10 +87,21 @@ def blank_lines(obj) -> list[int]:
     return [n for n, line in enumerate(source.splitlines(), 1) if BLANK_TOKEN in line]
 
 
+_CHECKED_CODE: set = set()  # code objects already found free of blanks
+
+
 def refuse_blanks(obj, name: str) -> None:
-    """Raise BlankNotFilled naming the lines of `obj` that still hold a blank."""
+    """Raise BlankNotFilled naming the lines of `obj` that still hold a blank.
+
+    Launchers call this on every launch, so a function found clean is remembered by its code
+    object (reading the source costs far more than a GPU kernel launch)."""
+    code = getattr(getattr(obj, "fn", obj), "__code__", None)
+    if code is not None and code in _CHECKED_CODE:
+        return
     lines = blank_lines(obj)
     if lines:
         source = source_of(obj).splitlines()
         shown = "\n".join(f"    line {n}: {source[n - 1].strip()}" for n in lines)
         raise BlankNotFilled(f"{_message(name)}\n{shown}")
+    if code is not None:
+        _CHECKED_CODE.add(code)

@@ -83,6 +83,18 @@ TOLERANCES = {  # dtype -> (atol, rtol) of outputs; L is always float32
 GRAD_TOLERANCES = {torch.float32: (2e-4, 1e-3), torch.float16: (1e-2, 1e-2)}
 
 
+def _device() -> str:
+    """Kernel arguments live here; references are always computed on the CPU in float64."""
+    return runtime.current().device
+
+
+def _tolerance(table: dict, dtype) -> tuple[float, float]:
+    """On a GPU, tl.dot on float32 runs in TF32 (10-bit mantissa): grade it like float16."""
+    if dtype == torch.float32 and _device() != "cpu":
+        return table[torch.float16]
+    return table[dtype]
+
+
 # ---------------------------------------------------------------- helpers
 
 
@@ -111,9 +123,10 @@ def _place(x: torch.Tensor, layout: str, pad: int) -> torch.Tensor:
     """x (B, H, N, D) copied into NaN padding of at least `pad` rows after every (N, D)
     matrix, so that an unmasked block load stays inside the buffer (the interpreter does not
     check bounds) and reads NaN. "bnhd": a transposed view of a (B, N, H, D) tensor."""
+    x = x.to(_device())
     if layout == "bnhd":
         B, H, N, D = x.shape
-        nan_rows = torch.full((B, pad, H, D), float("nan"), dtype=x.dtype)
+        nan_rows = torch.full((B, pad, H, D), float("nan"), dtype=x.dtype, device=x.device)
         padded = buffers.poisoned(torch.cat([x.transpose(1, 2), nan_rows], 1))
         return padded[:, :N].transpose(1, 2)
     return buffers.poisoned(x, pad_rows=pad)
@@ -273,14 +286,16 @@ def _diagnose_forward(out: np.ndarray, case: Case, q, k, v) -> str:
 def _run_forward(kernel, case: Case, label: str):
     q, k, v = _inputs(case)
     qp, kp, vp = (_place(x, case.layout, _pad(case)) for x in (q, k, v))
-    out = buffers.Canaried((case.B, case.H, case.N, case.D), case.dtype, pad_rows=_pad(case))
-    lse = buffers.Canaried((case.B, case.H, case.N), torch.float32, pad_cols=_pad(case))
+    out = buffers.Canaried((case.B, case.H, case.N, case.D), case.dtype, _device(),
+                           pad_rows=_pad(case))
+    lse = buffers.Canaried((case.B, case.H, case.N), torch.float32, _device(),
+                           pad_cols=_pad(case))
     _launch(attention.flash_forward, label, kernel, qp, kp, vp, case.causal, case.sm_scale
             if case.sm_scale is not None else None, block_m=case.block_m,
             block_n=case.block_n, out=out.tensor, lse=lse.tensor)
     for buffer, name in ((out, "output O"), (lse, "logsumexp L")):
         _verify(buffer, f"{label}, {name}")
-    return q, k, v, out.tensor.detach().clone(), lse.tensor.detach().clone()
+    return q, k, v, out.tensor.detach().cpu(), lse.tensor.detach().cpu()
 
 
 @grading.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 3)
@@ -293,7 +308,7 @@ def _check_forward(kernel) -> str:
         ref, ref_lse = attention.standard_attention(
             *(x.to(torch.float64) for x in (q, k, v)), causal=case.causal,
             sm_scale=case.scale(), return_lse=True)
-        atol, rtol = TOLERANCES[case.dtype]
+        atol, rtol = _tolerance(TOLERANCES, case.dtype)
         out64 = out.to(torch.float64).numpy()
         try:
             grading.compare(out64, ref.numpy(), label + ", output O", atol=atol, rtol=rtol,
@@ -402,25 +417,26 @@ def _check_backward(kernel, exercise_id: str, which: str) -> str:
         q, k, v, do, lse, delta = _backward_inputs(case)
         pad = _pad(case)
         placed = [_place(x, case.layout, pad) for x in (q, k, v, do)]
-        lse_p, delta_p = (buffers.poisoned(x, pad_cols=pad) for x in (lse, delta))
+        lse_p, delta_p = (buffers.poisoned(x.to(_device()), pad_cols=pad) for x in (lse, delta))
         shape = (case.B, case.H, case.N, case.D)
         if which == "dkdv":
-            dk, dv = (buffers.Canaried(shape, case.dtype, pad_rows=pad) for _ in range(2))
+            dk, dv = (buffers.Canaried(shape, case.dtype, _device(), pad_rows=pad)
+                      for _ in range(2))
             _launch(attention.launch_dkdv, label, kernel, *placed, lse_p, delta_p, case.causal,
                     case.scale(), dk=dk.tensor, dv=dv.tensor, block_m=case.block_m,
                     block_n=case.block_n)
             outputs = {"dK": dk, "dV": dv}
         else:
-            dq = buffers.Canaried(shape, case.dtype, pad_rows=pad)
+            dq = buffers.Canaried(shape, case.dtype, _device(), pad_rows=pad)
             _launch(attention.launch_dq, label, kernel, *placed, lse_p, delta_p, case.causal,
                     case.scale(), dq=dq.tensor, block_m=case.block_m, block_n=case.block_n)
             outputs = {"dQ": dq}
         ref_dq, ref_dk, ref_dv = reference_grads(q, k, v, do, case.causal, case.scale())
         refs = {"dQ": ref_dq, "dK": ref_dk, "dV": ref_dv}
-        atol, rtol = GRAD_TOLERANCES[case.dtype]
+        atol, rtol = _tolerance(GRAD_TOLERANCES, case.dtype)
         for name, buffer in outputs.items():
             _verify(buffer, f"{label}, {name}")
-            got = buffer.tensor.to(torch.float64).numpy()
+            got = buffer.tensor.detach().cpu().to(torch.float64).numpy()
             # scale the absolute tolerance with the gradient's size
             expected = refs[name].numpy()
             scale = max(1.0, float(np.abs(expected).max()))

@@ -1,0 +1,97 @@
+"""Lesson 7 on a GPU, in one command (about 8 minutes on an H200):
+
+    python gpu/perf.py --out assets/results [--quick] [--no-autotune]
+
+(a) checks every ladder step of the course kernel and its forward + backward on the GPU
+    (fp16 and bf16, d = 64 and 128, B > 1, H > 1, ragged N, causal and not, transposed views);
+(b) runs the benchmark harness (ladder, then the forward and forward+backward sweeps), writing
+    07-ladder.csv, 07-attention-fwd.csv, 07-attention-fwdbwd.csv (+ -raw.csv) and PNGs;
+(c) builds the CUDA C++ kernel with load_inline and checks it against fp32 attention;
+(d) prints the harness's summary: course kernel vs cuDNN and vs the flash backend.
+Exit status 1 when any check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("assets/results"))
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-autotune", action="store_true")
+    parser.add_argument("--skip-cuda", action="store_true")
+    args = parser.parse_args()
+
+    import torch
+
+    import flashcourse as fc
+
+    fc.setup()
+    if fc.runtime.current().interpreter:
+        print("gpu/perf.py needs a CUDA GPU; nothing to do here.")
+        return 0
+    from flashcourse import bench, benchmark
+    from flashcourse.kernels import cuda_fwd, flash_ref
+
+    print(bench.environment())
+    failures = []
+    start = time.time()
+
+    # (a) correctness of every step and of the backward
+    for dtype in (torch.float16, torch.bfloat16):
+        for step in flash_ref.ladder_steps():
+            ok, why = flash_ref.step_supported(step)
+            if not ok:
+                print(f"step {step.number} ({step.name}): unsupported here: {why}")
+                continue
+            try:
+                lines = flash_ref.check_step(step, dtype=dtype)
+                print(f"step {step.number} ({step.name}) {dtype}: {len(lines)} cases ok")
+            except Exception as err:  # noqa: BLE001
+                failures.append(f"step {step.number} {dtype}: {err}")
+                print(f"step {step.number} ({step.name}) {dtype}: FAILED {err}")
+        try:
+            for line in flash_ref.check_backward(dtype=dtype):
+                print(line)
+        except Exception as err:  # noqa: BLE001
+            failures.append(f"backward {dtype}: {err}")
+            print(f"backward {dtype}: FAILED {err}")
+    print(f"(a) correctness checks done in {time.time() - start:.0f} s")
+
+    # (c) first, so a slow harness cannot starve it: the CUDA C++ kernel
+    if not args.skip_cuda:
+        t = time.time()
+        try:
+            cuda_fwd.build()
+            for line in cuda_fwd.check():
+                print(line)
+        except Exception as err:  # noqa: BLE001
+            traceback.print_exc()
+            failures.append(f"CUDA kernel: {err}")
+        print(f"(c) CUDA kernel built and checked in {time.time() - t:.0f} s")
+
+    # (b) + (d): the harness prints the ladder, the summary table, and writes the files
+    t = time.time()
+    argv = ["--out", str(args.out)] + (["--quick"] if args.quick else []) + \
+        (["--no-autotune"] if args.no_autotune else [])
+    status = benchmark.main(argv)
+    if status:
+        failures.append("benchmark: some course-kernel rows are WRONG (see the CSVs)")
+    print(f"(b) harness done in {time.time() - t:.0f} s; total {time.time() - start:.0f} s")
+    for number, why in flash_ref.BROKEN_STEPS.items():
+        print(f"note: ladder step {number} failed to compile and flash_attention fell back: {why}")
+    for failure in failures:
+        print("FAILED:", failure)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
