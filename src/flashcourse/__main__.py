@@ -1,4 +1,4 @@
-"""Command line: `python -m flashcourse list | build | check-sync | grade PATH...`."""
+"""Command line: `python -m flashcourse list | build | check-sync | grade PATH... | bench`."""
 
 from __future__ import annotations
 
@@ -19,6 +19,13 @@ def main(argv: list[str] | None = None) -> int:
 
     grade.add_arguments(sub.add_parser(
         "grade", help="grade submitted notebooks: scorecard, CSV, JUnit XML, HTML page"))
+    sub.add_parser("bench", add_help=False,
+                   help="benchmark attention on a CUDA GPU (see `bench --help`)")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # the benchmark parses its own options
+        from . import benchmark
+
+        return benchmark.main(argv[1:])
     args = parser.parse_args(argv)
 
     if args.command == "grade":

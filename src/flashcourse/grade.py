@@ -353,7 +353,8 @@ def _summarise(cell) -> dict:
                      if o.get("output_type") == "stream" and o.get("name") == "stdout")
     if errors:
         ename = errors[0].get("ename", "")
-        return {"id": cell.id, "status": "timeout" if ename == "CellTimeout" else "error",
+        timed_out = ename in ("CellTimeout", "KeyboardInterrupt")  # the grader interrupted it
+        return {"id": cell.id, "status": "timeout" if timed_out else "error",
                 "ename": ename, "evalue": str(errors[0].get("evalue", "")),
                 "stdout": stdout[-STDOUT_KEPT:]}
     return {"id": cell.id, "status": "ok", "ename": "", "evalue": "",
@@ -367,6 +368,12 @@ def _first_line(text: str, limit: int = 240) -> str:
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     line = " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else \
         (lines[0] if lines else "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _message(text: str, limit: int = 600) -> str:
+    """A check's failure message on one line: case, error, where, and the hint."""
+    line = " ".join(ln.strip() for ln in str(text).splitlines() if ln.strip())
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
@@ -518,7 +525,9 @@ def _score(sub: Submission, lesson, check_cells: dict[str, str], outcome: dict, 
         elif run is None:
             item.status, item.message = "not run", "the notebook stopped before its check"
         elif run["status"] == "ok":
-            if f"\u2713 {ex.id}:" in run["stdout"] and report is not None and ex.id in results:
+            # after a crash there is no report: the check's own line is then all there is,
+            # and the submission fails as CRASHED whatever it earned
+            if f"\u2713 {ex.id}:" in run["stdout"] and (report is None or ex.id in results):
                 item.status, item.earned = "pass", float(ex.points)
                 item.message = _first_line(run["stdout"].split(f"\u2713 {ex.id}:")[-1])
             else:
@@ -532,11 +541,12 @@ def _score(sub: Submission, lesson, check_cells: dict[str, str], outcome: dict, 
             ename = run["ename"]
             item.status = {"VetoMisconception": "veto", "WrongAnswer": "wrong",
                            "BlankNotFilled": "blank"}.get(ename, "error")
-            item.message = _first_line(run["evalue"]) if item.status != "error" else \
-                f"{ename}: {_first_line(run['evalue'])}"
+            item.message = _message(run["evalue"]) if item.status != "error" else \
+                f"{ename}: {_message(run['evalue'])}"
         if ex.kind == "veto" and (item.status == "veto" or ex.id in vetoes):
             item.status = "veto"
-            sub.vetoes.append(f"{ex.title}: {_first_line(vetoes.get(ex.id, run and run['evalue'] or ''))}")
+            why = vetoes.get(ex.id, run["evalue"] if run else "")
+            sub.vetoes.append(f"{ex.title}: {_first_line(why)}")
     sub.earned = sum(item.earned for item in sub.exercises)
     if sub.status == TIMEOUT:
         return

@@ -25,7 +25,7 @@ def _item_line(item) -> str:
         line = f"    {mark} {item.earned:g}/{item.points:g}  {item.title} ({kind})"
         if item.status != "pass":
             line += f": {item.status}"
-    if item.status != "pass" and item.message:
+    if item.status not in ("pass", "veto") and item.message:  # vetoes get their own line
         line += f" - {item.message}"
     return line
 

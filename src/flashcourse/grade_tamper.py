@@ -221,9 +221,12 @@ class _Scanner(ast.NodeVisitor):
                                                              "system", "getoutput"):
             magic = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) \
                 else None
-            if func.attr == "system" or magic not in ALLOWED_MAGICS:
-                self.flag(node, f"runs IPython `{magic or func.attr}` (magics and shell "
-                                "commands are not allowed in graded cells)")
+            if func.attr in ("system", "getoutput"):
+                self.flag(node, f"runs a shell command (`!{magic}`); shell commands are not "
+                                "allowed in graded notebooks")
+            elif magic not in ALLOWED_MAGICS:
+                self.flag(node, f"runs the IPython magic `%{magic}`; only "
+                                f"{', '.join(sorted(ALLOWED_MAGICS))} are allowed")
             elif len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and \
                     isinstance(node.args[1].value, str):  # %time CODE: scan CODE too
                 try:

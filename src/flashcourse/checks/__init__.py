@@ -10,6 +10,7 @@ from . import (  # noqa: E402,F401
     coalescing,
     flash_triton,
     gpu_flash,
+    performance,
     roofline,
     softmax,
     tiling,

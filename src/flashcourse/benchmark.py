@@ -1,0 +1,637 @@
+"""Attention benchmark: naive torch, torch.compile, SDPA with each backend pinned, and the
+course's Triton FlashAttention (every step of its optimisation ladder).
+
+    python -m flashcourse.benchmark [--quick] [--out DIR] [--modes fwd,fwdbwd] [--no-ladder]
+
+Timing: triton.testing.do_bench (L2 flushed before every run), median. FLOPs: 4*B*H*N*N*d,
+halved when causal, 2.5x for the backward (flashcourse.traffic.attention_flops); fwd+bwd rows
+count forward + backward = 3.5x. B*N = 32k tokens, H = 32 for d = 64 and 16 for d = 128.
+
+Every course-kernel case is checked against an fp32 reference before timing and again after;
+a mismatch marks the row WRONG and makes the exit status 1. Writes, into --out:
+07-attention-fwd.csv and 07-attention-fwdbwd.csv (one row per case, TFLOP/s per provider),
+their -raw.csv twins (one row per measurement, with ms and status), 07-ladder.csv (one row per
+case and step), every row with date, GPU and versions, and a PNG plot of each.
+Without CUDA it says why and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+TOKENS = 32 * 1024
+FULL_NS = (1024, 2048, 4096, 8192, 16384)
+QUICK_NS = (1024, 4096)
+# Providers that materialise the (N, N) scores: skipped above these N (memory and time).
+DENSE_MAX_N = {"fwd": 8192, "fwdbwd": 4096}
+COMPILE_NS = (1024, 4096)  # torch.compile recompiles per shape: a few lengths, fp16 only
+PROVIDERS = ("naive", "compile", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn",
+             "course")
+LADDER_N = 4096
+NO_CUDA = ("flashcourse.benchmark: no CUDA GPU here, so there is nothing to measure (timings "
+           "of the Triton interpreter on a CPU say nothing about GPU speed). Run this on a "
+           "machine with an NVIDIA GPU; the course's recorded results are in assets/results/.")
+
+
+@dataclass(frozen=True)
+class Case:
+    mode: str  # "fwd" or "fwdbwd"
+    dtype: str  # "fp16" or "bf16"
+    d: int
+    n: int
+    causal: bool
+
+    @property
+    def heads(self) -> int:
+        return 32 if self.d == 64 else 16
+
+    @property
+    def batch(self) -> int:
+        return max(1, TOKENS // self.n)
+
+    def flops(self) -> float:
+        from .traffic import attention_flops
+
+        fwd = attention_flops(self.n, self.d, self.batch, self.heads, self.causal)
+        if self.mode == "fwd":
+            return fwd
+        return fwd + attention_flops(self.n, self.d, self.batch, self.heads, self.causal,
+                                     backward=True)
+
+    def label(self) -> str:
+        return (f"{self.mode} {self.dtype} d={self.d} N={self.n} "
+                f"{'causal' if self.causal else 'full'}")
+
+
+# ---------------------------------------------------------------- progress
+
+
+class Progress:
+    """tqdm when it is installed, otherwise a one-line counter on stderr."""
+
+    def __init__(self, total: int, desc: str):
+        self.total, self.done, self.desc = total, 0, desc
+        try:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
+        except ImportError:
+            self.bar = None
+
+    def step(self, text: str = "") -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(text[:60])
+            self.bar.update(1)
+        else:
+            print(f"\r{self.desc}: {self.done}/{self.total} {text[:60]:60s}", end="",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        else:
+            print(file=sys.stderr)
+
+
+# ---------------------------------------------------------------- providers
+
+
+def naive_attention(q, k, v, causal: bool, sm_scale: float):
+    """Standard attention as most people first write it: three kernels and an (N, N) matrix."""
+    import torch
+
+    scores = (q @ k.transpose(-1, -2)) * sm_scale
+    if causal:
+        n = q.shape[-2]
+        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+_COMPILED: dict = {}
+
+
+def compiled_attention():
+    """torch.compile of naive_attention (one compiled object; Dynamo recompiles per shape)."""
+    import torch
+
+    if "fn" not in _COMPILED:
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        _COMPILED["fn"] = torch.compile(naive_attention, dynamic=False)
+    return _COMPILED["fn"]
+
+
+def fuse_attention_count() -> int:
+    """How many times Inductor rewrote an attention pattern into SDPA in this process."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["inductor"]["fuse_attention"])
+    except Exception:  # noqa: BLE001  (older torch: no counter)
+        return -1
+
+
+def sdpa_backend(name: str):
+    from torch.nn.attention import SDPBackend
+
+    return {"sdpa-math": SDPBackend.MATH, "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+            "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}[name]
+
+
+def make_call(provider: str, causal: bool, sm_scale: float):
+    """A function (q, k, v) -> o for one provider."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    if provider == "naive":
+        return lambda q, k, v: naive_attention(q, k, v, causal, sm_scale)
+    if provider == "compile":
+        fn = compiled_attention()
+        return lambda q, k, v: fn(q, k, v, causal, sm_scale)
+    if provider == "course":
+        from .kernels import flash_ref
+
+        return lambda q, k, v: flash_ref.flash_attention(q, k, v, causal, sm_scale)
+    backend = sdpa_backend(provider)
+
+    def call(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+
+    return call
+
+
+def skip_reason(provider: str, case: Case) -> str:
+    if provider in ("naive", "sdpa-math") and case.n > DENSE_MAX_N[case.mode]:
+        return f"skipped: N > {DENSE_MAX_N[case.mode]} materialises too large an (N, N) matrix"
+    if provider == "compile" and (case.dtype != "fp16" or case.n not in COMPILE_NS):
+        return "skipped: torch.compile is measured for fp16 at N in " + str(COMPILE_NS)
+    return ""
+
+
+# ---------------------------------------------------------------- inputs and checks
+
+
+def _dtype(name: str):
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def make_inputs(case: Case, requires_grad: bool = False, seed: int = 0):
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (case.batch, case.heads, case.n, case.d)
+    xs = [torch.randn(shape, device="cuda", dtype=_dtype(case.dtype), generator=gen)
+          for _ in range(4)]
+    q, k, v, do = xs
+    if requires_grad:
+        q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    return q, k, v, do
+
+
+CHECK_SLICES = ((0, 0), (-1, -1))  # (batch, head) slices whose gradients are checked
+
+
+def check_course(case: Case, q, k, v, do, fn) -> str:
+    """'' when the course kernel matches an fp32 reference; otherwise what is wrong.
+
+    Outputs are compared everywhere (reference in query chunks); gradients on the first and
+    the last (batch, head) slice, against autograd through the fp32 reference.
+    """
+    import torch
+
+    from .kernels import flash_ref
+
+    atol = 2e-2
+    sm_scale = 1.0 / math.sqrt(case.d)
+    if case.mode == "fwd":
+        with torch.no_grad():
+            o = fn(q, k, v)
+            ref, _ = flash_ref.reference_attention(q, k, v, case.causal, sm_scale)
+        err, ok = flash_ref.max_error(o, ref, atol)
+        return "" if ok else f"output max error {err:.3g} > {atol:g}"
+    o = fn(q, k, v)
+    grads = torch.autograd.grad(o, (q, k, v), do)
+    problems = []
+    for b, h in CHECK_SLICES:
+        bi, hi = b % case.batch, h % case.heads
+        rq, rk, rv, rdo = (x[bi:bi + 1, hi:hi + 1].detach().float() for x in (q, k, v, do))
+        rq, rk, rv = (x.requires_grad_(True) for x in (rq, rk, rv))
+        ro, _ = flash_ref.reference_attention(rq, rk, rv, case.causal, sm_scale)
+        rgrads = torch.autograd.grad(ro, (rq, rk, rv), rdo)
+        err, ok = flash_ref.max_error(o[bi:bi + 1, hi:hi + 1], ro, atol)
+        if not ok:
+            problems.append(f"output ({bi},{hi}) max error {err:.3g}")
+        for name, g, r in zip(("dq", "dk", "dv"), grads, rgrads, strict=True):
+            tol = atol * max(1.0, float(r.abs().max()))
+            err, ok = flash_ref.max_error(g[bi:bi + 1, hi:hi + 1], r, tol)
+            if not ok:
+                problems.append(f"{name} ({bi},{hi}) max error {err:.3g} > {tol:.3g}")
+    return "; ".join(problems)
+
+
+def time_ms(fn, rep_ms: int, warmup_ms: int, grads=None) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grads,
+                                         return_mode="median"))
+
+
+def bench_case(case: Case, providers, rep_ms: int, warmup_ms: int) -> list[dict]:
+    """One row per provider: ms, TFLOP/s, and the check status of the course kernel."""
+    import torch
+
+    sm_scale = 1.0 / math.sqrt(case.d)
+    rows = []
+    q, k, v, do = make_inputs(case, requires_grad=case.mode == "fwdbwd")
+    for provider in providers:
+        row = {"mode": case.mode, "dtype": case.dtype, "d": case.d, "N": case.n,
+               "causal": case.causal, "B": case.batch, "H": case.heads, "provider": provider,
+               "ms": "", "tflops": "", "status": "", "note": ""}
+        rows.append(row)
+        reason = skip_reason(provider, case)
+        if reason:
+            row["status"] = reason
+            continue
+        call = make_call(provider, case.causal, sm_scale)
+        if case.mode == "fwd":
+            def run(call=call, q=q, k=k, v=v):
+                with torch.no_grad():
+                    return call(q, k, v)
+        else:
+            def run(call=call, q=q, k=k, v=v, do=do):
+                o = call(q, k, v)
+                return torch.autograd.grad(o, (q, k, v), do)
+        before_fuse = fuse_attention_count()
+        try:
+            if provider == "course":
+                problem = check_course(case, q, k, v, do, call)
+                if problem:
+                    row["status"] = f"WRONG before timing: {problem}"
+                    continue
+            run()  # compile / warm up; raises if the backend cannot take this case
+            torch.cuda.synchronize()
+            ms = time_ms(run, rep_ms, warmup_ms, grads=[q, k, v] if case.mode == "fwdbwd"
+                         else None)
+            if provider == "course":
+                problem = check_course(case, q, k, v, do, call)
+                if problem:
+                    row["status"] = f"WRONG after timing: {problem}"
+                    continue
+        except torch.cuda.OutOfMemoryError:
+            row["status"] = "skipped: out of memory"
+            torch.cuda.empty_cache()
+            continue
+        except Exception as err:  # noqa: BLE001  (e.g. "No available kernel" for a backend)
+            text = (str(err).strip().splitlines() or [""])[0][:120]
+            row["status"] = f"unavailable: {type(err).__name__}: {text}"
+            if provider == "course":
+                row["status"] = f"WRONG: the course kernel raised {type(err).__name__}: {text}"
+            continue
+        row["ms"] = round(ms, 4)
+        row["tflops"] = round(case.flops() / (ms * 1e-3) / 1e12, 1)
+        row["status"] = "ok" if provider == "course" else "timed"
+        if provider == "course":
+            from .kernels import flash_ref
+
+            if flash_ref.BROKEN_STEPS:
+                row["note"] = f"fell back from steps {sorted(flash_ref.BROKEN_STEPS)}"
+        if provider == "compile":
+            fused = fuse_attention_count() - before_fuse
+            row["note"] = (f"Inductor rewrote it into SDPA ({fused}x)" if fused > 0 else
+                           "no SDPA rewrite seen (counter unchanged)")
+    return rows
+
+
+# ---------------------------------------------------------------- ladder
+
+
+def ladder_cases(quick: bool) -> list[Case]:
+    cases = [Case("fwd", "fp16", 64, LADDER_N, False), Case("fwd", "fp16", 64, LADDER_N, True),
+             Case("fwd", "fp16", 128, LADDER_N, False), Case("fwd", "fp16", 128, LADDER_N, True)]
+    return cases[1:3] if quick else cases
+
+
+def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = True,
+                progress: Progress | None = None) -> list[dict]:
+    """Every ladder step on every case: check (ragged, B>1, H>1, transposed views; and the
+    timing case itself) before timing, time, check again. One row per (case, step)."""
+    import torch
+
+    from .kernels import flash_ref
+
+    rows = []
+    for case in cases:
+        dtype = _dtype(case.dtype)
+        q, k, v, _ = make_inputs(case)
+        ref, _ = flash_ref.reference_attention(q, k, v, case.causal)
+        cudnn_ms = None
+        try:
+            cudnn = make_call("sdpa-cudnn", case.causal, 1.0 / math.sqrt(case.d))
+            with torch.no_grad():
+                cudnn_ms = time_ms(lambda f=cudnn, q=q, k=k, v=v: f(q, k, v), rep_ms, warmup_ms)
+        except RuntimeError:
+            pass
+        base_ms = None
+        for step in flash_ref.ladder_steps():
+            row = {"dtype": case.dtype, "d": case.d, "N": case.n, "causal": case.causal,
+                   "B": case.batch, "H": case.heads, "step": step.number, "name": step.name,
+                   "config": "", "ms": "", "tflops": "", "vs_step0": "", "vs_cudnn": "",
+                   "status": ""}
+            rows.append(row)
+            if progress:
+                progress.step(f"{case.label()} step {step.number}")
+            ok, why = flash_ref.step_supported(step)
+            if not ok:
+                row["status"] = f"unsupported: {why}"
+                continue
+            tune = autotune and step.number in (3, 5)
+            try:
+                config = None
+                if tune:  # tune at the timing size, then check that config everywhere
+                    flash_ref.forward(q, k, v, case.causal, step=step, autotune=True)
+                    best = flash_ref.best_config(step)
+                    config = (best["BLOCK_M"], best["BLOCK_N"], best["num_warps"],
+                              best["num_stages"])
+                cfg = config or flash_ref.config_for(step, case.n, case.d, case.causal)
+                row["config"] = "BM{}xBN{} w{} s{}".format(*cfg) + (" (autotuned)" if tune
+                                                                       else "")
+
+                def run(step=step, cfg=cfg, q=q, k=k, v=v, causal=case.causal):
+                    return flash_ref.forward(q, k, v, causal, step=step, config=cfg)[0]
+
+                problem = _ladder_check(step, cfg, case, dtype, run, ref)
+                if problem:
+                    row["status"] = f"WRONG before timing: {problem}"
+                    continue
+                ms = time_ms(run, rep_ms, warmup_ms)
+                problem = _ladder_check(step, cfg, case, dtype, run, ref, small=False)
+                if problem:
+                    row["status"] = f"WRONG after timing: {problem}"
+                    continue
+            except Exception as err:  # noqa: BLE001  (a compile failure marks this step only)
+                row["status"] = "failed: " + (str(err).strip().splitlines() or [""])[0][:160]
+                continue
+            base_ms = base_ms or (ms if step.number == 0 else None)
+            row["ms"] = round(ms, 4)
+            row["tflops"] = round(case.flops() / (ms * 1e-3) / 1e12, 1)
+            row["vs_step0"] = round(base_ms / ms, 2) if base_ms else ""
+            row["vs_cudnn"] = round(cudnn_ms / ms, 2) if cudnn_ms else ""
+            row["status"] = "ok"
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _ladder_check(step, cfg, case, dtype, run, ref, small: bool = True) -> str:
+    """'' or what is wrong: small ragged cases (B>1, H>1, transposed views) and the case."""
+    import torch
+
+    from .kernels import flash_ref
+
+    if small:
+        shapes = [(2, 3, 333, case.d), (3, 2, 257, case.d)]
+        for number, (B, H, N, D) in enumerate(shapes):
+            q, k, v = flash_ref.make_qkv(B, H, N, D, dtype, "cuda", seed=number,
+                                         layout="bnhd" if number else "bhnd")
+            o, lse = flash_ref.forward(q, k, v, case.causal, step=step, config=cfg)
+            r, rl = flash_ref.reference_attention(q, k, v, case.causal)
+            err, ok = flash_ref.max_error(o, r, 2e-2)
+            lerr, lok = flash_ref.max_error(lse, rl, 2e-2)
+            if not (ok and lok):
+                return f"B={B} H={H} N={N}: max error {err:.3g} (lse {lerr:.3g})"
+    with torch.no_grad():
+        o = run()
+    err, ok = flash_ref.max_error(o, ref, 2e-2)
+    return "" if ok else f"timing case: max error {err:.3g}"
+
+
+# ---------------------------------------------------------------- output
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    from .bench import environment
+
+    if not rows:
+        return
+    env = environment()
+    rows = [{**env, **row} for row in rows]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot_sweep(path: Path, rows: list[dict], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .bench import environment
+
+    fp16 = [r for r in rows if r["dtype"] == "fp16"]
+    panels = sorted({(r["d"], r["causal"]) for r in fp16})
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, (d, causal) in zip(axes[0], panels, strict=True):
+        for provider in PROVIDERS:
+            pts = [(r["N"], r["tflops"]) for r in fp16 if r["d"] == d and r["causal"] == causal
+                   and r["provider"] == provider and r["tflops"] != ""]
+            if pts:
+                xs, ys = zip(*sorted(pts), strict=True)
+                ax.plot(xs, ys, marker="o", label=provider,
+                        linewidth=2.5 if provider == "course" else 1.2)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length N")
+        ax.set_title(f"d={d}, {'causal' if causal else 'full'}")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("TFLOP/s")
+    axes[0][-1].legend(fontsize=7)
+    env = environment()
+    fig.suptitle(f"{title} (fp16) - {env['gpu']}, torch {env['torch']}, Triton {env['triton']}",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_ladder(path: Path, rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .bench import environment
+
+    cases = sorted({(r["d"], r["causal"]) for r in rows})
+    if not cases:
+        return
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    width = 0.8 / len(cases)
+    for i, (d, causal) in enumerate(cases):
+        pts = [(r["step"], r["tflops"] or 0) for r in rows if r["d"] == d
+               and r["causal"] == causal]
+        ax.bar([s + i * width for s, _ in pts], [t for _, t in pts], width,
+               label=f"d={d} {'causal' if causal else 'full'}")
+    names = {r["step"]: r["name"] for r in rows}
+    ax.set_xticks([s + 0.4 - width / 2 for s in sorted(names)])
+    ax.set_xticklabels([f"{s}\n{names[s]}" for s in sorted(names)], fontsize=7)
+    ax.set_ylabel("TFLOP/s (fp16, N=4096)")
+    ax.legend(fontsize=7)
+    env = environment()
+    ax.set_title(f"Optimisation ladder - {env['gpu']}, Triton {env['triton']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def wide_rows(rows: list[dict]) -> list[dict]:
+    """One row per case: TFLOP/s of every provider side by side, the course kernel's ratios
+    to cuDNN and to the flash backend, its check status and what torch.compile did."""
+    by_case: dict = {}
+    for r in rows:
+        key = (r["mode"], r["dtype"], r["d"], r["N"], r["causal"], r["B"], r["H"])
+        by_case.setdefault(key, {})[r["provider"]] = r
+    out = []
+    for (mode, dtype, d, n, causal, b, h), prov in by_case.items():
+        row = {"mode": mode, "dtype": dtype, "d": d, "N": n, "causal": causal, "B": b, "H": h}
+        for name in PROVIDERS:
+            row[name] = prov[name]["tflops"] if name in prov else ""
+        course, cudnn, flash = row.get("course"), row.get("sdpa-cudnn"), row.get("sdpa-flash")
+        row["course/cudnn"] = round(course / cudnn, 2) if course and cudnn else ""
+        row["course/flash"] = round(course / flash, 2) if course and flash else ""
+        row["check"] = prov.get("course", {}).get("status", "")
+        row["compile"] = prov.get("compile", {}).get("tflops", "")
+        row["compile_note"] = prov.get("compile", {}).get("note", "")
+        out.append(row)
+    return out
+
+
+def summary(rows: list[dict]) -> str:
+    """Course kernel vs cuDNN and vs the flash backend, one line per case."""
+    by_case: dict = {}
+    for r in rows:
+        key = (r["mode"], r["dtype"], r["d"], r["N"], r["causal"])
+        by_case.setdefault(key, {})[r["provider"]] = r
+    lines = [f"{'mode':7s} {'dtype':5s} {'d':>4s} {'N':>6s} {'causal':6s} {'course':>7s} "
+             f"{'cudnn':>7s} {'flash':>7s} {'/cudnn':>7s} {'/flash':>7s} check"]
+    for (mode, dtype, d, n, causal), prov in sorted(by_case.items()):
+        def tf(name, prov=prov):
+            row = prov.get(name)
+            return row["tflops"] if row and row["tflops"] != "" else None
+
+        course, cudnn, flash = tf("course"), tf("sdpa-cudnn"), tf("sdpa-flash")
+
+        def cell(x):
+            return f"{x:7.1f}" if x is not None else f"{'-':>7s}"
+
+        def ratio(a, b):
+            return f"{a / b:7.2f}" if a and b else f"{'-':>7s}"
+
+        status = prov.get("course", {}).get("status", "")
+        lines.append(f"{mode:7s} {dtype:5s} {d:4d} {n:6d} {str(causal):6s} {cell(course)} "
+                     f"{cell(cudnn)} {cell(flash)} {ratio(course, cudnn)} "
+                     f"{ratio(course, flash)} {status}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m flashcourse bench",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sweep (fp16, N 1k and 4k)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"),
+                        help="folder for the CSVs and PNGs (assets/results for the course)")
+    parser.add_argument("--modes", default="fwd,fwdbwd", help="fwd, fwdbwd or both")
+    parser.add_argument("--dtypes", default=None, help="fp16,bf16 (default: both; quick: fp16)")
+    parser.add_argument("--providers", default=",".join(PROVIDERS))
+    parser.add_argument("--no-ladder", action="store_true", help="skip the ladder timing")
+    parser.add_argument("--no-autotune", action="store_true",
+                        help="ladder steps 3 and 5 use the config table instead of autotune")
+    parser.add_argument("--rep-ms", type=int, default=50)
+    parser.add_argument("--warmup-ms", type=int, default=10)
+    return parser
+
+
+def sweep_cases(mode: str, quick: bool, dtypes: list[str]) -> list[Case]:
+    ns = QUICK_NS if quick else FULL_NS
+    return [Case(mode, dt, d, n, causal) for dt in dtypes for d in (64, 128)
+            for causal in (False, True) for n in ns]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print(NO_CUDA)
+        return 0
+    from . import runtime
+
+    if not torch.cuda.is_available() or runtime.current().interpreter:
+        print(NO_CUDA)
+        return 0
+    dtypes = (args.dtypes.split(",") if args.dtypes else
+              (["fp16"] if args.quick else ["fp16", "bf16"]))
+    providers = [p for p in args.providers.split(",") if p]
+    modes = [m for m in args.modes.split(",") if m]
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    failed = False
+    start = time.time()
+
+    if not args.no_ladder:
+        cases = ladder_cases(args.quick)
+        from .kernels import flash_ref
+
+        progress = Progress(len(cases) * len(flash_ref.ladder_steps()), "ladder")
+        rows = time_ladder(cases, args.rep_ms, args.warmup_ms, not args.no_autotune, progress)
+        progress.close()
+        write_csv(out / "07-ladder.csv", rows)
+        plot_ladder(out / "07-ladder.png", rows)
+        failed |= any(r["status"].startswith("WRONG") for r in rows)
+        for r in rows:
+            print(f"ladder d={r['d']} {'causal' if r['causal'] else 'full':6s} step {r['step']} "
+                  f"{r['name']:20s} {str(r['tflops']):>7s} TFLOP/s  x{r['vs_step0']!s:5s} "
+                  f"vs cuDNN x{r['vs_cudnn']!s:5s} {r['config']:28s} {r['status']}")
+
+    all_rows = []
+    for mode in modes:
+        cases = sweep_cases(mode, args.quick, dtypes)
+        progress = Progress(len(cases), f"sweep {mode}")
+        rows = []
+        for case in cases:
+            rows += bench_case(case, providers, args.rep_ms, args.warmup_ms)
+            progress.step(case.label())
+        progress.close()
+        name = "07-attention-fwd" if mode == "fwd" else "07-attention-fwdbwd"
+        write_csv(out / f"{name}.csv", wide_rows(rows))
+        write_csv(out / f"{name}-raw.csv", rows)
+        plot_sweep(out / f"{name}.png", rows, "forward" if mode == "fwd" else
+                   "forward + backward")
+        failed |= any(r["status"].startswith("WRONG") for r in rows)
+        all_rows += rows
+
+    if all_rows:
+        print(summary(all_rows))
+    print(f"wrote results to {out} in {time.time() - start:.0f} s"
+          + ("; SOME COURSE-KERNEL CHECKS FAILED (rows marked WRONG)" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

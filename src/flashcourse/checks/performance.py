@@ -1,0 +1,334 @@
+"""Checks of lesson 7, "Performance engineering": the optimisation-ladder kernel (exp2 scale
+folding and the split causal loop), three questions and the veto misconceptions.
+
+The grader launches the student's @triton.jit kernel itself (through `flash_ref.forward` with
+`kernel=`), with inputs inside NaN padding and outputs inside canaries, and compares with
+float64 attention. Known mistakes are named by comparing the output with attention computed
+the way that mistake computes it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import buffers, grading, runtime
+from ..blanks import BLANK_TOKEN, BlankNotFilled, is_blank, refuse_blanks, source_of
+from ..traffic import attention_flops
+
+LESSON = grading.lesson("performance", "Lesson 7: Performance engineering", pass_line=8)
+LN2 = math.log(2.0)
+LADDER_ID = "performance/ladder-kernel"
+
+
+@dataclass(frozen=True)
+class Case:
+    B: int
+    H: int
+    N: int
+    D: int
+    causal: bool
+    dtype: torch.dtype = torch.float32
+    seed: int = 0
+    block_m: int = 16
+    block_n: int = 16
+    sm_scale: float | None = None
+    layout: str = "bhnd"  # "bnhd": transposed views of (B, N, H, D) tensors
+
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.D) if self.sm_scale is None else self.sm_scale
+
+    def label(self, number: int, total: int) -> str:
+        dtype = str(self.dtype).replace("torch.", "")
+        extra = f", sm_scale={self.sm_scale:g}" if self.sm_scale is not None else ""
+        if self.layout == "bnhd":
+            extra += ", transposed views"
+        return (f"case {number}/{total} (B={self.B}, H={self.H}, N={self.N}, D={self.D}, "
+                f"{dtype}, {'causal' if self.causal else 'not causal'}, "
+                f"BLOCK_M={self.block_m}, BLOCK_N={self.block_n}{extra})")
+
+
+# Non-causal cases first: a causal-only failure then points at the causal bounds.
+CASES = [
+    Case(2, 2, 40, 16, False, seed=1),  # ragged: 2.5 key blocks
+    Case(1, 2, 33, 16, False, torch.float16, seed=2, block_m=32, block_n=16),
+    Case(2, 3, 37, 16, True, seed=3, block_m=32, block_n=16),  # BLOCK_M = 2 * BLOCK_N
+    Case(2, 2, 50, 32, True, seed=4, sm_scale=0.3, layout="bnhd"),
+    Case(2, 2, 64, 16, True, torch.float16, seed=5),  # N a multiple of the blocks
+]
+HIDDEN_CASES = [
+    Case(1, 1, 1, 16, True, seed=101),
+    Case(2, 1, 45, 32, False, torch.float16, seed=102, layout="bnhd", block_m=32, block_n=32),
+    Case(1, 2, 97, 16, True, seed=103, block_m=64, block_n=16),
+]
+TOLERANCES = {torch.float32: (2e-4, 1e-3), torch.float16: (4e-3, 8e-3)}
+
+
+def _require_kernel(kernel) -> None:
+    from triton.runtime.jit import KernelInterface
+
+    if is_blank(kernel):
+        raise BlankNotFilled(f"Fill in the blank: the answer to {LADDER_ID} is still ______.")
+    if not isinstance(kernel, KernelInterface):
+        raise grading.WrongAnswer(f"{LADDER_ID}: pass the @triton.jit kernel itself (got "
+                                  f"{type(kernel).__name__}); the grader launches it.")
+    refuse_blanks(kernel, "ladder_kernel")
+    source = source_of(kernel) or ""
+    if "raise NotImplementedError" in source:
+        raise grading.WrongAnswer(f"{LADDER_ID}: the kernel still raises NotImplementedError.")
+    if BLANK_TOKEN in source:  # pragma: no cover  (refuse_blanks raised already)
+        raise BlankNotFilled("Fill in the blanks of ladder_kernel.")
+
+
+def _place(x: torch.Tensor, layout: str, pad: int) -> torch.Tensor:
+    """x (B, H, N, D) inside NaN padding with at least `pad` rows after each (N, D) matrix, so
+    an unmasked block load past N reads NaN instead of real-looking memory."""
+    if layout == "bnhd":
+        B, H, N, D = x.shape
+        nan_rows = torch.full((B, pad, H, D), float("nan"), dtype=x.dtype)
+        padded = buffers.poisoned(torch.cat([x.transpose(1, 2), nan_rows], 1))
+        return padded[:, :N].transpose(1, 2)
+    return buffers.poisoned(x, pad_rows=pad)
+
+
+def _inputs(case: Case):
+    gen = torch.Generator().manual_seed(case.seed)
+    return [torch.randn(case.B, case.H, case.N, case.D, generator=gen, dtype=torch.float64)
+            for _ in range(3)]
+
+
+def _attention64(q, k, v, causal: bool, sm_scale: float, left_bonus: int = 0):
+    """float64 attention; left_bonus > 0 weighs keys left of each row's diagonal block
+    (block rows of left_bonus) twice: what a masked loop starting at 0 computes."""
+    s = (q @ k.transpose(-1, -2)) * sm_scale
+    n = q.shape[-2]
+    rows = torch.arange(n)[:, None]
+    cols = torch.arange(n)[None, :]
+    if left_bonus:
+        s = s + torch.where(cols < rows // left_bonus * left_bonus, LN2, 0.0)
+    if causal:
+        s = s.masked_fill(cols > rows, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    return torch.exp(s - lse[..., None]) @ v, lse
+
+
+def _diagnose(out: np.ndarray, case: Case, q, k, v) -> str:
+    """Name a known mistake when the output is exactly what that mistake computes."""
+    if np.isnan(out).any():
+        return ("Some outputs are NaN: a loop without masks read past the last key into the "
+                "padding (the grader fills it with NaN). The unmasked loop must stop at a "
+                "multiple of BLOCK_N that is <= N: (N // BLOCK_N) * BLOCK_N without causal "
+                "masking, start_m * BLOCK_M (the diagonal block) with it.")
+    candidates = [
+        (case.scale() * LN2, "This is attention with the scale multiplied by ln 2: exp2 was "
+         "applied to sm_scale * s without log2(e). Since exp(x) = exp2(x * log2(e)), fold it "
+         "in: qk_scale = sm_scale * 1.4426950408889634."),
+        (case.scale() * LN2 * LN2, "This is attention with the scale multiplied by (ln 2)^2: "
+         "log2(e) was divided out instead of multiplied in. qk_scale = sm_scale * log2(e)."),
+    ]
+    for scale, message in candidates:
+        cand, _ = _attention64(q, k, v, case.causal, scale)
+        if grading.same_result(out, cand, atol=2e-3):
+            return message
+    if case.causal:
+        cand, _ = _attention64(q, k, v, False, case.scale())
+        if grading.same_result(out, cand, atol=2e-3):
+            return ("This is attention without the causal mask: the masked loop must cover "
+                    "only the diagonal block, and the unmasked one only keys left of it.")
+        cand, _ = _attention64(q, k, v, True, case.scale(), left_bonus=case.block_m)
+        if grading.same_result(out, cand, atol=2e-3):
+            return ("The keys left of the diagonal block are counted twice: the masked loop "
+                    "must start at the diagonal block, masked_lo = start_m * BLOCK_M, not at 0.")
+        return ("The non-causal cases passed, so look at the causal bounds: the unmasked loop "
+                "covers keys 0 .. start_m * BLOCK_M (all left of every row of this block), the "
+                "masked loop the diagonal block start_m * BLOCK_M .. min((start_m + 1) * "
+                "BLOCK_M, N).")
+    return ("Without causal masking the unmasked loop covers the full key blocks, 0 .. "
+            "(N // BLOCK_N) * BLOCK_N, and the masked loop the ragged tail up to N.")
+
+
+def _run_case(kernel, case: Case, number: int, total: int) -> None:
+    from ..kernels import flash_ref
+
+    label = case.label(number, total)
+    q64, k64, v64 = _inputs(case)
+    pad = max(case.block_m, case.block_n)
+    q, k, v = (_place(x.to(case.dtype), case.layout, pad) for x in (q64, k64, v64))
+    out = buffers.Canaried((case.B, case.H, case.N, case.D), case.dtype)
+    lse = buffers.Canaried((case.B, case.H, case.N), torch.float32, pad_rows=0, pad_cols=0)
+    runtime.check_tensors(q, k, v, names=("q", "k", "v"), dot=True)
+    try:
+        flash_ref.forward(q, k, v, case.causal, case.sm_scale, kernel=kernel, out=out.tensor,
+                          lse=lse.tensor, config=(case.block_m, case.block_n, 4, 1))
+    except (BlankNotFilled, grading.WrongAnswer, runtime.CourseInputError):
+        raise
+    except Exception as err:  # a compile or launch error in the student's kernel
+        text = (str(err).strip().splitlines() or [""])[0]
+        raise grading.WrongAnswer(
+            f"{label}: launching your kernel raised {type(err).__name__}: {text[:300]}\n"
+            "Keep the kernel's signature as given: the grader passes exactly those "
+            "arguments.") from err
+    out.verify(label)
+    lse.verify(label)
+    # the reference uses the rounded inputs the kernel saw
+    qr, kr, vr = (x.to(case.dtype).to(torch.float64) for x in (q64, k64, v64))
+    expected, expected_lse = _attention64(qr, kr, vr, case.causal, case.scale())
+    actual = grading.to_numpy(out.tensor).astype(np.float64)
+    atol, rtol = TOLERANCES[case.dtype]
+    try:
+        grading.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=case.block_m)
+        grading.compare(lse.tensor, expected_lse, label + ", logsumexp", atol=atol * 10,
+                        rtol=rtol)
+    except grading.WrongAnswer as err:
+        raise grading.WrongAnswer(f"{err}\n{_diagnose(actual, case, qr, kr, vr)}") from None
+
+
+@grading.exercise(LADDER_ID, "ladder kernel: exp2 scale folding and the split causal loop", 4)
+def _check_ladder(kernel) -> str:
+    _require_kernel(kernel)
+    cases = CASES + (HIDDEN_CASES if grading.grading_mode() else [])
+    for number, case in enumerate(cases, 1):
+        _run_case(kernel, case, number, len(cases))
+    hidden = " (with hidden cases)" if grading.grading_mode() else ""
+    return (f"{len(cases)} cases match float64 attention (ragged N, B > 1, H > 1, causal, "
+            f"poisoned padding){hidden}")
+
+
+# ---------------------------------------------------------------- questions
+
+
+def _require_keys(answers, expected_keys, exercise_id):
+    if is_blank(answers) or not isinstance(answers, dict):
+        raise BlankNotFilled(f"Fill in the blank: {exercise_id} expects a dict of answers.")
+    missing = [k for k in expected_keys if k not in answers]
+    if missing:
+        raise grading.WrongAnswer(f"{exercise_id}: missing answers for {missing}.")
+    blanks = [k for k in expected_keys if is_blank(answers[k])]
+    if blanks:
+        raise BlankNotFilled(f"Fill in the blank for {blanks} in {exercise_id}.")
+
+
+def _grade_items(exercise_id, answers, expected, explanations):
+    _require_keys(answers, list(expected), exercise_id)
+    wrong = []
+    for key, right in expected.items():
+        given = answers[key]
+        numeric = isinstance(right, (int, float)) and not isinstance(right, bool)
+        ok = (isinstance(given, (int, float, np.number)) and not isinstance(given, bool)
+              and math.isclose(float(given), right, rel_tol=1e-3)) if numeric else given == right
+        if not ok:
+            wrong.append(f"  {key} = {given!r} is not right. {explanations[key]}")
+    if wrong:
+        raise grading.WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers "
+                                  "are wrong:\n" + "\n".join(wrong))
+    return f"all {len(expected)} answers right"
+
+
+Q1 = {
+    "median_not_mean": True,
+    "flush_l2": True,
+    # B=2, H=16, N=16384, d=128, causal, 10 ms
+    "tflops_d128_causal": attention_flops(16384, 128, 2, 16, causal=True) / 10e-3 / 1e12,
+    "fused_check": "fuse_attention",
+}
+Q1_WHY = {
+    "median_not_mean": "One slow outlier (a clock change, another process) moves the mean but "
+                       "not the median; do_bench reports the median here.",
+    "flush_l2": "Without flushing, a second run finds its inputs in the 50 MB L2 and looks "
+                "faster than any real call, whose inputs come from HBM.",
+    "tflops_d128_causal": "FLOPs = 4*B*H*N*N*d / 2 for causal = 4*2*16*16384^2*128/2; divide by "
+                          "10 ms = 1e-2 s and by 1e12.",
+    "fused_check": "Inductor counts each attention rewrite in "
+                   "torch._dynamo.utils.counters['inductor']['fuse_attention'].",
+}
+
+
+@grading.exercise("performance/q1-measuring", "Q1: measuring right", 2, kind="question")
+def _check_q1(answers) -> str:
+    return _grade_items("performance/q1-measuring", answers, Q1, Q1_WHY)
+
+
+Q2 = {
+    "exp2_reason": "native",
+    "split_saves": "masks",
+    "tma_needs": "hopper",
+    "leave_triton_for": "warp_roles",
+}
+Q2_WHY = {
+    "exp2_reason": "The GPU's special-function unit computes 2^x natively (ex2.approx); exp(x) "
+                   "compiles to exp2(x * log2 e), so folding log2 e into the scale saves a "
+                   "multiply per score: 'native'.",
+    "split_saves": "Blocks left of the diagonal need no bounds check and no -inf select; only "
+                   "the diagonal block does: 'masks'.",
+    "tma_needs": "Tensor descriptors map to the TMA copy engine of Hopper (sm_90) and newer: "
+                 "'hopper'.",
+    "leave_triton_for": "Triton schedules warps for you; explicit producer/consumer warp roles, "
+                        "register budgets per role and custom shared-memory layouts need CUDA "
+                        "(or CUTLASS): 'warp_roles'.",
+}
+
+
+@grading.exercise("performance/q2-ladder", "Q2: why each rung of the ladder helps", 2,
+                  kind="question")
+def _check_q2(answers) -> str:
+    return _grade_items("performance/q2-ladder", answers, Q2, Q2_WHY)
+
+
+Q3 = {"FA1": "tiling", "FA2": "parallelism", "FA3": "asynchrony",
+      "compile_gives": "sdpa_rewrite"}
+Q3_WHY = {
+    "FA1": "FA1: tiles and an online softmax, so S never reaches HBM ('tiling').",
+    "FA2": "FA2: fewer non-matmul FLOPs, parallel over query blocks, better split between "
+           "warps ('parallelism').",
+    "FA3": "FA3: Hopper's asynchronous TMA and wgmma, warp-specialised pipelines, FP8 "
+           "('asynchrony').",
+    "compile_gives": "For a standard attention pattern Inductor's best move is to recognise it "
+                     "and call SDPA ('sdpa_rewrite'); it does not write a new flash kernel.",
+}
+
+
+@grading.exercise("performance/q3-versions", "Q3: torch.compile, and FA1 -> FA2 -> FA3", 2,
+                  kind="question")
+def _check_q3(answers) -> str:
+    return _grade_items("performance/q3-versions", answers, Q3, Q3_WHY)
+
+
+# ---------------------------------------------------------------- veto misconceptions
+
+MISCONCEPTIONS = {
+    "first_call_is_representative": (
+        False, "The first call compiles (Triton, torch.compile, cuDNN plans) and warms caches: "
+        "it can be 1000x slower. Warm up, then time many calls and take the median."),
+    "cpu_timer_without_sync_is_fine": (
+        False, "CUDA launches are asynchronous: time.time() around a launch measures the "
+        "launch, not the kernel. Synchronise, or use CUDA events (do_bench does)."),
+    "interpreter_timings_predict_gpu": (
+        False, "The Triton interpreter runs kernels with numpy on the CPU: its timings say "
+        "nothing about GPU speed. Correctness yes, performance no."),
+    "faster_variant_must_be_rechecked": (
+        True, "A faster variant must pass the same correctness checks (B > 1, H > 1, ragged N, "
+        "causal) before and after timing: the Triton tutorial's TMA path was faster and "
+        "wrong for B > 1."),
+}
+
+
+@grading.exercise("performance/misconceptions", "veto misconceptions (true/false)", 0,
+                  kind="veto")
+def _check_misconceptions(answers) -> str:
+    _require_keys(answers, list(MISCONCEPTIONS), "performance/misconceptions")
+    wrong = []
+    for key, (truth, why) in MISCONCEPTIONS.items():
+        given = answers[key]
+        if not isinstance(given, bool):
+            raise grading.WrongAnswer(f"performance/misconceptions: answer {key} with True or "
+                                      f"False, not {given!r}.")
+        if given != truth:
+            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
+    if wrong:
+        raise grading.VetoMisconception(
+            "performance/misconceptions: a wrong answer here fails the lesson whatever the "
+            "other points:\n" + "\n".join(wrong))
+    return f"all {len(MISCONCEPTIONS)} statements judged right"

@@ -1,0 +1,764 @@
+"""The course's reference FlashAttention-2 in Triton: one kernel source, an optimisation ladder.
+
+Forward: one program per (query block, batch * head) walks over the key/value blocks with an
+online softmax (lesson 6). Switches (tl.constexpr) turn on one optimisation after another, so
+every step of the ladder is the same source compiled differently:
+
+  step 0  plain FA2: exp, every key block masked (no split)
+  step 1  exp2, with log2(e) folded into the softmax scale
+  step 2  causal loop split: unmasked blocks left of the diagonal, one masked diagonal block
+  step 3  tuned tiles and warps, from a table keyed on (N, d, causal) (autotuned when compiled)
+  step 4  K and V loaded through tensor descriptors (TMA on Hopper), where Triton has them
+  step 5  pipelining depth: num_stages from the table (swept by autotune when compiled)
+  step 6  warp specialisation of the key loop (tl.range(..., warp_specialize=True))
+
+Backward (FA2): a delta pre-pass (rowsum(dO * O)), a dK/dV kernel (one program per key block,
+looping over query blocks) and a dQ kernel (one program per query block), both recomputing P
+from the saved logsumexp. `flash_attention(q, k, v, causal, sm_scale)` wraps it all as a
+torch.autograd.Function for (B, H, N, D) tensors with any strides.
+
+Import this module after `fc.setup()` (it picks the runtime itself if nobody did).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import runtime
+from ..runtime import CourseInputError
+
+runtime.current()  # choose compiled Triton or the interpreter before any kernel is defined
+
+LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E)
+LN2 = 0.6931471805599453  # log(x) == log2(x) * LN2
+
+
+# ---------------------------------------------------------------- forward kernel
+
+
+@triton.jit
+def load_rows(src, start, offs, offs_d, stride_n, stride_d, N,
+              MASK_ROWS: tl.constexpr, USE_TMA: tl.constexpr):
+    """Rows start..start+len(offs) of one (N, HEAD_D) matrix; rows >= N read as 0."""
+    if USE_TMA:
+        x = src.load([start, 0])  # the descriptor knows the shape: out-of-range rows are 0
+    else:
+        ptrs = src + (start + offs)[:, None] * stride_n + offs_d[None, :] * stride_d
+        if MASK_ROWS:
+            x = tl.load(ptrs, mask=(start + offs)[:, None] < N, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
+def attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd,
+                   offs_m, offs_d, lo, hi, N, qk_scale,
+                   BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                   USE_EXP2: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+    """Online softmax over the key blocks lo..hi (lo a multiple of BLOCK_N).
+
+    MASKED=False is the fast path: every key is < N and (causal) left of every query row, so
+    no bounds check and no -inf mask. acc: (BLOCK_M, HEAD_D) fp32; l_i, m_i: (BLOCK_M,).
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+        k = load_rows(k_src, start_n, offs_n, offs_d, stride_kn, stride_kd, N, MASKED, USE_TMA)
+        v = load_rows(v_src, start_n, offs_n, offs_d, stride_vn, stride_vd, N, MASKED, USE_TMA)
+        s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), in log2 units if USE_EXP2
+        if MASKED:
+            keep = (start_n + offs_n)[None, :] < N
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= (start_n + offs_n)[None, :])
+            s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        if USE_EXP2:  # one multiply-add then ex2.approx: the SFU's native instruction
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+        else:  # exp(x) compiles to exp2(x * log2e): an extra multiply per score
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attn_fwd_kernel(Q, K, V, O, LSE, sm_scale,
+                    stride_qb, stride_qh, stride_qn, stride_qd,
+                    stride_kb, stride_kh, stride_kn, stride_kd,
+                    stride_vb, stride_vh, stride_vn, stride_vd,
+                    stride_ob, stride_oh, stride_on, stride_od,
+                    H, N,
+                    HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    CAUSAL: tl.constexpr, USE_EXP2: tl.constexpr, SPLIT: tl.constexpr,
+                    USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+    """O = softmax(sm_scale * Q K^T) V and LSE (natural log) for one query block of one head.
+
+    Grid: (cdiv(N, BLOCK_M), B * H). LSE is a contiguous (B, H, N) float32 tensor.
+    """
+    start_m = tl.program_id(0)
+    if CAUSAL:  # the last query blocks have the most keys: start them first
+        start_m = tl.num_programs(0) - 1 - start_m
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    q_base = Q + b * stride_qb + h * stride_qh
+    k_base = K + b * stride_kb + h * stride_kh
+    v_base = V + b * stride_vb + h * stride_vh
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+
+    q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd,
+                mask=offs_m[:, None] < N, other=0.0)  # (BLOCK_M, HEAD_D), read once
+    if USE_TMA:  # descriptors of this head's (N, HEAD_D) matrices: the copy engine does the rest
+        k_src = tl.make_tensor_descriptor(k_base, shape=[N, HEAD_D], strides=[stride_kn, 1],
+                                          block_shape=[BLOCK_N, HEAD_D])
+        v_src = tl.make_tensor_descriptor(v_base, shape=[N, HEAD_D], strides=[stride_vn, 1],
+                                          block_shape=[BLOCK_N, HEAD_D])
+    else:
+        k_src = k_base
+        v_src = v_base
+
+    if USE_EXP2:
+        qk_scale = sm_scale * 1.4426950408889634  # exp(x * sm_scale) == exp2(x * qk_scale)
+    else:
+        qk_scale = sm_scale
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
+
+    diag = start_m * BLOCK_M  # first key of the diagonal block
+    if SPLIT:
+        if CAUSAL:  # keys < diag are left of every row of this block: no mask needed
+            free_hi = diag
+            masked_lo = diag
+            masked_hi = tl.minimum(diag + BLOCK_M, N)
+        else:  # full key blocks, then the ragged tail (if any)
+            free_hi = (N // BLOCK_N) * BLOCK_N
+            masked_lo = free_hi
+            masked_hi = N
+        acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd,
+                                       stride_vn, stride_vd, offs_m, offs_d, 0, free_hi, N,
+                                       qk_scale, BLOCK_N, False, CAUSAL, USE_EXP2, USE_TMA,
+                                       WARP_SPEC)
+        acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd,
+                                       stride_vn, stride_vd, offs_m, offs_d, masked_lo,
+                                       masked_hi, N, qk_scale, BLOCK_N, True, CAUSAL, USE_EXP2,
+                                       USE_TMA, False)  # one or two blocks: not specialised
+    else:  # one loop, every block masked
+        if CAUSAL:
+            hi = tl.minimum(diag + BLOCK_M, N)
+        else:
+            hi = N
+        acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd,
+                                       stride_vn, stride_vd, offs_m, offs_d, 0, hi, N,
+                                       qk_scale, BLOCK_N, True, CAUSAL, USE_EXP2, USE_TMA,
+                                       WARP_SPEC)
+
+    acc = acc / l_i[:, None]
+    if USE_EXP2:
+        lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # back to natural log for backward
+    else:
+        lse = m_i + tl.log(l_i)
+    rows = offs_m < N
+    tl.store(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on
+             + offs_d[None, :] * stride_od, acc.to(O.dtype.element_ty), mask=rows[:, None])
+    tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=rows)
+
+
+# ---------------------------------------------------------------- backward kernels
+
+
+@triton.jit
+def attn_bwd_delta_kernel(O, DO, DELTA,
+                          stride_ob, stride_oh, stride_on, stride_od,
+                          stride_dob, stride_doh, stride_don, stride_dod,
+                          H, N, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr):
+    """delta = rowsum(dO * O), the term every dS = P * (dP - delta) needs. Grid as forward."""
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    rows = offs_m < N
+    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on
+                + offs_d[None, :] * stride_od, mask=rows[:, None], other=0.0)
+    do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_don
+                 + offs_d[None, :] * stride_dod, mask=rows[:, None], other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(DELTA + bh.to(tl.int64) * N + offs_m, delta, mask=rows)
+
+
+@triton.jit
+def attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                        stride_qn, stride_qd, stride_don, stride_dod, offs_n, offs_d,
+                        lo, hi, N, qk_scale,
+                        BLOCK_M: tl.constexpr, MASKED: tl.constexpr):
+    """Accumulate dK, dV of one key block over the query blocks lo..hi, recomputing P^T.
+
+    Query rows >= N load as zeros (q = dO = lse = delta = 0), so they add exactly 0.
+    """
+    for start_m in tl.range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        rows = offs_m < N
+        q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd,
+                    mask=rows[:, None], other=0.0)
+        do = tl.load(do_base + offs_m[:, None] * stride_don + offs_d[None, :] * stride_dod,
+                     mask=rows[:, None], other=0.0)
+        lse2 = tl.load(lse_base + offs_m, mask=rows, other=0.0) * 1.4426950408889634
+        delta = tl.load(delta_base + offs_m, mask=rows, other=0.0)
+        s_t = tl.dot(k, tl.trans(q))  # S^T: (BLOCK_N, BLOCK_M)
+        p_t = tl.exp2(s_t * qk_scale - lse2[None, :])  # P^T, recomputed from the logsumexp
+        if MASKED:  # the diagonal: key n is seen only by query rows m >= n
+            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
+        dv += tl.dot(p_t.to(do.dtype), do)  # dV += P^T dO
+        dp_t = tl.dot(v, tl.trans(do))  # dP^T = V dO^T
+        ds_t = p_t * (dp_t - delta[None, :])  # dS^T = P^T * (dP^T - delta)
+        dk += tl.dot(ds_t.to(q.dtype), q)  # dK += dS^T Q
+    return dk, dv
+
+
+@triton.jit
+def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
+                         stride_qb, stride_qh, stride_qn, stride_qd,
+                         stride_kb, stride_kh, stride_kn, stride_kd,
+                         stride_vb, stride_vh, stride_vn, stride_vd,
+                         stride_dob, stride_doh, stride_don, stride_dod,
+                         stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+                         stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+                         H, N, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """dK and dV of one key block (BLOCK_N rows). Grid: (cdiv(N, BLOCK_N), B * H)."""
+    start_n = tl.program_id(0) * BLOCK_N
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_D)
+    keys = offs_n < N
+    k = tl.load(K + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn
+                + offs_d[None, :] * stride_kd, mask=keys[:, None], other=0.0)
+    v = tl.load(V + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn
+                + offs_d[None, :] * stride_vd, mask=keys[:, None], other=0.0)
+    q_base = Q + b * stride_qb + h * stride_qh
+    do_base = DO + b * stride_dob + h * stride_doh
+    lse_base = LSE + bh.to(tl.int64) * N
+    delta_base = DELTA + bh.to(tl.int64) * N
+    qk_scale = sm_scale * 1.4426950408889634
+    dk = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
+    if CAUSAL:  # rows < start_n see none of these keys; the diagonal rows need the mask
+        dk, dv = attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                     stride_qn, stride_qd, stride_don, stride_dod, offs_n,
+                                     offs_d, start_n, tl.minimum(start_n + BLOCK_N, N), N,
+                                     qk_scale, BLOCK_M, True)
+        dk, dv = attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                     stride_qn, stride_qd, stride_don, stride_dod, offs_n,
+                                     offs_d, start_n + BLOCK_N, N, N, qk_scale, BLOCK_M, False)
+    else:
+        dk, dv = attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                     stride_qn, stride_qd, stride_don, stride_dod, offs_n,
+                                     offs_d, 0, N, N, qk_scale, BLOCK_M, False)
+    dk = dk * sm_scale  # S = sm_scale * Q K^T: the scale comes back once in dK
+    tl.store(DK + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dkn
+             + offs_d[None, :] * stride_dkd, dk.to(DK.dtype.element_ty), mask=keys[:, None])
+    tl.store(DV + b * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvn
+             + offs_d[None, :] * stride_dvd, dv.to(DV.dtype.element_ty), mask=keys[:, None])
+
+
+@triton.jit
+def attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd,
+                      stride_vn, stride_vd, offs_m, offs_d, lo, hi, N, qk_scale,
+                      BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+    """Accumulate dQ of one query block over the key blocks lo..hi (keys >= N load as 0 and
+    add 0, because dQ += dS K)."""
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        keys = offs_n < N
+        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                    mask=keys[:, None], other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                    mask=keys[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N)
+        p = tl.exp2(s * qk_scale - lse2[:, None])
+        if MASKED:
+            p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
+        dp = tl.dot(do, tl.trans(v))  # dP = dO V^T
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k)  # dQ += dS K
+    return dq
+
+
+@triton.jit
+def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
+                       stride_qb, stride_qh, stride_qn, stride_qd,
+                       stride_kb, stride_kh, stride_kn, stride_kd,
+                       stride_vb, stride_vh, stride_vn, stride_vd,
+                       stride_dob, stride_doh, stride_don, stride_dod,
+                       stride_dqb, stride_dqh, stride_dqn, stride_dqd,
+                       H, N, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """dQ of one query block (BLOCK_M rows). Grid: (cdiv(N, BLOCK_M), B * H)."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    rows = offs_m < N
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn
+                + offs_d[None, :] * stride_qd, mask=rows[:, None], other=0.0)
+    do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_don
+                 + offs_d[None, :] * stride_dod, mask=rows[:, None], other=0.0)
+    lse2 = tl.load(LSE + bh.to(tl.int64) * N + offs_m, mask=rows, other=0.0) * 1.4426950408889634
+    delta = tl.load(DELTA + bh.to(tl.int64) * N + offs_m, mask=rows, other=0.0)
+    k_base = K + b * stride_kb + h * stride_kh
+    v_base = V + b * stride_vb + h * stride_vh
+    qk_scale = sm_scale * 1.4426950408889634
+    dq = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
+    if CAUSAL:
+        dq = attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd,
+                               stride_vn, stride_vd, offs_m, offs_d, 0, start_m, N, qk_scale,
+                               BLOCK_N, False)
+        dq = attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd,
+                               stride_vn, stride_vd, offs_m, offs_d, start_m,
+                               tl.minimum(start_m + BLOCK_M, N), N, qk_scale, BLOCK_N, True)
+    else:
+        dq = attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd,
+                               stride_vn, stride_vd, offs_m, offs_d, 0, N, N, qk_scale,
+                               BLOCK_N, False)
+    dq = dq * sm_scale
+    tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqn
+             + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty), mask=rows[:, None])
+
+
+# ---------------------------------------------------------------- the ladder
+
+
+@dataclass(frozen=True)
+class Step:
+    number: int
+    name: str
+    what: str  # one sentence: what changes and why it is faster
+    use_exp2: bool
+    split: bool
+    tuned: bool  # tiles and warps from TUNED (else BASELINE)
+    tma: bool
+    tuned_stages: bool  # num_stages from TUNED (else 2)
+    warp_spec: bool
+
+
+STEPS = [
+    Step(0, "plain FA2", "exp() and one loop in which every key block is masked", False, False,
+         False, False, False, False),
+    Step(1, "exp2", "exp2 with log2(e) folded into the scale: one multiply-add and the native "
+         "ex2 instruction per score", True, False, False, False, False, False),
+    Step(2, "causal split", "unmasked blocks left of the diagonal, one masked diagonal block: "
+         "no bounds checks or -inf selects in the main loop", True, True, False, False, False,
+         False),
+    Step(3, "tuned tiles", "BLOCK_M, BLOCK_N and warps from a table keyed on (N, d, causal) "
+         "(autotuned when compiled)", True, True, True, False, False, False),
+    Step(4, "TMA loads", "K and V through tensor descriptors: on Hopper the TMA engine copies "
+         "tiles, freeing registers and threads", True, True, True, True, False, False),
+    Step(5, "pipelining", "num_stages from the table (swept when compiled): more K/V tiles in "
+         "flight hide HBM latency", True, True, True, True, True, False),
+    Step(6, "warp specialisation", "tl.range(..., warp_specialize=True): producer warps load, "
+         "consumer warps compute", True, True, True, True, True, True),
+]
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages)
+BASELINE = (64, 32, 4, 2)  # a first guess, before any tuning
+# Tuned on an H200 with Triton 3.6 (see the course reference sheet), keyed on
+# (N >= 2048, head dim <= 64, causal). BLOCK_M % BLOCK_N == 0 always.
+TUNED = {
+    (False, True, False): (64, 64, 4, 3), (False, True, True): (64, 64, 4, 3),
+    (True, True, False): (64, 64, 4, 3), (True, True, True): (64, 64, 4, 3),
+    (False, False, False): (128, 128, 8, 3), (False, False, True): (64, 64, 4, 3),
+    (True, False, False): (128, 128, 8, 3), (True, False, True): (64, 64, 4, 3),
+}
+AUTOTUNE_TILES = [(64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 128, 8)]  # step 3 search
+AUTOTUNE_STAGES = [2, 3, 4]  # step 5 search
+INTERPRETER_CONFIG = (16, 16, 4, 1)  # small tiles: the interpreter's cost grows with tile area
+# Backward configs keyed on head dim <= 64: dK/dV (BLOCK_M, BLOCK_N, warps, stages), dQ (...)
+BACKWARD = {
+    True: ((32, 128, 4, 3), (128, 32, 4, 3)),
+    False: ((64, 128, 8, 2), (128, 64, 8, 2)),
+}
+BACKWARD_FALLBACK = ((32, 64, 4, 2), (64, 32, 4, 2))
+DEFAULT_STEP = 5  # what flash_attention() runs unless told otherwise
+
+
+def ladder_steps() -> list[Step]:
+    """The optimisation ladder, step 0 (plain FA2) to step 6 (warp specialisation)."""
+    return list(STEPS)
+
+
+def _step(step) -> Step:
+    if isinstance(step, Step):
+        return step
+    if step is None:
+        return STEPS[DEFAULT_STEP]
+    if not 0 <= int(step) < len(STEPS):
+        raise CourseInputError(f"step {step} does not exist: the ladder has steps 0 to "
+                               f"{len(STEPS) - 1}.")
+    return STEPS[int(step)]
+
+
+def config_for(step, n: int, d: int, causal: bool) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of a ladder step for this problem."""
+    step = _step(step)
+    if runtime.current().interpreter:
+        return INTERPRETER_CONFIG
+    if not step.tuned:
+        return BASELINE
+    bm, bn, warps, stages = TUNED[(n >= 2048, d <= 64, causal)]
+    if step.warp_spec:  # Hopper's warp specialisation wants two consumer warpgroups
+        bm, warps = 128, 8
+    return bm, bn, warps, stages if step.tuned_stages else 2
+
+
+# ---------------------------------------------------------------- features
+
+
+def _capability() -> tuple[int, int]:
+    if runtime.current().interpreter or not torch.cuda.is_available():
+        return (0, 0)
+    return torch.cuda.get_device_capability()
+
+
+def tma_supported() -> bool:
+    """Tensor descriptors exist in this Triton (compiled: also a Hopper-or-newer GPU)."""
+    if not hasattr(tl, "make_tensor_descriptor"):
+        return False
+    return runtime.current().interpreter or _capability() >= (9, 0)
+
+
+def warp_spec_supported() -> bool:
+    """tl.range takes warp_specialize (Triton >= 3.4) and the GPU is Hopper or newer."""
+    params = inspect.signature(tl.range.__init__).parameters
+    if "warp_specialize" not in params:
+        return False
+    return runtime.current().interpreter or _capability() >= (9, 0)
+
+
+def step_supported(step) -> tuple[bool, str]:
+    """(True, "") or (False, why) for this Triton and GPU."""
+    step = _step(step)
+    if step.tma and not tma_supported():
+        return False, "no tensor descriptors in this Triton or not a Hopper-class GPU"
+    if step.warp_spec and not warp_spec_supported():
+        return False, "tl.range has no warp_specialize in this Triton or GPU too old"
+    return True, ""
+
+
+def _tma_ok(*tensors) -> bool:
+    """TMA needs a unit last stride and 16-byte aligned bases and row strides."""
+    for x in tensors:
+        size = x.element_size()
+        if x.stride(-1) != 1 or (x.stride(-2) * size) % 16 or x.data_ptr() % 16:
+            return False
+    return True
+
+
+_ALLOCATOR_SET = False
+
+
+def _ensure_allocator() -> None:
+    """Device-side tensor descriptors need scratch memory: give Triton a torch allocator."""
+    global _ALLOCATOR_SET
+    if _ALLOCATOR_SET or runtime.current().interpreter:
+        return
+
+    def alloc(size: int, alignment: int, stream):
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+
+    triton.set_allocator(alloc)
+    _ALLOCATOR_SET = True
+
+
+# ---------------------------------------------------------------- launchers
+
+
+def _is_power_of_two(x: int) -> bool:
+    return x >= 1 and x & (x - 1) == 0
+
+
+def check_inputs(q, k, v) -> None:
+    runtime.check_tensors(q, k, v, names=("q", "k", "v"), dot=True)
+    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise CourseInputError(f"q, k and v must all have shape (B, H, N, D); got "
+                               f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}.")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise CourseInputError(f"q, k, v must share one dtype; got {q.dtype}, {k.dtype}, "
+                               f"{v.dtype}.")
+    d = q.shape[-1]
+    if not (_is_power_of_two(d) and 16 <= d <= 128):
+        raise CourseInputError(f"head dim {d} is not supported: use 16, 32, 64 or 128.")
+
+
+def _strides(x) -> list[int]:
+    return list(x.stride())
+
+
+_AUTOTUNED: dict[int, object] = {}
+
+
+def _autotuned(step: Step, n: int, d: int, causal: bool):
+    """The forward kernel under @triton.autotune for step 3 (tiles) or 5 (stages): compiled
+    only; the interpreter has no driver to time configs with."""
+    key = step.number
+    if key not in _AUTOTUNED:
+        if step.tuned_stages:
+            bm, bn, warps, _ = TUNED[(n >= 2048, d <= 64, causal)]
+            configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps,
+                                     num_stages=s) for s in AUTOTUNE_STAGES]
+        else:
+            configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=2)
+                       for bm, bn, w in AUTOTUNE_TILES]
+        _AUTOTUNED[key] = triton.autotune(configs=configs, key=["N", "HEAD_D", "CAUSAL"])(
+            attn_fwd_kernel)
+    return _AUTOTUNED[key]
+
+
+def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=None,
+            config: tuple[int, int, int, int] | None = None, autotune: bool = False,
+            out=None, lse=None, kernel=None):
+    """Run the forward of a ladder step; returns (o, lse) with lse (B, H, N) float32.
+
+    config overrides (BLOCK_M, BLOCK_N, num_warps, num_stages); autotune=True (compiled only)
+    searches tiles for step 3 and stages for step 5. `kernel` runs a kernel with the
+    exercise's signature (no ladder switches) instead of the reference.
+    """
+    check_inputs(q, k, v)
+    step = _step(step)
+    ok, why = step_supported(step)
+    if not ok:
+        raise CourseInputError(f"ladder step {step.number} ({step.name}) cannot run here: {why}.")
+    B, H, N, D = q.shape
+    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    o = torch.empty_like(q) if out is None else out
+    lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device) if lse is None else lse
+    if lse.shape != (B, H, N) or not lse.is_contiguous():
+        raise CourseInputError("lse must be a contiguous (B, H, N) float32 tensor.")
+    bm, bn, warps, stages = config or config_for(step, N, D, causal)
+    if bm % bn:
+        raise CourseInputError(f"BLOCK_M={bm} must be a multiple of BLOCK_N={bn}.")
+    args = [q, k, v, o, lse, sm_scale, *_strides(q), *_strides(k), *_strides(v), *_strides(o),
+            H, N]
+    if kernel is not None:  # the exercise kernel: step 2's switches are built in
+        kernel[(triton.cdiv(N, bm), B * H)](*args, HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn,
+                                            CAUSAL=causal, num_warps=warps, num_stages=stages)
+        return o, lse
+    use_tma = step.tma and _tma_ok(k, v)
+    if use_tma:
+        _ensure_allocator()
+    switches = dict(HEAD_D=D, CAUSAL=causal, USE_EXP2=step.use_exp2, SPLIT=step.split,
+                    USE_TMA=use_tma, WARP_SPEC=step.warp_spec)
+    interpreter = runtime.current().interpreter
+    if autotune and not interpreter and config is None and step.number in (3, 5):
+        tuned = _autotuned(step, N, D, causal)
+
+        def grid(meta):
+            return (triton.cdiv(N, meta["BLOCK_M"]), B * H)
+
+        tuned[grid](*args, **switches)
+        return o, lse
+    attn_fwd_kernel[(triton.cdiv(N, bm), B * H)](*args, BLOCK_M=bm, BLOCK_N=bn,
+                                                 num_warps=warps, num_stages=stages, **switches)
+    return o, lse
+
+
+def best_config(step) -> dict | None:
+    """The config autotune picked last for step 3 or 5 (None before any autotuned run)."""
+    tuner = _AUTOTUNED.get(_step(step).number)
+    cfg = getattr(tuner, "best_config", None)
+    if cfg is None:
+        return None
+    return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+
+
+def backward_configs(d: int):
+    if runtime.current().interpreter:
+        return (16, 16, 4, 1), (16, 16, 4, 1)
+    return BACKWARD[d <= 64]
+
+
+def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
+             configs=None):
+    """dq, dk, dv of attention, given the forward's output and logsumexp."""
+    B, H, N, D = q.shape
+    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    block = 16 if runtime.current().interpreter else 64
+    attn_bwd_delta_kernel[(triton.cdiv(N, block), B * H)](
+        o, do, delta, *_strides(o), *_strides(do), H, N, HEAD_D=D, BLOCK_M=block)
+    attempts = [configs] if configs else [backward_configs(D), BACKWARD_FALLBACK]
+    for number, (kv_cfg, q_cfg) in enumerate(attempts):
+        try:
+            bm, bn, warps, stages = kv_cfg
+            attn_bwd_dkdv_kernel[(triton.cdiv(N, bn), B * H)](
+                q, k, v, do, lse, delta, dk, dv, sm_scale, *_strides(q), *_strides(k),
+                *_strides(v), *_strides(do), *_strides(dk), *_strides(dv), H, N, HEAD_D=D,
+                BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=warps, num_stages=stages)
+            bm, bn, warps, stages = q_cfg
+            attn_bwd_dq_kernel[(triton.cdiv(N, bm), B * H)](
+                q, k, v, do, lse, delta, dq, sm_scale, *_strides(q), *_strides(k),
+                *_strides(v), *_strides(do), *_strides(dq), H, N, HEAD_D=D, BLOCK_M=bm,
+                BLOCK_N=bn, CAUSAL=causal, num_warps=warps, num_stages=stages)
+            break
+        except triton.runtime.errors.OutOfResources:  # too much shared memory: smaller tiles
+            if number == len(attempts) - 1:
+                raise
+    return dq, dk, dv
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale, step):
+        o, lse = forward(q, k, v, causal, sm_scale, step=step)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = backward(q, k, v, o, lse, do, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None, None
+
+
+def flash_attention(q, k, v, causal: bool = False, sm_scale: float | None = None, step=None):
+    """softmax(sm_scale * q k^T) v for (B, H, N, D) tensors, differentiable (Triton forward of
+    ladder step `step`, DEFAULT_STEP by default, and the FA2 backward)."""
+    step = _step(step)
+    while not step_supported(step)[0] or step.number in BROKEN_STEPS:
+        step = STEPS[step.number - 1]  # fall back to the best step this machine can run
+    try:
+        return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, step)
+    except (CourseInputError, torch.cuda.OutOfMemoryError):
+        raise
+    except Exception as err:  # noqa: BLE001  (e.g. TMA failing to compile on this Triton)
+        if step.number <= 2 or runtime.current().interpreter:
+            raise
+        first_line = (str(err).splitlines() or [""])[0][:200]
+        BROKEN_STEPS[step.number] = f"{type(err).__name__}: {first_line}"
+        return flash_attention(q, k, v, causal, sm_scale, step.number - 1)
+
+
+BROKEN_STEPS: dict[int, str] = {}  # steps that failed to compile here, with the error
+
+
+# ---------------------------------------------------------------- references and checks
+
+
+def reference_attention(q, k, v, causal: bool = False, sm_scale: float | None = None,
+                        dtype=torch.float32, chunk: int = 2048):
+    """softmax(sm_scale * q k^T) v computed in `dtype`, query rows in chunks (so an fp32
+    reference at N = 16k fits in memory); returns (o, lse)."""
+    B, H, N, D = q.shape
+    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
+    q, k, v = (x.to(dtype) for x in (q, k, v))
+    outs, lses = [], []
+    for start in range(0, N, chunk):
+        s = (q[:, :, start:start + chunk] @ k.transpose(-1, -2)) * sm_scale
+        if causal:
+            rows = torch.arange(start, start + s.shape[2], device=q.device)[:, None]
+            s = s.masked_fill(torch.arange(N, device=q.device)[None, :] > rows, float("-inf"))
+        lse = torch.logsumexp(s, -1)
+        outs.append(torch.exp(s - lse[..., None]) @ v)
+        lses.append(lse)
+    return torch.cat(outs, 2), torch.cat(lses, 2)
+
+
+def tolerance(dtype) -> float:
+    """atol = rtol used for outputs: fp32 1e-4 (interpreter), fp16 1e-2, bf16 2e-2."""
+    return {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}[dtype]
+
+
+def max_error(actual, expected, atol: float) -> tuple[float, bool]:
+    """(max abs error, within atol + atol * |expected| everywhere, no NaN)."""
+    a, e = actual.float(), expected.float()
+    err = (a - e).abs()
+    worst = float(err.max()) if err.numel() else 0.0
+    ok = bool(torch.isfinite(a).all()) and bool((err <= atol + atol * e.abs()).all())
+    return (worst if math.isfinite(worst) else float("inf")), ok
+
+
+CHECK_SHAPES = [  # (B, H, N, D) with ragged N, B > 1 and H > 1
+    (2, 3, 37, 16),
+    (2, 2, 50, 32),
+]
+GPU_CHECK_SHAPES = [(2, 3, 333, 64), (2, 2, 1000, 128), (3, 2, 257, 64)]
+
+
+def make_qkv(B, H, N, D, dtype, device, seed=0, layout="bhnd"):
+    """Random q, k, v; layout "bnhd" gives transposed views of (B, N, H, D) tensors."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    shape = (B, N, H, D) if layout == "bnhd" else (B, H, N, D)
+    xs = [torch.randn(shape, generator=gen).to(device=device, dtype=dtype) for _ in range(3)]
+    if layout == "bnhd":
+        xs = [x.transpose(1, 2) for x in xs]
+    return xs
+
+
+def check_step(step, dtype=None, shapes=None, causal_values=(False, True),
+               autotune: bool = False) -> list[str]:
+    """Run a ladder step on ragged, batched, multi-head and transposed inputs; return one
+    line per case; raise AssertionError on a mismatch."""
+    device = runtime.current().device
+    dtype = dtype or (torch.float32 if runtime.current().interpreter else torch.float16)
+    shapes = shapes or (CHECK_SHAPES if runtime.current().interpreter else GPU_CHECK_SHAPES)
+    lines = []
+    for number, (B, H, N, D) in enumerate(shapes):
+        for causal in causal_values:
+            layout = "bnhd" if number % 2 else "bhnd"
+            q, k, v = make_qkv(B, H, N, D, dtype, device, seed=number, layout=layout)
+            o, lse = forward(q, k, v, causal, step=step, autotune=autotune)
+            ref, ref_lse = reference_attention(q, k, v, causal)
+            err, ok = max_error(o, ref, tolerance(dtype))
+            lse_err, lse_ok = max_error(lse, ref_lse, tolerance(dtype))
+            label = (f"step {_step(step).number} B={B} H={H} N={N} D={D} "
+                     f"{str(dtype).replace('torch.', '')} {'causal' if causal else 'full'} "
+                     f"{layout}")
+            if not (ok and lse_ok):
+                raise AssertionError(f"{label}: max error {err:.3g} (lse {lse_err:.3g})")
+            lines.append(f"{label}: ok (max error {err:.1e})")
+    return lines
+
+
+def check_backward(dtype=None, shapes=None, causal_values=(False, True)) -> list[str]:
+    """Gradients of flash_attention against autograd through the fp32 reference."""
+    device = runtime.current().device
+    dtype = dtype or (torch.float32 if runtime.current().interpreter else torch.float16)
+    shapes = shapes or (CHECK_SHAPES if runtime.current().interpreter else GPU_CHECK_SHAPES)
+    lines = []
+    for number, (B, H, N, D) in enumerate(shapes):
+        for causal in causal_values:
+            layout = "bnhd" if number % 2 else "bhnd"
+            q, k, v = make_qkv(B, H, N, D, dtype, device, seed=10 + number, layout=layout)
+            do = torch.randn(q.shape, generator=torch.Generator().manual_seed(number)).to(
+                device=device, dtype=dtype)
+            q, k, v = (x.detach().requires_grad_(True) for x in (q, k, v))
+            o = flash_attention(q, k, v, causal)
+            grads = torch.autograd.grad(o, (q, k, v), do)
+            rq, rk, rv = (x.detach().float().requires_grad_(True) for x in (q, k, v))
+            ro, _ = reference_attention(rq, rk, rv, causal)
+            ref_grads = torch.autograd.grad(ro, (rq, rk, rv), do.float())
+            label = (f"backward B={B} H={H} N={N} D={D} {str(dtype).replace('torch.', '')} "
+                     f"{'causal' if causal else 'full'}")
+            for name, g, r in zip(("dq", "dk", "dv"), grads, ref_grads, strict=True):
+                atol = tolerance(dtype) * max(1.0, float(r.abs().max()))
+                err, ok = max_error(g, r, atol)
+                if not ok:
+                    raise AssertionError(f"{label}: {name} max error {err:.3g}")
+            lines.append(f"{label}: ok")
+    return lines

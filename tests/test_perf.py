@@ -1,0 +1,160 @@
+"""Lesson 7: the reference FlashAttention kernel (every ladder step, forward and backward), the
+ladder exercise's grader against known-wrong answers, the benchmark CLI on a CPU, and the CUDA
+C++ source compiling with nvcc."""
+
+import importlib.util
+import re
+import shutil
+import sys
+
+import pytest
+import torch
+
+import flashcourse as fc
+from flashcourse import BlankNotFilled, check
+from flashcourse.blanks import ______
+
+fc.setup(verbose=False)
+
+from flashcourse.kernels import cuda_fwd, flash_ref  # noqa: E402
+
+LADDER = "performance/ladder-kernel"
+
+
+def test_every_ladder_step_matches_attention():
+    for step in flash_ref.ladder_steps():
+        assert flash_ref.step_supported(step)[0], step
+        lines = flash_ref.check_step(step)  # B=2, H>1, ragged N, causal and not, transposed
+        assert len(lines) == 4
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_forward_backward_match_autograd(causal):
+    gen = torch.Generator().manual_seed(7)
+    q, k, v, do = (torch.randn(2, 2, 37, 16, generator=gen) for _ in range(4))
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    out = flash_ref.flash_attention(q, k, v, causal)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    q2, k2, v2 = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    scores = (q2 @ k2.transpose(-1, -2)) / 4.0
+    if causal:
+        scores = scores.masked_fill(torch.ones(37, 37, dtype=torch.bool).triu(1), float("-inf"))
+    ref = torch.softmax(scores, -1) @ v2
+    ref_grads = torch.autograd.grad(ref, (q2, k2, v2), do)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
+
+
+def test_backward_on_transposed_fp16_views():
+    lines = flash_ref.check_backward(dtype=torch.float16, shapes=[(2, 2, 50, 32)])
+    assert len(lines) == 2
+
+
+def test_bf16_is_refused_in_the_interpreter():
+    q = torch.randn(1, 1, 16, 16, dtype=torch.bfloat16)
+    with pytest.raises(fc.CourseInputError, match="bfloat16"):
+        flash_ref.flash_attention(q, q, q)
+
+
+# ---------------------------------------------------------------- the ladder exercise
+
+
+def _solution_source(root) -> str:
+    text = (root / "lessons" / "07-performance.qmd").read_text()
+    cell = re.search(r"```\{python\}\n#\| id: exercise-ladder\n(.*?)```", text, re.S).group(1)
+    return "\n".join(line for line in cell.splitlines() if not line.startswith("#|"))
+
+
+def _load_kernel(source: str, tmp_path, name: str):
+    """Write the cell to a .py file and import it: @triton.jit reads its source from a file."""
+    path = tmp_path / f"{name}.py"
+    path.write_text("import triton\nimport triton.language as tl\n"
+                    "from flashcourse.kernels.flash_ref import attn_fwd_inner\n\n" + source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module.ladder_kernel
+
+
+def _variant(root, tmp_path, name, old, new):
+    source = _solution_source(root)
+    assert old in source, old
+    return _load_kernel(source.replace(old, new, 1), tmp_path, name)
+
+
+def test_solution_passes(root, tmp_path):
+    kernel = _load_kernel(_solution_source(root), tmp_path, "ladder_solution")
+    check(LADDER, kernel)
+
+
+def test_blank_is_refused(root, tmp_path):
+    kernel = _variant(root, tmp_path, "ladder_blank", "qk_scale = sm_scale * 1.4426950408889634",
+                      "qk_scale = ______")
+    with pytest.raises(BlankNotFilled):
+        check(LADDER, kernel)
+    with pytest.raises(BlankNotFilled):
+        check(LADDER, ______)
+
+
+WRONG = [
+    ("scale without log2(e)", "qk_scale = sm_scale * 1.4426950408889634",
+     "qk_scale = sm_scale", r"multiplied by ln 2.*log2\(e\)"),
+    ("log2(e) divided out", "qk_scale = sm_scale * 1.4426950408889634",
+     "qk_scale = sm_scale / 1.4426950408889634", r"\(ln 2\)\^2"),
+    ("masked loop starts at 0", "masked_lo = start_m * BLOCK_M", "masked_lo = 0",
+     "counted twice"),
+    ("unmasked loop covers the ragged tail", "free_hi = (N // BLOCK_N) * BLOCK_N",
+     "free_hi = N", "NaN.*read past the last key"),
+    ("unmasked loop includes the diagonal block", "free_hi = start_m * BLOCK_M",
+     "free_hi = (start_m + 1) * BLOCK_M", "causal|NaN"),
+]
+
+
+@pytest.mark.parametrize("mistake, old, new, message", WRONG, ids=[w[0] for w in WRONG])
+def test_known_wrong_ladder_answers_are_rejected(root, tmp_path, known_wrong, mistake, old,
+                                                 new, message):
+    kernel = _variant(root, tmp_path, "ladder_" + re.sub(r"\W", "_", mistake), old, new)
+    with known_wrong(LADDER, mistake, match=message):
+        check(LADDER, kernel)
+
+
+def test_questions_and_vetoes(known_wrong):
+    from flashcourse.checks import performance
+
+    check("performance/q2-ladder", dict(performance.Q2))
+    with known_wrong("performance/q2-ladder", "exp2 for accuracy", match="native"):
+        check("performance/q2-ladder", {**performance.Q2, "exp2_reason": "more_accurate"})
+    with known_wrong("performance/misconceptions", "interpreter timings",
+                     exc=fc.VetoMisconception, match="interpreter"):
+        check("performance/misconceptions",
+              {key: truth for key, (truth, _) in performance.MISCONCEPTIONS.items()}
+              | {"interpreter_timings_predict_gpu": True})
+
+
+# ---------------------------------------------------------------- harness and CUDA source
+
+
+def test_benchmark_cli_explains_and_exits_0_without_cuda(capsys, tmp_path):
+    from flashcourse import benchmark
+
+    assert benchmark.main(["--quick", "--out", str(tmp_path / "out")]) == 0
+    assert "no CUDA GPU" in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
+
+
+def test_benchmark_flop_count_and_cases():
+    from flashcourse import benchmark
+
+    case = benchmark.Case("fwdbwd", "fp16", 128, 16384, True)
+    assert (case.batch, case.heads) == (2, 16)
+    assert case.flops() == pytest.approx(3.5 * 4 * 2 * 16 * 16384**2 * 128 / 2)
+    full = benchmark.sweep_cases("fwd", quick=False, dtypes=["fp16", "bf16"])
+    assert len(full) == 40 and {c.n for c in full} == {1024, 2048, 4096, 8192, 16384}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_cuda_source_compiles_with_nvcc(tmp_path):
+    target = cuda_fwd.compile_object(tmp_path)
+    assert target.exists() and target.stat().st_size > 0
