@@ -10,7 +10,6 @@ import flashcourse as fc
 from flashcourse import (
     BlankNotFilled,
     VetoMisconception,
-    WrongAnswer,
     ______,
     check,
     grading,
@@ -123,10 +122,11 @@ WRONG = {
 
 @pytest.mark.parametrize("exercise_id,mistake",
                          [(e, m) for e, wrongs in WRONG.items() for m in wrongs])
-def test_known_wrong_answer_is_rejected_with_its_message(lesson, exercise_id, mistake):
+def test_known_wrong_answer_is_rejected_with_its_message(lesson, known_wrong, exercise_id,
+                                                         mistake):
     replace, message = WRONG[exercise_id][mistake]
     wrong = answer(lesson, *CELLS[exercise_id], *replace)
-    with pytest.raises(WrongAnswer, match=re.escape(message)) as caught:
+    with known_wrong(exercise_id, mistake, match=re.escape(message)) as caught:
         check(exercise_id, wrong)
     assert re.search(r"case \d+/\d+ \(", str(caught.value)), str(caught.value)
     assert exercise_id not in grading.RESULTS
@@ -168,12 +168,12 @@ QUESTIONS = {"coalescing/q1-sectors": checks.Q1, "coalescing/q2-divergence": che
 
 
 @pytest.mark.parametrize("exercise_id", list(QUESTIONS))
-def test_questions_accept_right_and_reject_wrong(exercise_id):
+def test_questions_accept_right_and_reject_wrong(known_wrong, exercise_id):
     right = dict(QUESTIONS[exercise_id])
     check(exercise_id, right)
     for key, value in right.items():
         wrong = dict(right, **{key: value * 3 if isinstance(value, (int, float)) else "wrong"})
-        with pytest.raises(WrongAnswer, match=re.escape(key)):
+        with known_wrong(exercise_id, f"wrong {key}", match=re.escape(key)):
             check(exercise_id, wrong)
         REJECTED.append((exercise_id, key))
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
@@ -188,10 +188,11 @@ def test_question_answers_in_the_lesson_are_right(lesson):
         check(exercise_id, getattr(module, name))
 
 
-def test_misconceptions_veto(capsys):
+def test_misconceptions_veto(capsys, known_wrong):
     right = {key: truth for key, (truth, _) in checks.MISCONCEPTIONS.items()}
     for key in right:
-        with pytest.raises(VetoMisconception, match=key):
+        with known_wrong("coalescing/misconceptions", f"wrong {key}", exc=VetoMisconception,
+                         match=key):
             check("coalescing/misconceptions", dict(right, **{key: not right[key]}))
         REJECTED.append(("coalescing/misconceptions", key))
     for item in grading.LESSONS["coalescing"].exercises:

@@ -10,7 +10,6 @@ import flashcourse as fc
 from flashcourse import (
     BlankNotFilled,
     VetoMisconception,
-    WrongAnswer,
     ______,
     check,
     grading,
@@ -124,22 +123,24 @@ WRONG = {
 
 @pytest.mark.parametrize("exercise_id,mistake",
                          [(e, m) for e, wrongs in WRONG.items() for m in wrongs])
-def test_known_wrong_answer_is_rejected_with_its_message(lesson, exercise_id, mistake):
+def test_known_wrong_answer_is_rejected_with_its_message(lesson, known_wrong, exercise_id,
+                                                         mistake):
     replace, message = WRONG[exercise_id][mistake]
     wrong = answer(lesson, *CELLS[exercise_id], *replace)
-    with pytest.raises(WrongAnswer, match=re.escape(message)) as caught:
+    with known_wrong(exercise_id, mistake, match=re.escape(message)) as caught:
         check(exercise_id, wrong)
     assert re.search(r"case \d+/\d+ \(", str(caught.value)), str(caught.value)
     assert exercise_id not in grading.RESULTS
     REJECTED.append((exercise_id, mistake))
 
 
-def test_copy_failure_says_where(lesson):
+def test_copy_failure_says_where(lesson, known_wrong):
     wrong = answer(lesson, *CELLS["roofline/copy-kernel"],
                    ("offsets < n_elements", "offsets <= n_elements"))
-    with pytest.raises(WrongAnswer, match=r"case 1/12 \(n_elements=1, BLOCK=64, fp32\): your "
-                                          r"kernel wrote 1 value\(s\) outside the output, first "
-                                          r"at index 1, past the last index 0"):
+    with known_wrong("roofline/copy-kernel", "off-by-one mask",
+                     match=r"case 1/12 \(n_elements=1, BLOCK=64, fp32\): your kernel wrote 1 "
+                           r"value\(s\) outside the output, first at index 1, past the last "
+                           r"index 0"):
         check("roofline/copy-kernel", wrong)
 
 
@@ -161,16 +162,17 @@ def test_run_kernel_turns_a_blank_into_a_short_error(lesson):
         module.copy(torch.zeros(10))
 
 
-def test_stub_kernel_says_implement(lesson):
+def test_stub_kernel_says_implement(lesson, known_wrong):
     stub = lesson_cells.load(
         "@triton.jit\ndef copy_kernel(x_ptr, y_ptr, n_elements, BLOCK: tl.constexpr):\n"
         "    raise NotImplementedError('write this function')\n")
-    with pytest.raises(WrongAnswer, match="NotImplementedError"):
+    with known_wrong("roofline/copy-kernel", "stub still raises NotImplementedError",
+                     match="NotImplementedError"):
         check("roofline/copy-kernel", stub.copy_kernel)
 
 
-def test_a_plain_function_is_not_a_kernel():
-    with pytest.raises(WrongAnswer, match="@triton.jit"):
+def test_a_plain_function_is_not_a_kernel(known_wrong):
+    with known_wrong("roofline/copy-kernel", "plain function, not a kernel", match="@triton.jit"):
         check("roofline/copy-kernel", lambda *args: None)
 
 
@@ -179,12 +181,12 @@ QUESTIONS = {"roofline/q1-intensity": checks.Q1, "roofline/q2-attention": checks
 
 
 @pytest.mark.parametrize("exercise_id", list(QUESTIONS))
-def test_questions_accept_right_and_reject_wrong(exercise_id):
+def test_questions_accept_right_and_reject_wrong(known_wrong, exercise_id):
     right = dict(QUESTIONS[exercise_id])
     check(exercise_id, right)
     for key, value in right.items():
         wrong = dict(right, **{key: value * 3 if isinstance(value, (int, float)) else "wrong"})
-        with pytest.raises(WrongAnswer, match=re.escape(key)):
+        with known_wrong(exercise_id, f"wrong {key}", match=re.escape(key)):
             check(exercise_id, wrong)
         REJECTED.append((exercise_id, key))
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
@@ -199,13 +201,14 @@ def test_question_answers_in_the_lesson_are_right(lesson):
         check(exercise_id, getattr(module, name))
 
 
-def test_misconceptions_veto(capsys):
+def test_misconceptions_veto(capsys, known_wrong):
     right = {key: truth for key, (truth, _) in checks.MISCONCEPTIONS.items()}
     for key in right:
-        with pytest.raises(VetoMisconception, match=key):
+        with known_wrong("roofline/misconceptions", f"wrong {key}", exc=VetoMisconception,
+                         match=key):
             check("roofline/misconceptions", dict(right, **{key: not right[key]}))
         REJECTED.append(("roofline/misconceptions", key))
-    with pytest.raises(WrongAnswer, match="True or False"):
+    with known_wrong("roofline/misconceptions", "answer not a boolean", match="True or False"):
         check("roofline/misconceptions", dict(right, roofline_is_upper_bound="yes"))
     for exercise_id, points in (("roofline/gemm-intensity", 2), ("roofline/attainable", 1),
                                 ("roofline/attention-intensity", 2),

@@ -12,7 +12,6 @@ import pytest
 from flashcourse import (
     BlankNotFilled,
     VetoMisconception,
-    WrongAnswer,
     ______,
     check,
     grading,
@@ -24,25 +23,7 @@ runtime.setup(verbose=False)  # before triton is imported or any kernel defined:
 
 from flashcourse.checks import softmax  # noqa: E402
 
-REJECTED = []  # (exercise id, mistake) pairs a test saw rejected
 KERNEL_HEADER = "import triton\nimport triton.language as tl\nfrom flashcourse import ______\n\n"
-
-
-@pytest.fixture
-def note_rejection(request):
-    """Count a rejected known-wrong answer in the suite's summary (conftest's record_rejection
-    fixture, where it exists) as well as in this module."""
-    try:
-        record = request.getfixturevalue("record_rejection")
-    except pytest.FixtureLookupError:
-        record = None
-
-    def note(exercise_id, mistake):
-        REJECTED.append((exercise_id, mistake))
-        if record is not None:
-            record(exercise_id, mistake)
-
-    return note
 
 
 def solution_source(root, cell_id):
@@ -199,33 +180,33 @@ WRONG = {
 
 
 @pytest.mark.parametrize("exercise_id, mistake", list(WRONG))
-def test_known_wrong_answer_is_rejected_with_its_message(root, tmp_path, note_rejection,
+def test_known_wrong_answer_is_rejected_with_its_message(root, tmp_path, known_wrong,
                                                          exercise_id, mistake):
     edits, message = WRONG[exercise_id, mistake]
     wrong = answer(root, tmp_path, exercise_id, **edits)
-    with pytest.raises(WrongAnswer, match=re.escape(message)) as caught:
+    with known_wrong(exercise_id, mistake, match=re.escape(message)) as caught:
         check(exercise_id, wrong)
     text = str(caught.value)
     assert re.search(r"case \d+/\d+ \(", text), text  # names the case
     assert "Traceback" not in text and "triton" not in text.split("\n")[0].lower()
     assert exercise_id not in grading.RESULTS
-    note_rejection(exercise_id, mistake)
 
 
-def test_failure_message_says_where_and_how_much(root, tmp_path):
+def test_failure_message_says_where_and_how_much(root, tmp_path, known_wrong):
     wrong = answer(root, tmp_path, "softmax/online-kernel",
                    replace=[("l = l * tl.exp(m - m_new) + ", "l = l + ", 1)])
-    with pytest.raises(WrongAnswer) as caught:
+    with known_wrong("softmax/online-kernel", "sum not rescaled") as caught:
         check("softmax/online-kernel", wrong)
     text = str(caught.value)
     assert re.search(r"max abs error [0-9.e+-]+ .* at row \d+, column \d+", text), text
     assert "BLOCK=16" in text and "fp32" in text
 
 
-def test_kernel_crash_names_the_case(root, tmp_path):
+def test_kernel_crash_names_the_case(root, tmp_path, known_wrong):
     wrong = answer(root, tmp_path, "softmax/row-kernel",
                    lines={"row_max": "tl.max(x, axis=1)"})
-    with pytest.raises(WrongAnswer, match=r"case 1/\d+ .*your code raised"):
+    with known_wrong("softmax/row-kernel", "max over an axis the row lacks (crash)",
+                     match=r"case 1/\d+ .*your code raised"):
         check("softmax/row-kernel", wrong)
 
 
@@ -245,26 +226,29 @@ def test_blank_says_fill_in_the_blank(root, tmp_path, exercise_id, target):
         assert re.search(rf"line \d+: {target} = ______", str(caught.value)), caught.value
 
 
-def test_passing_something_else_than_a_kernel(root, tmp_path):
+def test_passing_something_else_than_a_kernel(root, tmp_path, known_wrong):
     kernel = answer(root, tmp_path, "softmax/row-kernel")
-    with pytest.raises(WrongAnswer, match="pass the kernel itself"):
+    with known_wrong("softmax/row-kernel", "kernel.fn, not the kernel",
+                     match="pass the kernel itself"):
         check("softmax/row-kernel", kernel.fn)
     with pytest.raises(BlankNotFilled):
         check("softmax/online-kernel", ______)
 
 
-def test_modifying_inputs_is_rejected():
+def test_modifying_inputs_is_rejected(known_wrong):
     def sneaky(x):
         x -= x.max(axis=-1, keepdims=True)
         return softmax.stable_candidate(x, "global_sum") * 0 + np.exp(x) / np.exp(x).sum(
             axis=-1, keepdims=True)
 
-    with pytest.raises(WrongAnswer, match="modified x in place"):
+    with known_wrong("softmax/stable-softmax", "modifies x in place",
+                     match="modified x in place"):
         check("softmax/stable-softmax", sneaky)
 
 
-def test_stats_must_return_a_pair():
-    with pytest.raises(WrongAnswer, match=r"return the pair \(m, l\)"):
+def test_stats_must_return_a_pair(known_wrong):
+    with known_wrong("softmax/online-stats", "returns m alone, not (m, l)",
+                     match=r"return the pair \(m, l\)"):
         check("softmax/online-stats", lambda x, block_size: x.max(axis=-1))
 
 
@@ -287,32 +271,31 @@ RIGHT_Q = {"softmax/q1-overflow": softmax.Q1, "softmax/q2-traffic": softmax.Q2,
 
 
 @pytest.mark.parametrize("exercise_id", list(RIGHT_Q))
-def test_questions_accept_right_and_reject_wrong(note_rejection, exercise_id):
+def test_questions_accept_right_and_reject_wrong(known_wrong, exercise_id):
     right = dict(RIGHT_Q[exercise_id])
     check(exercise_id, right)
     for key, value in right.items():
         wrong = dict(right)
         wrong[key] = (not value if isinstance(value, bool) else value * 2 + 1
                       if isinstance(value, (int, float)) else "wrong")
-        with pytest.raises(WrongAnswer, match=re.escape(key)):
+        with known_wrong(exercise_id, f"wrong {key}", match=re.escape(key)):
             check(exercise_id, wrong)
-        note_rejection(exercise_id, key)
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
         check(exercise_id, dict(right, **{next(iter(right)): ______}))
 
 
-def test_q3_accepts_a_rounded_number():
+def test_q3_accepts_a_rounded_number(known_wrong):
     check("softmax/q3-merge", dict(softmax.Q3, merged_l=1.149))
-    with pytest.raises(WrongAnswer, match="merged_l"):
+    with known_wrong("softmax/q3-merge", "merged_l = l1 + l2, not rescaled", match="merged_l"):
         check("softmax/q3-merge", dict(softmax.Q3, merged_l=4.0))  # l1 + l2, not rescaled
 
 
-def test_misconceptions_veto_fails_the_lesson(capsys, note_rejection):
+def test_misconceptions_veto_fails_the_lesson(capsys, known_wrong):
     right = {key: truth for key, (truth, _) in softmax.MISCONCEPTIONS.items()}
     for key in right:
-        with pytest.raises(VetoMisconception, match=key):
+        with known_wrong("softmax/misconceptions", f"wrong {key}", exc=VetoMisconception,
+                         match=key):
             check("softmax/misconceptions", dict(right, **{key: not right[key]}))
-        note_rejection("softmax/misconceptions", key)
     for item in grading.LESSONS["softmax"].exercises:
         if item.kind != "veto":
             grading.RESULTS[item.id] = item.points
@@ -324,9 +307,9 @@ def test_misconceptions_veto_fails_the_lesson(capsys, note_rejection):
     assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out
 
 
-def test_misconception_answers_must_be_booleans():
+def test_misconception_answers_must_be_booleans(known_wrong):
     right = {key: truth for key, (truth, _) in softmax.MISCONCEPTIONS.items()}
-    with pytest.raises(WrongAnswer, match="True or False"):
+    with known_wrong("softmax/misconceptions", "answer not a boolean", match="True or False"):
         check("softmax/misconceptions", dict(right, shift_changes_softmax="no"))
 
 

@@ -24,7 +24,6 @@ import flashcourse  # noqa: E402
 from flashcourse import (  # noqa: E402
     BlankNotFilled,
     VetoMisconception,
-    WrongAnswer,
     ______,
     check,
     grading,
@@ -129,10 +128,10 @@ WRONG_KERNELS = {
 
 
 @pytest.mark.parametrize("mistake", list(WRONG_KERNELS))
-def test_known_wrong_kernel_is_rejected_with_its_message(root, tmp_path, mistake):
+def test_known_wrong_kernel_is_rejected_with_its_message(root, tmp_path, known_wrong, mistake):
     replacements, message = WRONG_KERNELS[mistake]
     kernel = student_kernel(root, tmp_path, **replacements)
-    with pytest.raises(WrongAnswer, match=re.escape(message)) as caught:
+    with known_wrong("tiling/matmul-kernel", mistake, match=re.escape(message)) as caught:
         check("tiling/matmul-kernel", kernel)
     text = str(caught.value)
     assert re.search(r"case \d+/\d+ \(M=\d+, N=\d+, K=\d+", text), text  # names the case
@@ -143,7 +142,7 @@ def test_known_wrong_kernel_is_rejected_with_its_message(root, tmp_path, mistake
     REJECTED.append(("tiling/matmul-kernel", mistake))
 
 
-def test_fp16_accumulator_fails_the_long_k_case(root, tmp_path):
+def test_fp16_accumulator_fails_the_long_k_case(root, tmp_path, known_wrong):
     """fp16 inputs with fp32 accumulation pass; the same kernel with an fp16 accumulator fails,
     and the long-K fp16 case alone is enough to catch it."""
     replacements, _ = WRONG_KERNELS["fp16 accumulator"]
@@ -153,19 +152,21 @@ def test_fp16_accumulator_fails_the_long_k_case(root, tmp_path):
     original = tiling.KERNEL_CASES
     try:
         tiling.KERNEL_CASES = long_k
-        with pytest.raises(WrongAnswer, match="the accumulator is fp16"):
+        with known_wrong("tiling/matmul-kernel", "fp16 accumulator",
+                         match="the accumulator is fp16"):
             check("tiling/matmul-kernel", kernel)
         check("tiling/matmul-kernel", student_kernel(root, tmp_path))
     finally:
         tiling.KERNEL_CASES = original
 
 
-def test_stub_kernel_says_implement(root, tmp_path):
+def test_stub_kernel_says_implement(root, tmp_path, known_wrong):
     source = _solution_source(root, KERNEL_CELL)
     head, _, _ = source.partition("    # which output tile")
     kernel = _import_kernel(tmp_path, "stub_kernel",
                             head + '    raise NotImplementedError("write this function")')
-    with pytest.raises(WrongAnswer, match="NotImplementedError"):
+    with known_wrong("tiling/matmul-kernel", "stub still raises NotImplementedError",
+                     match="NotImplementedError"):
         check("tiling/matmul-kernel", kernel)
 
 
@@ -176,8 +177,9 @@ def test_blank_kernel_says_fill_in_the_blank(root, tmp_path):
         check("tiling/matmul-kernel", kernel)
 
 
-def test_a_plain_function_is_refused():
-    with pytest.raises(WrongAnswer, match="Pass the @triton.jit kernel"):
+def test_a_plain_function_is_refused(known_wrong):
+    with known_wrong("tiling/matmul-kernel", "plain function, not a kernel",
+                     match="Pass the @triton.jit kernel"):
         check("tiling/matmul-kernel", lambda *args: None)
 
 
@@ -225,10 +227,10 @@ WRONG_BLOCKED = {
 
 
 @pytest.mark.parametrize("mistake", list(WRONG_BLOCKED))
-def test_wrong_blocked_matmul_is_rejected(root, mistake):
+def test_wrong_blocked_matmul_is_rejected(root, known_wrong, mistake):
     replacements, message = WRONG_BLOCKED[mistake]
     fn = student_function(root, "exercise-blocked-matmul", "blocked_matmul", **replacements)
-    with pytest.raises(WrongAnswer, match=re.escape(message)) as caught:
+    with known_wrong("tiling/blocked-bytes", mistake, match=re.escape(message)) as caught:
         check("tiling/blocked-bytes", fn)
     assert re.search(r"case \d+/\d+ \(M=\d+", str(caught.value))
     REJECTED.append(("tiling/blocked-bytes", mistake))
@@ -259,10 +261,10 @@ WRONG_ORDER = {
 
 
 @pytest.mark.parametrize("mistake", list(WRONG_ORDER))
-def test_wrong_grouped_order_is_rejected(root, mistake):
+def test_wrong_grouped_order_is_rejected(root, known_wrong, mistake):
     replacements, message = WRONG_ORDER[mistake]
     fn = student_function(root, "exercise-grouped-order", "grouped_order", **replacements)
-    with pytest.raises(WrongAnswer, match=re.escape(message)):
+    with known_wrong("tiling/grouped-order", mistake, match=re.escape(message)):
         check("tiling/grouped-order", fn)
     REJECTED.append(("tiling/grouped-order", mistake))
 
@@ -283,7 +285,7 @@ def test_question_answers_match_the_lesson_numbers():
 
 
 @pytest.mark.parametrize("exercise_id", list(RIGHT_Q))
-def test_questions_accept_right_and_reject_wrong(exercise_id):
+def test_questions_accept_right_and_reject_wrong(known_wrong, exercise_id):
     right = dict(RIGHT_Q[exercise_id])
     check(exercise_id, right)
     for key, value in right.items():
@@ -294,26 +296,28 @@ def test_questions_accept_right_and_reject_wrong(exercise_id):
             wrong[key] = value * 2
         else:
             wrong[key] = "wrong"
-        with pytest.raises(WrongAnswer, match=re.escape(key)):
+        with known_wrong(exercise_id, f"wrong {key}", match=re.escape(key)):
             check(exercise_id, wrong)
         REJECTED.append((exercise_id, key))
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
         check(exercise_id, dict(right, **{next(iter(right)): ______}))
 
 
-def test_misconceptions_veto_fails_the_lesson(capsys):
+def test_misconceptions_veto_fails_the_lesson(capsys, known_wrong):
     right = {key: truth for key, (truth, _) in tiling.MISCONCEPTIONS.items()}
     for key in right:
-        with pytest.raises(VetoMisconception, match=key):
+        with known_wrong("tiling/misconceptions", f"wrong {key}", exc=VetoMisconception,
+                         match=key):
             check("tiling/misconceptions", dict(right, **{key: not right[key]}))
         REJECTED.append(("tiling/misconceptions", key))
-    with pytest.raises(WrongAnswer, match="True or False"):
+    with known_wrong("tiling/misconceptions", "answer not a boolean", match="True or False"):
         check("tiling/misconceptions", dict(right, group_m_changes_flops="no"))
     for exercise_id, answers in RIGHT_Q.items():
         check(exercise_id, answers)
     for exercise_id in ("tiling/blocked-bytes", "tiling/grouped-order", "tiling/matmul-kernel"):
         grading.RESULTS[exercise_id] = grading.EXERCISES[exercise_id].points
-    with pytest.raises(VetoMisconception, match="fails the lesson"):
+    with known_wrong("tiling/misconceptions", "wrong bigger_tiles_always_faster",
+                     exc=VetoMisconception, match="fails the lesson"):
         check("tiling/misconceptions", dict(right, bigger_tiles_always_faster=True))
     with pytest.raises(VetoMisconception):
         grading.scorecard("tiling")

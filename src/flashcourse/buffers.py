@@ -98,3 +98,17 @@ class Canaried:
         if row >= rows:
             return f"at {where}row {row}, past the last row {rows - 1}"
         return f"at {where}row {row}, column {col}, past the last column {cols - 1}"
+
+
+def poisoned_heads(x: torch.Tensor, layout: str = "bhnd", pad_rows: int = PAD_ROWS,
+                   device: str | None = None) -> torch.Tensor:
+    """An attention input x (B, H, N, D) inside NaN padding of `pad_rows` rows after every
+    (N, D) matrix, on `device`. layout "bnhd" gives a transposed view of a (B, N, H, D)
+    tensor, the layout models store, so kernels must honour all four strides."""
+    x = x.to(device or x.device)
+    if layout == "bnhd":
+        B, H, N, D = x.shape
+        nan_rows = torch.full((B, pad_rows, H, D), float("nan"), dtype=x.dtype, device=x.device)
+        padded = poisoned(torch.cat([x.transpose(1, 2), nan_rows], 1))
+        return padded[:, :N].transpose(1, 2)
+    return poisoned(x, pad_rows=pad_rows)

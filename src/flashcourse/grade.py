@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import bench
 from . import grade_tamper as tamper
 
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # a submission larger than this is refused unread
@@ -461,7 +462,7 @@ def _grade_in(work: Path, path: Path, sub: Submission, exercises: dict[str, dict
     code_cells = len(run_nb["cells"])
     wall = timeout * code_cells + 120
     env = dict(os.environ, **{grading.GRADING_MODE_ENV: "1", "MPLBACKEND": "Agg",
-                              "PYTHONDONTWRITEBYTECODE": "1"})
+                              "PYTHONDONTWRITEBYTECODE": "1", bench.SKIP_ENV: "1"})
     for name in THREAD_VARIABLES:  # one thread per kernel: parallel jobs must not oversubscribe
         env.setdefault(name, "1")
     process = subprocess.Popen(

@@ -120,16 +120,9 @@ def _require_kernel(kernel, exercise_id: str) -> None:
 
 
 def _place(x: torch.Tensor, layout: str, pad: int) -> torch.Tensor:
-    """x (B, H, N, D) copied into NaN padding of at least `pad` rows after every (N, D)
-    matrix, so that an unmasked block load stays inside the buffer (the interpreter does not
-    check bounds) and reads NaN. "bnhd": a transposed view of a (B, N, H, D) tensor."""
-    x = x.to(_device())
-    if layout == "bnhd":
-        B, H, N, D = x.shape
-        nan_rows = torch.full((B, pad, H, D), float("nan"), dtype=x.dtype, device=x.device)
-        padded = buffers.poisoned(torch.cat([x.transpose(1, 2), nan_rows], 1))
-        return padded[:, :N].transpose(1, 2)
-    return buffers.poisoned(x, pad_rows=pad)
+    """x on the kernel's device inside NaN padding of at least `pad` rows (a whole block), so
+    an unmasked block load stays inside the buffer and reads NaN."""
+    return buffers.poisoned_heads(x, layout, pad, _device())
 
 
 def _pad(case: Case) -> int:
@@ -319,8 +312,9 @@ def _check_forward(kernel) -> str:
             raise grading.WrongAnswer(f"{err}\n{hint}") from None
         lse64 = lse.to(torch.float64).numpy()
         try:
-            grading.compare(lse64, ref_lse.numpy(), label + ", logsumexp L", atol=2e-3,
-                            rtol=1e-5)
+            l_atol, l_rtol = (2e-3, 1e-5) if _device() == "cpu" else (4e-3, 4e-3)  # TF32
+            grading.compare(lse64, ref_lse.numpy(), label + ", logsumexp L", atol=l_atol,
+                            rtol=l_rtol)
         except grading.WrongAnswer as err:
             if _close(lse64, ref_lse.numpy() * LOG2E, 1e-4):
                 hint = ("Likely mistake: L is in log2 units. m_i and log2(l_i) are base 2 "
