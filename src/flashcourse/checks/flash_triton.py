@@ -88,6 +88,15 @@ def _device() -> str:
     return runtime.current().device
 
 
+def _as_kernel_saw(x: torch.Tensor) -> torch.Tensor:
+    """float32 inputs as a GPU's tl.dot sees them: rounded to TF32 (10-bit mantissa). With
+    scores of 1e3, that rounding alone moves the softmax far beyond any fair tolerance."""
+    if x.dtype != torch.float32 or _device() == "cpu":
+        return x
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)  # round to nearest, 13 bits off
+
+
 def _tolerance(table: dict, dtype) -> tuple[float, float]:
     """On a GPU, tl.dot on float32 runs in TF32 (10-bit mantissa): grade it like float16."""
     if dtype == torch.float32 and _device() != "cpu":
@@ -299,7 +308,7 @@ def _check_forward(kernel) -> str:
         label = case.label(number, len(cases))
         q, k, v, out, lse = _run_forward(kernel, case, label)
         ref, ref_lse = attention.standard_attention(
-            *(x.to(torch.float64) for x in (q, k, v)), causal=case.causal,
+            *(_as_kernel_saw(x).to(torch.float64) for x in (q, k, v)), causal=case.causal,
             sm_scale=case.scale(), return_lse=True)
         atol, rtol = _tolerance(TOLERANCES, case.dtype)
         out64 = out.to(torch.float64).numpy()
