@@ -245,3 +245,64 @@ def same_result(actual, candidate, atol: float) -> bool:
         return False
     with np.errstate(invalid="ignore"):
         return bool(np.allclose(a, c, atol=atol, rtol=1e-6, equal_nan=True))
+
+
+# ---------------------------------------------------------------- self-check answers
+
+
+def require_answers(answers, keys, exercise_id: str) -> None:
+    """`answers` must be a dict holding every key, none of them still a blank."""
+    if is_blank(answers) or not isinstance(answers, dict):
+        raise BlankNotFilled(f"Fill in the blank: {exercise_id} expects a dict of answers.")
+    missing = [key for key in keys if key not in answers]
+    if missing:
+        raise WrongAnswer(f"{exercise_id}: missing answers for {missing}.")
+    blanks = [key for key in keys if is_blank(answers[key])]
+    if blanks:
+        raise BlankNotFilled(f"Fill in the blank for {blanks} in {exercise_id}.")
+
+
+def _same_answer(given, right, rtol: float) -> bool:
+    if isinstance(right, bool) or isinstance(given, bool):
+        return given is right  # True is not 1 here: a yes/no question wants a bool
+    if isinstance(right, (int, float)):
+        return isinstance(given, (int, float, np.number)) and bool(
+            np.isclose(float(given), right, rtol=rtol, atol=0))
+    if isinstance(right, str):
+        return isinstance(given, str) and given.strip().lower() == right.lower()
+    return given == right
+
+
+def grade_answers(exercise_id: str, answers, expected: dict, explanations: dict,
+                  rtol: float = 1e-9) -> str:
+    """Compare a dict of self-check answers with `expected`; numbers within `rtol`, strings
+    without regard to case. Raise WrongAnswer listing every wrong key with its explanation."""
+    require_answers(answers, list(expected), exercise_id)
+    wrong = [f"  {key} = {answers[key]!r} is not right. {explanations[key]}"
+             for key, right in expected.items() if not _same_answer(answers[key], right, rtol)]
+    if wrong:
+        raise WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers are "
+                          "wrong:\n" + "\n".join(wrong))
+    return f"all {len(expected)} answers right"
+
+
+def misconceptions(lesson_id: str, statements: dict[str, tuple[bool, str]]) -> None:
+    """Register `<lesson_id>/misconceptions`: true/false statements, {key: (truth, why)}.
+    A wrong answer is a veto: it fails the lesson whatever the other points."""
+    exercise_id = f"{lesson_id}/misconceptions"
+
+    @exercise(exercise_id, "veto misconceptions (true/false)", 0, kind="veto")
+    def _check(answers) -> str:
+        require_answers(answers, list(statements), exercise_id)
+        wrong = []
+        for key, (truth, why) in statements.items():
+            given = answers[key]
+            if not isinstance(given, bool):
+                raise WrongAnswer(f"{exercise_id}: answer {key} with True or False, "
+                                  f"not {given!r}.")
+            if given != truth:
+                wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
+        if wrong:
+            raise VetoMisconception(f"{exercise_id}: a wrong answer here fails the lesson "
+                                    "whatever the other points:\n" + "\n".join(wrong))
+        return f"all {len(statements)} statements judged right"

@@ -10,7 +10,6 @@ import triton
 
 from .. import buffers, grading, kernel_grading, memory_model, runtime
 from ..blanks import BlankNotFilled
-from .gpu_flash import _grade_items, _require_keys
 
 LESSON = grading.lesson("coalescing", "Lesson 3: Coalescing, divergence and transposes",
                         pass_line=8)
@@ -319,7 +318,7 @@ Q1_WHY = {
 
 @grading.exercise("coalescing/q1-sectors", "Q1: counting sectors", 1, kind="question")
 def _check_q1(answers) -> str:
-    return _grade_items("coalescing/q1-sectors", answers, Q1, Q1_WHY)
+    return grading.grade_answers("coalescing/q1-sectors", answers, Q1, Q1_WHY)
 
 
 Q2 = {"efficiency_t_mod_4": 0.5, "efficiency_t_lt_40_of_128": 0.8,
@@ -337,7 +336,7 @@ Q2_WHY = {
 @grading.exercise("coalescing/q2-divergence", "Q2: divergence and the naive transpose", 1,
                   kind="question")
 def _check_q2(answers) -> str:
-    return _grade_items("coalescing/q2-divergence", answers, Q2, Q2_WHY)
+    return grading.grade_answers("coalescing/q2-divergence", answers, Q2, Q2_WHY)
 
 
 Q3 = {"sectors_a_thread_per_row": 32, "sectors_b_thread_per_col": 4,
@@ -357,7 +356,7 @@ Q3_WHY = {
 @grading.exercise("coalescing/q3-matmul", "Q3: naive matmul, tiling and coarsening", 1,
                   kind="question")
 def _check_q3(answers) -> str:
-    return _grade_items("coalescing/q3-matmul", answers, Q3, Q3_WHY)
+    return grading.grade_answers("coalescing/q3-matmul", answers, Q3, Q3_WHY)
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -378,20 +377,4 @@ MISCONCEPTIONS = {
 }
 
 
-@grading.exercise("coalescing/misconceptions", "veto misconceptions (true/false)", 0,
-                  kind="veto")
-def _check_misconceptions(answers) -> str:
-    _require_keys(answers, list(MISCONCEPTIONS), "coalescing/misconceptions")
-    wrong = []
-    for key, (truth, why) in MISCONCEPTIONS.items():
-        given = answers[key]
-        if not isinstance(given, bool):
-            raise grading.WrongAnswer(f"coalescing/misconceptions: answer {key} with True or "
-                                      f"False, not {given!r}.")
-        if given != truth:
-            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
-    if wrong:
-        raise grading.VetoMisconception(
-            "coalescing/misconceptions: a wrong answer here fails the lesson whatever the "
-            "other points:\n" + "\n".join(wrong))
-    return f"all {len(MISCONCEPTIONS)} statements judged right"
+grading.misconceptions("coalescing", MISCONCEPTIONS)

@@ -496,34 +496,8 @@ def _check_dq(kernel) -> str:
 # ---------------------------------------------------------------- questions
 
 
-def _require_keys(answers, expected_keys, exercise_id):
-    if is_blank(answers) or not isinstance(answers, dict):
-        raise BlankNotFilled(f"Fill in the blank: {exercise_id} expects a dict of answers.")
-    missing = [key for key in expected_keys if key not in answers]
-    if missing:
-        raise grading.WrongAnswer(f"{exercise_id}: missing answers for {missing}.")
-    blanks = [key for key in expected_keys if is_blank(answers[key])]
-    if blanks:
-        raise BlankNotFilled(f"Fill in the blank for {blanks} in {exercise_id}.")
 
 
-def _grade_items(exercise_id, answers, expected, explanations):
-    _require_keys(answers, list(expected), exercise_id)
-    wrong = []
-    for key, right in expected.items():
-        given = answers[key]
-        numeric = isinstance(right, (int, float)) and not isinstance(right, bool)
-        if numeric and isinstance(given, (int, float, np.number)) \
-                and not isinstance(given, bool):
-            ok = bool(np.isclose(float(given), right, rtol=0.02))
-        else:
-            ok = given == right
-        if not ok:
-            wrong.append(f"  {key} = {given!r} is not right. {explanations[key]}")
-    if wrong:
-        raise grading.WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers "
-                                  "are wrong:\n" + "\n".join(wrong))
-    return f"all {len(expected)} answers right"
 
 
 FA1 = {"fa1_outer_loop": "kv", "fa1_o_writes": 64, "fa2_o_writes": 1,
@@ -542,7 +516,7 @@ FA1_WHY = {
 
 @grading.exercise("flash-triton/fa1-loop-order", "FA1 vs FA2 loop order", 1, kind="question")
 def _check_fa1(answers) -> str:
-    return _grade_items("flash-triton/fa1-loop-order", answers, FA1, FA1_WHY)
+    return grading.grade_answers("flash-triton/fa1-loop-order", answers, FA1, FA1_WHY, rtol=0.02)
 
 
 Q1 = {"programs": 4 * 16 * (4096 // 64), "skipped_fraction": 2016 / 4096,
@@ -559,7 +533,7 @@ Q1_WHY = {
 @grading.exercise("flash-triton/q1-grid", "Q1: grid, causal skipping and FLOPs", 1,
                   kind="question")
 def _check_q1(answers) -> str:
-    return _grade_items("flash-triton/q1-grid", answers, Q1, Q1_WHY)
+    return grading.grade_answers("flash-triton/q1-grid", answers, Q1, Q1_WHY, rtol=0.02)
 
 
 Q2 = {"p_bytes_n16k_fp16": 16384 * 16384 * 2, "saved_per_row": 1,
@@ -576,7 +550,7 @@ Q2_WHY = {
 @grading.exercise("flash-triton/q2-backward", "Q2: what the backward saves and recomputes", 1,
                   kind="question")
 def _check_q2(answers) -> str:
-    return _grade_items("flash-triton/q2-backward", answers, Q2, Q2_WHY)
+    return grading.grade_answers("flash-triton/q2-backward", answers, Q2, Q2_WHY, rtol=0.02)
 
 
 Q3 = {"exp_unit": "exp2", "mask_only_diagonal": True, "fa3_feature": "warp_specialization"}
@@ -592,7 +566,7 @@ Q3_WHY = {
 
 @grading.exercise("flash-triton/q3-speed", "Q3: where the speed comes from", 1, kind="question")
 def _check_q3(answers) -> str:
-    return _grade_items("flash-triton/q3-speed", answers, Q3, Q3_WHY)
+    return grading.grade_answers("flash-triton/q3-speed", answers, Q3, Q3_WHY, rtol=0.02)
 
 
 MISCONCEPTIONS = {
@@ -611,20 +585,4 @@ MISCONCEPTIONS = {
 }
 
 
-@grading.exercise("flash-triton/misconceptions", "veto misconceptions (true/false)", 0,
-                  kind="veto")
-def _check_misconceptions(answers) -> str:
-    _require_keys(answers, list(MISCONCEPTIONS), "flash-triton/misconceptions")
-    wrong = []
-    for key, (truth, why) in MISCONCEPTIONS.items():
-        given = answers[key]
-        if not isinstance(given, bool):
-            raise grading.WrongAnswer(f"flash-triton/misconceptions: answer {key} with True or "
-                                      f"False, not {given!r}.")
-        if given != truth:
-            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
-    if wrong:
-        raise grading.VetoMisconception(
-            "flash-triton/misconceptions: a wrong answer here fails the lesson whatever the "
-            "other points:\n" + "\n".join(wrong))
-    return f"all {len(MISCONCEPTIONS)} statements judged right"
+grading.misconceptions("flash-triton", MISCONCEPTIONS)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import grading
-from ..blanks import BlankNotFilled, is_blank
 from ..reference import standard_attention
 from ..traffic import score_matrix_bytes
 
@@ -143,31 +142,8 @@ def _check_flash_attention(flash_attention) -> str:
 # ---------------------------------------------------------------- self-check questions
 
 
-def _require_keys(answers, expected_keys, exercise_id):
-    if is_blank(answers) or not isinstance(answers, dict):
-        raise BlankNotFilled(f"Fill in the blank: {exercise_id} expects a dict of answers.")
-    missing = [k for k in expected_keys if k not in answers]
-    if missing:
-        raise grading.WrongAnswer(f"{exercise_id}: missing answers for {missing}.")
-    blanks = [k for k in expected_keys if is_blank(answers[k])]
-    if blanks:
-        raise BlankNotFilled(f"Fill in the blank for {blanks} in {exercise_id}.")
 
 
-def _grade_items(exercise_id, answers, expected, explanations):
-    _require_keys(answers, list(expected), exercise_id)
-    wrong = []
-    for key, right in expected.items():
-        given = answers[key]
-        ok = (np.isclose(float(given), right, rtol=1e-9) if isinstance(right, (int, float))
-              and not isinstance(right, bool) and isinstance(given, (int, float, np.number))
-              else given == right)
-        if not ok:
-            wrong.append(f"  {key} = {given!r} is not right. {explanations[key]}")
-    if wrong:
-        raise grading.WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers "
-                                  "are wrong:\n" + "\n".join(wrong))
-    return f"all {len(expected)} answers right"
 
 
 Q1 = {
@@ -187,7 +163,7 @@ Q1_WHY = {
 @grading.exercise("gpu-flash/q1-memory", "Q1: why materialising S is slow and big", 2,
                   kind="question")
 def _check_q1(answers) -> str:
-    return _grade_items("gpu-flash/q1-memory", answers, Q1, Q1_WHY)
+    return grading.grade_answers("gpu-flash/q1-memory", answers, Q1, Q1_WHY)
 
 
 Q2 = {
@@ -210,7 +186,7 @@ Q2_WHY = {
 @grading.exercise("gpu-flash/q2-coalescing", "Q2: coalescing, tiling and coarsening", 2,
                   kind="question")
 def _check_q2(answers) -> str:
-    return _grade_items("gpu-flash/q2-coalescing", answers, Q2, Q2_WHY)
+    return grading.grade_answers("gpu-flash/q2-coalescing", answers, Q2, Q2_WHY)
 
 
 Q3 = {"FA1": "B", "FA2": "C", "FA3": "A", "leave_triton_for": "warp_control"}
@@ -227,7 +203,7 @@ Q3_WHY = {
 @grading.exercise("gpu-flash/q3-tools", "Q3: torch.compile vs Triton vs CUDA; FA1/2/3", 2,
                   kind="question")
 def _check_q3(answers) -> str:
-    return _grade_items("gpu-flash/q3-tools", answers, Q3, Q3_WHY)
+    return grading.grade_answers("gpu-flash/q3-tools", answers, Q3, Q3_WHY)
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -248,20 +224,4 @@ MISCONCEPTIONS = {
 }
 
 
-@grading.exercise("gpu-flash/misconceptions", "veto misconceptions (true/false)", 0,
-                  kind="veto")
-def _check_misconceptions(answers) -> str:
-    _require_keys(answers, list(MISCONCEPTIONS), "gpu-flash/misconceptions")
-    wrong = []
-    for key, (truth, why) in MISCONCEPTIONS.items():
-        given = answers[key]
-        if not isinstance(given, bool):
-            raise grading.WrongAnswer(f"gpu-flash/misconceptions: answer {key} with True or "
-                                      f"False, not {given!r}.")
-        if given != truth:
-            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
-    if wrong:
-        raise grading.VetoMisconception(
-            "gpu-flash/misconceptions: a wrong answer here fails the lesson whatever the other "
-            "points:\n" + "\n".join(wrong))
-    return f"all {len(MISCONCEPTIONS)} statements judged right"
+grading.misconceptions("gpu-flash", MISCONCEPTIONS)

@@ -198,31 +198,8 @@ def _check_ladder(kernel) -> str:
 # ---------------------------------------------------------------- questions
 
 
-def _require_keys(answers, expected_keys, exercise_id):
-    if is_blank(answers) or not isinstance(answers, dict):
-        raise BlankNotFilled(f"Fill in the blank: {exercise_id} expects a dict of answers.")
-    missing = [k for k in expected_keys if k not in answers]
-    if missing:
-        raise grading.WrongAnswer(f"{exercise_id}: missing answers for {missing}.")
-    blanks = [k for k in expected_keys if is_blank(answers[k])]
-    if blanks:
-        raise BlankNotFilled(f"Fill in the blank for {blanks} in {exercise_id}.")
 
 
-def _grade_items(exercise_id, answers, expected, explanations):
-    _require_keys(answers, list(expected), exercise_id)
-    wrong = []
-    for key, right in expected.items():
-        given = answers[key]
-        numeric = isinstance(right, (int, float)) and not isinstance(right, bool)
-        ok = (isinstance(given, (int, float, np.number)) and not isinstance(given, bool)
-              and math.isclose(float(given), right, rel_tol=1e-3)) if numeric else given == right
-        if not ok:
-            wrong.append(f"  {key} = {given!r} is not right. {explanations[key]}")
-    if wrong:
-        raise grading.WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers "
-                                  "are wrong:\n" + "\n".join(wrong))
-    return f"all {len(expected)} answers right"
 
 
 Q1 = {
@@ -246,7 +223,7 @@ Q1_WHY = {
 
 @grading.exercise("performance/q1-measuring", "Q1: measuring right", 2, kind="question")
 def _check_q1(answers) -> str:
-    return _grade_items("performance/q1-measuring", answers, Q1, Q1_WHY)
+    return grading.grade_answers("performance/q1-measuring", answers, Q1, Q1_WHY, rtol=1e-3)
 
 
 Q2 = {
@@ -272,7 +249,7 @@ Q2_WHY = {
 @grading.exercise("performance/q2-ladder", "Q2: why each rung of the ladder helps", 2,
                   kind="question")
 def _check_q2(answers) -> str:
-    return _grade_items("performance/q2-ladder", answers, Q2, Q2_WHY)
+    return grading.grade_answers("performance/q2-ladder", answers, Q2, Q2_WHY, rtol=1e-3)
 
 
 Q3 = {"FA1": "tiling", "FA2": "parallelism", "FA3": "asynchrony",
@@ -291,7 +268,7 @@ Q3_WHY = {
 @grading.exercise("performance/q3-versions", "Q3: torch.compile, and FA1 -> FA2 -> FA3", 2,
                   kind="question")
 def _check_q3(answers) -> str:
-    return _grade_items("performance/q3-versions", answers, Q3, Q3_WHY)
+    return grading.grade_answers("performance/q3-versions", answers, Q3, Q3_WHY, rtol=1e-3)
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -313,20 +290,4 @@ MISCONCEPTIONS = {
 }
 
 
-@grading.exercise("performance/misconceptions", "veto misconceptions (true/false)", 0,
-                  kind="veto")
-def _check_misconceptions(answers) -> str:
-    _require_keys(answers, list(MISCONCEPTIONS), "performance/misconceptions")
-    wrong = []
-    for key, (truth, why) in MISCONCEPTIONS.items():
-        given = answers[key]
-        if not isinstance(given, bool):
-            raise grading.WrongAnswer(f"performance/misconceptions: answer {key} with True or "
-                                      f"False, not {given!r}.")
-        if given != truth:
-            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
-    if wrong:
-        raise grading.VetoMisconception(
-            "performance/misconceptions: a wrong answer here fails the lesson whatever the "
-            "other points:\n" + "\n".join(wrong))
-    return f"all {len(MISCONCEPTIONS)} statements judged right"
+grading.misconceptions("performance", MISCONCEPTIONS)

@@ -10,7 +10,6 @@ import triton
 
 from .. import grading, kernel_grading, roofline, runtime, traffic
 from ..blanks import BlankNotFilled
-from .gpu_flash import _grade_items, _require_keys
 
 LESSON = grading.lesson("roofline", "Lesson 2: Memory and the roofline", pass_line=8)
 
@@ -253,10 +252,10 @@ Q1_WHY = {
 @grading.exercise("roofline/q1-intensity", "Q1: intensity and the ridge point", 1,
                   kind="question")
 def _check_q1(answers) -> str:
-    _require_keys(answers, list(Q1), "roofline/q1-intensity")
+    grading.require_answers(answers, list(Q1), "roofline/q1-intensity")
     if isinstance(answers.get("h200_ridge"), (int, float)):
         answers = dict(answers, h200_ridge=round(answers["h200_ridge"]))
-    return _grade_items("roofline/q1-intensity", answers, Q1, Q1_WHY)
+    return grading.grade_answers("roofline/q1-intensity", answers, Q1, Q1_WHY)
 
 
 Q2 = {
@@ -278,10 +277,10 @@ Q2_WHY = {
 @grading.exercise("roofline/q2-attention", "Q2: standard attention on the roofline", 1,
                   kind="question")
 def _check_q2(answers) -> str:
-    _require_keys(answers, list(Q2), "roofline/q2-attention")
+    grading.require_answers(answers, list(Q2), "roofline/q2-attention")
     if isinstance(answers.get("standard_us_n4096_d128"), (int, float)):
         answers = dict(answers, standard_us_n4096_d128=round(answers["standard_us_n4096_d128"]))
-    return _grade_items("roofline/q2-attention", answers, Q2, Q2_WHY)
+    return grading.grade_answers("roofline/q2-attention", answers, Q2, Q2_WHY)
 
 
 Q3 = {
@@ -299,7 +298,7 @@ Q3_WHY = {
 
 @grading.exercise("roofline/q3-copy", "Q3: the copy kernel", 1, kind="question")
 def _check_q3(answers) -> str:
-    return _grade_items("roofline/q3-copy", answers, Q3, Q3_WHY)
+    return grading.grade_answers("roofline/q3-copy", answers, Q3, Q3_WHY)
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -321,20 +320,4 @@ MISCONCEPTIONS = {
 }
 
 
-@grading.exercise("roofline/misconceptions", "veto misconceptions (true/false)", 0,
-                  kind="veto")
-def _check_misconceptions(answers) -> str:
-    _require_keys(answers, list(MISCONCEPTIONS), "roofline/misconceptions")
-    wrong = []
-    for key, (truth, why) in MISCONCEPTIONS.items():
-        given = answers[key]
-        if not isinstance(given, bool):
-            raise grading.WrongAnswer(f"roofline/misconceptions: answer {key} with True or "
-                                      f"False, not {given!r}.")
-        if given != truth:
-            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
-    if wrong:
-        raise grading.VetoMisconception(
-            "roofline/misconceptions: a wrong answer here fails the lesson whatever the other "
-            "points:\n" + "\n".join(wrong))
-    return f"all {len(MISCONCEPTIONS)} statements judged right"
+grading.misconceptions("roofline", MISCONCEPTIONS)

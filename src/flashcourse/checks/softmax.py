@@ -631,34 +631,10 @@ def _check_merge_states(merge_states) -> str:
 # ---------------------------------------------------------------- questions
 
 
-def _require_keys(answers, expected_keys, exercise_id):
-    if is_blank(answers) or not isinstance(answers, dict):
-        raise BlankNotFilled(f"Fill in the blank: {exercise_id} expects a dict of answers.")
-    missing = [k for k in expected_keys if k not in answers]
-    if missing:
-        raise grading.WrongAnswer(f"{exercise_id}: missing answers for {missing}.")
-    blanks = [k for k in expected_keys if is_blank(answers[k])]
-    if blanks:
-        raise BlankNotFilled(f"Fill in the blank for {blanks} in {exercise_id}.")
 
 
-def _same(given, right) -> bool:
-    if isinstance(right, bool) or isinstance(given, bool):
-        return given is right
-    if isinstance(right, (int, float)):
-        return isinstance(given, (int, float, np.number)) and bool(
-            np.isclose(float(given), right, rtol=1e-3, atol=0))
-    return isinstance(given, str) and given.strip().lower() == right
 
 
-def _grade_items(exercise_id, answers, expected, explanations):
-    _require_keys(answers, list(expected), exercise_id)
-    wrong = [f"  {key} = {answers[key]!r} is not right. {explanations[key]}"
-             for key, right in expected.items() if not _same(answers[key], right)]
-    if wrong:
-        raise grading.WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers "
-                                  "are wrong:\n" + "\n".join(wrong))
-    return f"all {len(expected)} answers right"
 
 
 Q1 = {
@@ -677,7 +653,7 @@ Q1_WHY = {
 
 @grading.exercise("softmax/q1-overflow", "Q1: where exp overflows", 1, kind="question")
 def _check_q1(answers) -> str:
-    return _grade_items("softmax/q1-overflow", answers, Q1, Q1_WHY)
+    return grading.grade_answers("softmax/q1-overflow", answers, Q1, Q1_WHY, rtol=1e-3)
 
 
 Q2 = {
@@ -699,7 +675,7 @@ Q2_WHY = {
 @grading.exercise("softmax/q2-traffic", "Q2: bytes moved by the softmax kernels", 1,
                   kind="question")
 def _check_q2(answers) -> str:
-    return _grade_items("softmax/q2-traffic", answers, Q2, Q2_WHY)
+    return grading.grade_answers("softmax/q2-traffic", answers, Q2, Q2_WHY, rtol=1e-3)
 
 
 Q3 = {
@@ -717,7 +693,7 @@ Q3_WHY = {
 
 @grading.exercise("softmax/q3-merge", "Q3: merging two softmax states", 1, kind="question")
 def _check_q3(answers) -> str:
-    return _grade_items("softmax/q3-merge", answers, Q3, Q3_WHY)
+    return grading.grade_answers("softmax/q3-merge", answers, Q3, Q3_WHY, rtol=1e-3)
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -738,19 +714,4 @@ MISCONCEPTIONS = {
 }
 
 
-@grading.exercise("softmax/misconceptions", "veto misconceptions (true/false)", 0, kind="veto")
-def _check_misconceptions(answers) -> str:
-    _require_keys(answers, list(MISCONCEPTIONS), "softmax/misconceptions")
-    wrong = []
-    for key, (truth, why) in MISCONCEPTIONS.items():
-        given = answers[key]
-        if not isinstance(given, bool):
-            raise grading.WrongAnswer(f"softmax/misconceptions: answer {key} with True or "
-                                      f"False, not {given!r}.")
-        if given != truth:
-            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
-    if wrong:
-        raise grading.VetoMisconception(
-            "softmax/misconceptions: a wrong answer here fails the lesson whatever the other "
-            "points:\n" + "\n".join(wrong))
-    return f"all {len(MISCONCEPTIONS)} statements judged right"
+grading.misconceptions("softmax", MISCONCEPTIONS)

@@ -412,35 +412,8 @@ def _check_kernel(kernel) -> str:
 # ---------------------------------------------------------------- questions
 
 
-def _require_keys(answers, expected_keys, exercise_id):
-    if is_blank(answers) or not isinstance(answers, dict):
-        raise BlankNotFilled(f"Fill in the blank: {exercise_id} expects a dict of answers.")
-    missing = [k for k in expected_keys if k not in answers]
-    if missing:
-        raise grading.WrongAnswer(f"{exercise_id}: missing answers for {missing}.")
-    blanks = [k for k in expected_keys if is_blank(answers[k])]
-    if blanks:
-        raise BlankNotFilled(f"Fill in the blank for {blanks} in {exercise_id}.")
 
 
-def _grade_items(exercise_id, answers, expected, explanations, rtol=1e-9):
-    _require_keys(answers, list(expected), exercise_id)
-    wrong = []
-    for key, right in expected.items():
-        given = answers[key]
-        number = isinstance(right, (int, float)) and not isinstance(right, bool)
-        if number and isinstance(given, (int, float, np.number)) and \
-                not isinstance(given, bool):
-            ok = bool(np.isclose(float(given), right, rtol=rtol, atol=0))
-        else:
-            ok = given == right and type(given) is type(right) if isinstance(right, bool) \
-                else given == right
-        if not ok:
-            wrong.append(f"  {key} = {given!r} is not right. {explanations[key]}")
-    if wrong:
-        raise grading.WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers "
-                                  "are wrong:\n" + "\n".join(wrong))
-    return f"all {len(expected)} answers right"
 
 
 Q1 = {
@@ -464,7 +437,7 @@ Q1_WHY = {
 @grading.exercise("tiling/q1-traffic", "Q1: HBM bytes and arithmetic intensity of tiles", 2,
                   kind="question")
 def _check_q1(answers) -> str:
-    return _grade_items("tiling/q1-traffic", answers, Q1, Q1_WHY, rtol=1e-3)
+    return grading.grade_answers("tiling/q1-traffic", answers, Q1, Q1_WHY, rtol=1e-3)
 
 
 Q2 = {
@@ -485,7 +458,7 @@ Q2_WHY = {
 @grading.exercise("tiling/q2-registers-smem", "Q2: register tiling and shared-memory staging",
                   1, kind="question")
 def _check_q2(answers) -> str:
-    return _grade_items("tiling/q2-registers-smem", answers, Q2, Q2_WHY)
+    return grading.grade_answers("tiling/q2-registers-smem", answers, Q2, Q2_WHY)
 
 
 def _best_group(num_tiles: int, wave: int) -> int:
@@ -512,7 +485,7 @@ Q3_WHY = {
 @grading.exercise("tiling/q3-grouped-order", "Q3: grouped launch order and L2 reuse", 1,
                   kind="question")
 def _check_q3(answers) -> str:
-    return _grade_items("tiling/q3-grouped-order", answers, Q3, Q3_WHY)
+    return grading.grade_answers("tiling/q3-grouped-order", answers, Q3, Q3_WHY)
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -534,22 +507,7 @@ MISCONCEPTIONS = {
 }
 
 
-@grading.exercise("tiling/misconceptions", "veto misconceptions (true/false)", 0, kind="veto")
-def _check_misconceptions(answers) -> str:
-    _require_keys(answers, list(MISCONCEPTIONS), "tiling/misconceptions")
-    wrong = []
-    for key, (truth, why) in MISCONCEPTIONS.items():
-        given = answers[key]
-        if not isinstance(given, bool):
-            raise grading.WrongAnswer(f"tiling/misconceptions: answer {key} with True or "
-                                      f"False, not {given!r}.")
-        if given != truth:
-            wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
-    if wrong:
-        raise grading.VetoMisconception(
-            "tiling/misconceptions: a wrong answer here fails the lesson whatever the other "
-            "points:\n" + "\n".join(wrong))
-    return f"all {len(MISCONCEPTIONS)} statements judged right"
+grading.misconceptions("tiling", MISCONCEPTIONS)
 
 
 __all__ = ["KERNEL_ARGS", "grouped_order", "launch"]
