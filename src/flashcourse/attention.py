@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -38,6 +39,39 @@ BACKWARD_CONFIGS = {  # tuned on an H200 (gpu/tune_flash_backward.py), N = 4096,
     ("dq", 128): (64, 32, 4, 3),
 }
 INTERPRETER_BLOCKS = (16, 16)  # small blocks: the interpreter's cost grows with block area
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """One graded attention case: shapes, dtype, seed, layout and block sizes."""
+
+    B: int
+    H: int
+    N: int
+    D: int
+    causal: bool
+    dtype: torch.dtype = torch.float32
+    seed: int = 0
+    large: bool = False  # scaled scores of about 1e3
+    layout: str = "bhnd"  # "bnhd": views of (B, N, H, D) tensors, as most models store them
+    block_m: int = 16
+    block_n: int = 16
+    sm_scale: float | None = None
+
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.D) if self.sm_scale is None else self.sm_scale
+
+    def label(self, number: int, total: int) -> str:
+        dtype = str(self.dtype).replace("torch.", "")
+        extras = [f"sm_scale={self.sm_scale:g}"] if self.sm_scale is not None else []
+        if self.large:
+            extras.append("scores ~1e3")
+        if self.layout == "bnhd":
+            extras.append("inputs are transposed views of (B, N, H, D) tensors")
+        extra = "".join(f", {e}" for e in extras)
+        return (f"case {number}/{total} (B={self.B}, H={self.H}, N={self.N}, D={self.D}, "
+                f"{dtype}, {'causal' if self.causal else 'not causal'}, "
+                f"BLOCK_M={self.block_m}, BLOCK_N={self.block_n}{extra})")
 
 
 # ---------------------------------------------------------------- references and inputs

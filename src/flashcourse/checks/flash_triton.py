@@ -9,8 +9,6 @@ rerunning a float64 simulation of the kernel's block order with that mistake swi
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,35 +21,7 @@ LESSON = grading.lesson("flash-triton", "Lesson 6: FlashAttention forward and ba
 LOG2E = attention.LOG2E
 
 
-@dataclass(frozen=True)
-class Case:
-    B: int
-    H: int
-    N: int
-    D: int
-    causal: bool
-    dtype: torch.dtype = torch.float32
-    seed: int = 0
-    large: bool = False  # scaled scores of about 1e3
-    layout: str = "bhnd"  # "bnhd": views of (B, N, H, D) tensors, as most models store them
-    block_m: int = 16
-    block_n: int = 16
-    sm_scale: float | None = None
-
-    def scale(self) -> float:
-        return 1.0 / math.sqrt(self.D) if self.sm_scale is None else self.sm_scale
-
-    def label(self, number: int, total: int) -> str:
-        dtype = str(self.dtype).replace("torch.", "")
-        extras = [f"sm_scale={self.sm_scale:g}"] if self.sm_scale is not None else []
-        if self.large:
-            extras.append("scores ~1e3")
-        if self.layout == "bnhd":
-            extras.append("inputs are transposed views of (B, N, H, D) tensors")
-        extra = "".join(f", {e}" for e in extras)
-        return (f"case {number}/{total} (B={self.B}, H={self.H}, N={self.N}, D={self.D}, "
-                f"{dtype}, {'causal' if self.causal else 'not causal'}, "
-                f"BLOCK_M={self.block_m}, BLOCK_N={self.block_n}{extra})")
+Case = attention.AttentionCase
 
 
 FORWARD_CASES = [

@@ -10,12 +10,11 @@ the way that mistake computes it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .. import buffers, grading, runtime
+from .. import attention, buffers, grading, runtime
 from ..blanks import BLANK_TOKEN, BlankNotFilled, is_blank, refuse_blanks, source_of
 from ..traffic import attention_flops
 
@@ -24,31 +23,7 @@ LN2 = math.log(2.0)
 LADDER_ID = "performance/ladder-kernel"
 
 
-@dataclass(frozen=True)
-class Case:
-    B: int
-    H: int
-    N: int
-    D: int
-    causal: bool
-    dtype: torch.dtype = torch.float32
-    seed: int = 0
-    block_m: int = 16
-    block_n: int = 16
-    sm_scale: float | None = None
-    layout: str = "bhnd"  # "bnhd": transposed views of (B, N, H, D) tensors
-
-    def scale(self) -> float:
-        return 1.0 / math.sqrt(self.D) if self.sm_scale is None else self.sm_scale
-
-    def label(self, number: int, total: int) -> str:
-        dtype = str(self.dtype).replace("torch.", "")
-        extra = f", sm_scale={self.sm_scale:g}" if self.sm_scale is not None else ""
-        if self.layout == "bnhd":
-            extra += ", transposed views"
-        return (f"case {number}/{total} (B={self.B}, H={self.H}, N={self.N}, D={self.D}, "
-                f"{dtype}, {'causal' if self.causal else 'not causal'}, "
-                f"BLOCK_M={self.block_m}, BLOCK_N={self.block_n}{extra})")
+Case = attention.AttentionCase
 
 
 # Non-causal cases first: a causal-only failure then points at the causal bounds.
