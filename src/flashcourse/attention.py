@@ -148,7 +148,8 @@ def _is_power_of_two(x: int) -> bool:
     return x >= 1 and x & (x - 1) == 0
 
 
-def _check_qkv(q, k, v, names=("q", "k", "v")):
+def check_qkv(q, k, v, names=("q", "k", "v")) -> None:
+    """Shapes (B, H, N, D), one dtype, a supported head dim, the runtime's device."""
     runtime.check_tensors(q, k, v, names=names, dot=True)
     if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
         raise CourseInputError(f"q, k and v must all have shape (B, H, N, D); got "
@@ -188,7 +189,7 @@ def flash_forward(kernel, q, k, v, causal: bool = False, sm_scale: float | None 
     buffers); their last stride must be 1.
     """
     refuse_unfinished(kernel, getattr(kernel, "__name__", "kernel"))
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
     B, H, N, D = q.shape
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)

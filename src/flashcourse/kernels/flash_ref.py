@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import runtime
+from .. import attention, runtime
 from ..runtime import CourseInputError
 
 runtime.current()  # choose compiled Triton or the interpreter before any kernel is defined
@@ -487,21 +487,7 @@ def _ensure_allocator() -> None:
 # ---------------------------------------------------------------- launchers
 
 
-def _is_power_of_two(x: int) -> bool:
-    return x >= 1 and x & (x - 1) == 0
-
-
-def check_inputs(q, k, v) -> None:
-    runtime.check_tensors(q, k, v, names=("q", "k", "v"), dot=True)
-    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
-        raise CourseInputError(f"q, k and v must all have shape (B, H, N, D); got "
-                               f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}.")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise CourseInputError(f"q, k, v must share one dtype; got {q.dtype}, {k.dtype}, "
-                               f"{v.dtype}.")
-    d = q.shape[-1]
-    if not (_is_power_of_two(d) and 16 <= d <= 128):
-        raise CourseInputError(f"head dim {d} is not supported: use 16, 32, 64 or 128.")
+check_inputs = attention.check_qkv
 
 
 def _strides(x) -> list[int]:
