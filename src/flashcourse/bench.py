@@ -13,7 +13,8 @@ import platform
 from . import runtime
 
 CPU_MESSAGE = ("Measurement skipped: no CUDA GPU (the Triton interpreter's timings say nothing "
-               "about GPU speed). The results table below was measured on an NVIDIA H200.")
+               "about GPU speed). The results table below, where one has been recorded, was "
+               "measured on an NVIDIA H200.")
 
 
 def gpu_available() -> bool:
@@ -27,8 +28,8 @@ def skip_message() -> str | None:
     """None on a GPU; otherwise the fixed line a measurement cell prints instead.
     FLASHCOURSE_SKIP_BENCH=1 skips measurements on a GPU too (grading runs need no timings)."""
     if os.environ.get(SKIP_ENV, "").strip() in {"1", "true", "yes"}:
-        return (f"Measurement skipped ({SKIP_ENV}=1). The results table below was measured "
-                "on an NVIDIA H200.")
+        return (f"Measurement skipped ({SKIP_ENV}=1). The results table below, where one has "
+                "been recorded, was measured on an NVIDIA H200.")
     return None if gpu_available() else CPU_MESSAGE
 
 
@@ -107,15 +108,34 @@ def save_results(name: str, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+_ENVIRONMENT_KEYS = ("date", "gpu", "torch", "triton", "cuda", "python")  # kept as text
+
+
+def _parse_field(text: str):
+    """A CSV field as int, float or (when it is not a number) the text itself, so that
+    markdown_table formats recorded floats like freshly measured ones."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def recorded(name: str) -> list[dict]:
-    """The table recorded on the course GPU (assets/results/<name>.csv), [] if none yet."""
+    """The table recorded on the course GPU (assets/results/<name>.csv), [] if none yet.
+    Numeric fields come back as int or float; the environment (date, versions) and everything
+    else as text."""
     import csv
 
     path = _assets_results() / f"{name}.csv"
     if not path.exists():
         return []
     with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+        return [{key: value if key in _ENVIRONMENT_KEYS else _parse_field(value)
+                 for key, value in row.items()} for row in csv.DictReader(handle)]
 
 
 def show_recorded(name: str, columns: list[str]) -> None:

@@ -20,9 +20,13 @@ class MemoryLevel:
 
 
 # NVIDIA H100 SXM (Hopper), the chip the course's numbers describe.
+# Shared memory / L1: 132 SMs x 128 B per clock x 1.8-1.98 GHz = about 30-33 TB/s.
+# Registers: an estimate, not a published figure. Each SM's four schedulers can each read up
+# to three 32-lane fp32 operands per clock (4 x 384 B); 132 SMs at about 1.8 GHz give several
+# hundred TB/s.
 H100_MEMORY = (
-    MemoryLevel("Registers", "256 KB per SM", 256e3, (30, 40), (0.5, 1), "one thread"),
-    MemoryLevel("Shared memory / L1", "228 KB per SM", 228e3, (15, 20), (20, 30),
+    MemoryLevel("Registers", "256 KB per SM", 256e3, (300, 400), (0.5, 1), "one thread"),
+    MemoryLevel("Shared memory / L1", "228 KB per SM", 228e3, (30, 33), (20, 30),
                 "one thread block"),
     MemoryLevel("L2 cache", "50 MB per chip", 50e6, (5, 8), (100, 200), "whole chip"),
     MemoryLevel("HBM3", "80 GB per chip", 80e9, (3.35, 3.35), (400, 800), "whole chip + host"),

@@ -7,8 +7,6 @@ BK x BN of B and BM x BN of C.
 
 from __future__ import annotations
 
-H200_HBM_TBS = 4.8  # published HBM3e bandwidth of the H200 (the course GPU)
-
 
 def cdiv(a: int, b: int) -> int:
     """Ceiling division: how many blocks of size b cover a elements."""

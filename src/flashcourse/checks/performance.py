@@ -213,11 +213,12 @@ Q2_WHY = {
                    "multiply per score: 'native'.",
     "split_saves": "Blocks left of the diagonal need no bounds check and no -inf select; only "
                    "the diagonal block does: 'masks'.",
-    "tma_needs": "Tensor descriptors map to the TMA copy engine of Hopper (sm_90) and newer: "
-                 "'hopper'.",
-    "leave_triton_for": "Triton schedules warps for you; explicit producer/consumer warp roles, "
-                        "register budgets per role and custom shared-memory layouts need CUDA "
-                        "(or CUTLASS): 'warp_roles'.",
+    "tma_needs": "Tensor descriptors map to the Tensor Memory Accelerator (TMA), a per-SM "
+                 "unit that copies whole tiles, on Hopper (sm_90) and newer: 'hopper'.",
+    "leave_triton_for": "Triton schedules warps for you (with warp_specialize=True it "
+                        "specialises them, but it picks the roles itself); producer/consumer "
+                        "roles you assign yourself, register budgets per role and custom "
+                        "shared-memory layouts need CUDA (or CUTLASS): 'warp_roles'.",
 }
 
 

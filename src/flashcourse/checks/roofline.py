@@ -311,8 +311,10 @@ MISCONCEPTIONS = {
         False, "Memory-bound describes the operator (too few FLOPs per byte), not a fault of "
         "the memory: the fix is fewer bytes per FLOP (fusion, reuse), not faster HBM."),
     "roofline_is_upper_bound": (
-        True, "The roofline is a ceiling: real kernels sit below it (latency, occupancy, "
-        "imperfect overlap); a point above it means the FLOPs or bytes were miscounted."),
+        True, "Drawn with the hardware's peak FLOP rate and bandwidth, the roofline is a "
+        "ceiling: real kernels sit below it (latency, occupancy, imperfect overlap); a point "
+        "above it means the FLOPs or bytes were miscounted. (A roofline drawn with measured "
+        "rates is not a hard ceiling: a kernel can land slightly above it.)"),
     "copy_can_exceed_bandwidth": (
         False, "A copy does no FLOPs and is bound by bandwidth: no kernel copies faster than "
         "the memory moves bytes (a much faster result means the data stayed in L2 or the "

@@ -687,13 +687,13 @@ GPU_CHECK_SHAPES = [(2, 3, 333, 64), (2, 2, 1000, 128), (3, 2, 257, 64)]
 
 
 def make_qkv(B, H, N, D, dtype, device, seed=0, layout="bhnd"):
-    """Random q, k, v; layout "bnhd" gives transposed views of (B, N, H, D) tensors."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    shape = (B, N, H, D) if layout == "bnhd" else (B, H, N, D)
-    xs = [torch.randn(shape, generator=gen).to(device=device, dtype=dtype) for _ in range(3)]
-    if layout == "bnhd":
-        xs = [x.transpose(1, 2) for x in xs]
-    return xs
+    """Random q, k, v (attention.make_inputs); layout "bnhd" gives transposed views of
+    (B, N, H, D) tensors."""
+    if layout != "bnhd":
+        return list(attention.make_inputs(B, H, N, D, dtype, device, seed=seed))
+    # make_inputs only uses its four sizes as a shape: ask for (B, N, H, D), then transpose
+    xs = attention.make_inputs(B, N, H, D, dtype, device, seed=seed)
+    return [x.transpose(1, 2) for x in xs]
 
 
 def check_step(step, dtype=None, shapes=None, causal_values=(False, True),
