@@ -1,5 +1,6 @@
 """Grading throughput: make N submissions of lesson 1 (blanks filled with right or known-wrong
-answers), grade them serially (--jobs 1) and in parallel (--jobs J), print submissions/minute.
+answers), grade them serially (--jobs 1: one `pytest --nbval-lax` process) and in parallel
+(--jobs J: the same run under pytest-xdist, `-n J --dist loadscope`), print submissions/minute.
 
     python scripts/grading_throughput.py [--count 50] [--jobs 2] [--timeout 60]
 """

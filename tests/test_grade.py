@@ -1,6 +1,6 @@
 """`python -m flashcourse grade`: a right, a wrong, a tampered, a malformed, a looping and a
-crashing submission of lesson 1 graded in one run; the static tamper scan and the run-time
-integrity snapshot on their own."""
+crashing submission of lesson 1 graded in one run (one `pytest --nbval-lax` run under
+pytest-xdist); the static tamper scan and the run-time integrity snapshot on their own."""
 
 import contextlib
 import csv
@@ -28,9 +28,13 @@ def graded(tmp_path_factory, root):
     right = grade_samples.filled_notebook(root)
     grade_samples.write(right, folder / "alice" / "01-gpu-flash.ipynb")
 
-    # wrong answer + a veto misconception + a cell that prints 3 MB
+    # wrong answer + a veto misconception + a cell that prints 3 MB + one that raises 2 MB
     wrong = grade_samples.filled_notebook(root, mistakes=("no-rescale", "veto"))
     _cell(wrong, "try-flash-attention")["source"] += "\nfor _ in range(30000): print('x' * 99)"
+    at = wrong["cells"].index(_cell(wrong, "try-flash-attention")) + 1
+    wrong["cells"].insert(at, {"cell_type": "code", "id": "bob-raises", "metadata": {},
+                               "outputs": [], "execution_count": None,
+                               "source": "raise ValueError('y' * 2_000_000)"})
     grade_samples.write(wrong, folder / "bob" / "01-gpu-flash.ipynb")
 
     # edits a check cell (to a fake success line) and patches numpy in a student cell
@@ -73,6 +77,12 @@ def _items(sub):
     return {item["id"]: item for item in sub["exercises"]}
 
 
+def _pytest_cases(out, who):
+    """pytest's JUnit test cases (one per code cell, "Cell N") of one submission's notebook."""
+    root = ET.parse(out / "pytest-junit.xml").getroot()
+    return [c for c in root.iter("testcase") if f"-{who}__" in c.get("classname")]
+
+
 def test_right_submission_passes_with_hidden_cases(graded):
     alice = graded["subs"]["alice"]
     assert alice["status"] == "PASS", alice
@@ -92,6 +102,13 @@ def test_wrong_submission_gets_points_per_item_and_the_veto(graded, record_rejec
     assert items["gpu-flash/misconceptions"]["status"] == "veto"
     assert any("flash_reduces_flops" in v for v in bob["vetoes"])
     assert any("output of `try-flash-attention` was cut" in n for n in bob["notes"])
+    # the failing student cell is just a failed item; its 2 MB message stays out of the XML
+    cases = _pytest_cases(graded["out"], "bob")
+    failed = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
+    assert "ValueError: yyy" in failed["Cell 11"].text
+    assert all(len(f.text) <= grade.FAILURE_CHARS for f in failed.values())
+    assert "were not rescaled" in failed["Cell 12"].text  # check-flash-attention, with the hint
+    assert (graded["out"] / "pytest-junit.xml").stat().st_size < 200_000
     record_rejection("grade/lesson-notebook", "wrong answer and veto misconception")
 
 
@@ -120,6 +137,11 @@ def test_infinite_loop_is_interrupted_and_grading_goes_on(graded):
     assert items["gpu-flash/q1-memory"]["status"] == "pass"  # later cells still ran
     assert items["gpu-flash/q3-tools"]["status"] == "error"
     assert "NameError" in items["gpu-flash/q3-tools"]["message"]
+    # nbval went on after the timeout; the later check's failure is a failure, not an xfail
+    cases = {c.get("name"): c for c in _pytest_cases(graded["out"], "erin")}
+    assert "fcgrade timeout" in cases["Cell 11"].find("failure").text
+    assert "NameError" in cases["Cell 16"].find("failure").text
+    assert not any(c.find("skipped") is not None for c in cases.values())
     assert any("answer cell `answer-q3` is missing" in p for p in erin["problems"])
     assert erin["status"] == "FAIL"
 
@@ -131,6 +153,11 @@ def test_kernel_crash_gets_a_line(graded):
     items = _items(frank)
     assert items["gpu-flash/q1-memory"]["status"] == "pass"
     assert items["gpu-flash/q2-coalescing"]["status"] == "not run"
+    cases = {c.get("name"): c for c in _pytest_cases(graded["out"], "frank")}
+    died = cases["Cell 14"]  # answer-q2: noticed at once, not after the cell timeout
+    assert "fcgrade kernel died" in died.find("failure").text
+    assert float(died.get("time")) < TIMEOUT / 2
+    assert "Kernel dead on test start" in cases["Cell 15"].find("failure").text
 
 
 def test_reports_exit_status_and_untouched_submissions(graded):
@@ -148,6 +175,11 @@ def test_reports_exit_status_and_untouched_submissions(graded):
     assert len(suites) == 6
     alice = next(s for s in suites if s.get("name").startswith("alice"))
     assert alice.get("failures") == "0"
+    cases = _pytest_cases(out, "alice")  # pytest's own: every code cell an item, all passed
+    assert [c.get("name") for c in cases] == [f"Cell {n}" for n in range(len(cases))]
+    ids = [c.find("properties/property[@name='fcgrade_cell_id']").get("value") for c in cases]
+    assert len(cases) == 22 and ids[0] == grade.SNAPSHOT_ID and ids[-1] == grade.RESULTS_ID
+    assert all(c.find("failure") is None and c.find("error") is None for c in cases)
     page = (out / "progress.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "1 of 6 submissions passed" in page
     assert (out / "scorecard.txt").exists() and len(list((out / "executed").iterdir())) == 5

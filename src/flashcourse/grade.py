@@ -11,19 +11,27 @@ For each submission the grader
    (grade_tamper.py);
 4. builds the notebook it runs: the student's cells, with every grading cell taken from the
    pristine exercise notebook (so an edited check cannot run), a first injected cell that
-   snapshots numpy, builtins and the course package, and a last injected cell that reports
-   `grading.RESULTS`, `VETOES_HIT` and whatever in the snapshot was patched;
-5. runs it in a fresh Jupyter kernel (nbclient) in a worker process with FLASHCOURSE_GRADING=1,
-   so hidden cases run, a per-cell timeout that interrupts the cell and goes on, a cap on stored
-   output, and a wall-clock limit for the whole notebook; several submissions run in parallel;
-6. scores each exercise from the lesson's registry (`flashcourse.grading.LESSONS`): an exercise
-   earns its points only when its pristine grading cell ran without error, printed the check's
-   success line, and the check recorded it. Nothing the submission prints about its own score
-   is read.
+   snapshots numpy, builtins and the course package, and a last injected cell that writes
+   `grading.RESULTS`, `VETOES_HIT` and whatever in the snapshot was patched, with a random
+   marker, to `$FLASHCOURSE_GRADE_RESULTS/<notebook>.json`.
+
+Then one `python -m pytest --nbval-lax` run executes every prepared notebook (in parallel with
+pytest-xdist, `--dist loadscope`, when there are several and --jobs > 1), each in a fresh kernel
+with FLASHCOURSE_GRADING=1 so hidden cases run, with nbval's per-cell timeout (the cell is
+interrupted, later cells still run). Every cell is a test item; a failing student cell is just a
+failed item. The small pytest plugin at the end of this module (loaded with
+`-p flashcourse.grade`) caps stored output, notices a dead kernel at once, keeps each failure
+message in pytest's JUnit XML short (`ename: evalue`) and writes the executed notebooks.
+
+Each exercise is scored from the lesson's registry (`flashcourse.grading.LESSONS`): it earns its
+points only when its pristine grading cell passed in pytest's JUnit XML and the check recorded
+it in the results file. A failed check's message (the hint) comes from the JUnit failure text.
+Nothing the submission prints about its own score is read.
 
 It prints a scorecard and writes `scorecard.txt`, `results.csv`, `junit.xml`, `progress.html`,
-`results.json` and the executed copies (`executed/`) under --out. Exit status 0 when every
-submission passed, 1 otherwise, 2 when there was nothing to grade.
+`results.json`, pytest's own `pytest-junit.xml` and the executed copies (`executed/`) under
+--out. Exit status 0 when every submission passed, 1 otherwise, 2 when there was nothing to
+grade.
 """
 
 from __future__ import annotations
@@ -34,11 +42,12 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -48,7 +57,9 @@ from . import grade_tamper as tamper
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # a submission larger than this is refused unread
 OUTPUT_LIMIT = 100_000  # characters of output kept per cell; the rest is dropped
 STDOUT_KEPT = 20_000  # characters of a cell's stdout the scorer looks at
+FAILURE_CHARS = 2_000  # characters of a failed cell's message kept in pytest's JUnit XML
 DEFAULT_TIMEOUT = 120  # seconds per cell
+RESULTS_DIR_ENV = "FLASHCOURSE_GRADE_RESULTS"  # folder of the report files, set for pytest
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 SNAPSHOT_ID, RESULTS_ID = "fcgrade-snapshot", "fcgrade-results"
 CHECK_CALL = re.compile(r"""check\(\s*["']([^"']+)["']""")
@@ -214,22 +225,29 @@ def _snapshot_cell() -> dict:
             "outputs": [], "execution_count": None}
 
 
-def _results_cell(nonce: str) -> dict:
-    source = (
-        "import json as _fc_json\n"
-        "import flashcourse.grade as _fc_grade\n"
-        "import flashcourse.grading as _fc_grading\n"
-        f"print({nonce!r} + _fc_json.dumps({{'results': dict(_fc_grading.RESULTS), "
-        "'vetoes': dict(_fc_grading.VETOES_HIT), "
-        "'changed': _fc_grade.integrity_changes()}))"
-    )
+def write_report(marker: str, name: str) -> None:
+    """Run inside the kernel as the last cell: write what the checks recorded, the vetoes hit
+    and what was patched, with the grader's random marker, to `<name>.json` in the folder
+    named by $FLASHCOURSE_GRADE_RESULTS."""
+    from . import grading
+
+    report = {"marker": marker, "results": dict(grading.RESULTS),
+              "vetoes": dict(grading.VETOES_HIT), "changed": integrity_changes()}
+    path = Path(os.environ[RESULTS_DIR_ENV]) / f"{name}.json"
+    path.write_text(json.dumps(report), encoding="utf-8")
+
+
+def _results_cell(nonce: str, name: str) -> dict:
+    source = ("import flashcourse.grade as _fc_grade\n"
+              f"_fc_grade.write_report({nonce!r}, {name!r})\ndel _fc_grade")
     return {"cell_type": "code", "id": RESULTS_ID, "metadata": {}, "source": source,
             "outputs": [], "execution_count": None}
 
 
-def build_run_notebook(submitted: dict, pristine: dict, nonce: str) -> dict:
+def build_run_notebook(submitted: dict, pristine: dict, nonce: str, name: str = "run") -> dict:
     """The submission's cells with every grading cell from the pristine exercise notebook,
-    deleted grading cells put back after their predecessor, and the two injected cells."""
+    deleted grading cells put back after their predecessor, and the two injected cells (the
+    last writes its report to `<name>.json`)."""
     pristine_cells = pristine["cells"]
     grading = {c["id"]: c for c in pristine_cells if tamper.is_grading_id(c.get("id"))}
     out: list[dict] = []
@@ -266,103 +284,12 @@ def build_run_notebook(submitted: dict, pristine: dict, nonce: str) -> dict:
             position = 0
         out.insert(position, new)
         placed.add(cell_id)
-    cells = [_snapshot_cell(), *out, _results_cell(nonce)]
+    cells = [_snapshot_cell(), *out, _results_cell(nonce, name)]
     return {"cells": cells, "metadata": pristine.get("metadata", {}), "nbformat": 4,
             "nbformat_minor": 5}
 
 
-# ---------------------------------------------------------------- the worker (runs the kernel)
-
-
-def _output_size(out) -> int:
-    if out.get("output_type") == "stream":
-        return len(out.get("text", ""))
-    return sum(len(str(v)) for v in out.get("data", {}).values()) + 100
-
-
-def run_worker(job_path: Path) -> int:
-    """Execute one prepared notebook cell by cell; write what each cell did."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    job = json.loads(Path(job_path).read_text())
-    nb = nbformat.reads(Path(job["notebook"]).read_text(), as_version=4)
-    timeout = job["timeout"]
-    truncated: dict[int, int] = {}
-
-    class CappedClient(NotebookClient):
-        def output(self, outs, msg, display_id, cell_index):
-            content = msg.get("content", {})
-            if msg["msg_type"] == "error":
-                content["evalue"] = str(content.get("evalue", ""))[:4000]
-                content["traceback"] = list(content.get("traceback", []))[-30:]
-                return super().output(outs, msg, display_id, cell_index)
-            size = sum(_output_size(o) for o in outs) + len(str(content.get("text", ""))) + \
-                sum(len(str(v)) for v in content.get("data", {}).values())
-            if size > OUTPUT_LIMIT:
-                if cell_index not in truncated:
-                    outs.append(nbformat.v4.new_output(
-                        "stream", name="stderr",
-                        text=f"\n[grader: output beyond {OUTPUT_LIMIT:,} characters dropped]\n"))
-                truncated[cell_index] = truncated.get(cell_index, 0) + \
-                    len(str(content.get("text", ""))) + \
-                    sum(len(str(v)) for v in content.get("data", {}).values())
-                return None
-            return super().output(outs, msg, display_id, cell_index)
-
-    client = CappedClient(
-        nb, timeout=timeout, kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
-        error_on_timeout={"ename": "CellTimeout",
-                          "evalue": f"the cell ran longer than {timeout} s and was interrupted",
-                          "traceback": []},
-        startup_timeout=120, iopub_timeout=10, record_timing=False,
-        resources={"metadata": {"path": job["cwd"]}})
-    runs: list[dict] = []
-    died = None
-    try:
-        with client.setup_kernel(cwd=job["cwd"]):
-            for index, cell in enumerate(nb.cells):
-                try:
-                    client.execute_cell(cell, index)
-                except DeadKernelError:
-                    died = cell.id
-                    runs.append({"id": cell.id, "status": "kernel died", "ename": "",
-                                 "evalue": "", "stdout": ""})
-                    break
-                except CellTimeoutError as err:
-                    runs.append({"id": cell.id, "status": "timeout", "ename": "CellTimeout",
-                                 "evalue": str(err)[:500], "stdout": ""})
-                    break
-                runs.append(_summarise(cell))
-    except Exception as err:  # the kernel did not start, or died while shutting down
-        if died is None:
-            died = f"the grader: {type(err).__name__}: {err}"
-            import traceback
-
-            traceback.print_exc()
-    Path(job["executed"]).write_text(json.dumps(nb, default=str))
-    Path(job["result"]).write_text(json.dumps({
-        "runs": runs, "died": died,
-        "truncated": {nb.cells[i].id: n for i, n in truncated.items()}}))
-    return 0
-
-
-def _summarise(cell) -> dict:
-    errors = [o for o in cell.outputs if o.get("output_type") == "error"]
-    stdout = "".join(o.get("text", "") for o in cell.outputs
-                     if o.get("output_type") == "stream" and o.get("name") == "stdout")
-    if errors:
-        ename = errors[0].get("ename", "")
-        timed_out = ename in ("CellTimeout", "KeyboardInterrupt")  # the grader interrupted it
-        return {"id": cell.id, "status": "timeout" if timed_out else "error",
-                "ename": ename, "evalue": str(errors[0].get("evalue", "")),
-                "stdout": stdout[-STDOUT_KEPT:]}
-    return {"id": cell.id, "status": "ok", "ename": "", "evalue": "",
-            "stdout": stdout[-STDOUT_KEPT:]}
-
-
-# ---------------------------------------------------------------- grading one submission
+# ---------------------------------------------------------------- preparing one submission
 
 
 def _first_line(text: str, limit: int = 240) -> str:
@@ -378,25 +305,35 @@ def _message(text: str, limit: int = 600) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def grade_one(path: Path, label: str, exercises: dict[str, dict], timeout: float,
-              executed_dir: Path | None = None) -> Submission:
+@dataclass
+class _Job:
+    """A submission prepared for the pytest run."""
+    sub: Submission
+    lesson: object
+    check_cells: dict[str, str]  # exercise id -> grading cell id
+    nonce: str
+    notebook: Path  # the run notebook, alone in its folder (the kernel's working directory)
+    cell_ids: list[str]  # ids of its code cells: pytest's "Cell N" is cell_ids[N]
+    seconds: float  # spent preparing
+
+
+def _safe_name(label: str) -> str:
+    stem = label[:-6] if label.endswith(".ipynb") else label
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem.replace(os.sep, "__").replace("/", "__"))[:80]
+
+
+def prepare(work: Path, number: int, path: Path, label: str,
+            exercises: dict[str, dict]) -> tuple[Submission, _Job | None]:
+    """Copy, read, match, scan and build the run notebook of one submission; no job when the
+    submission cannot run (malformed, unmatched)."""
     from . import grading
 
     grading._load_checks()
-    sub = Submission(label=label, path=str(path))
     started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="fcgrade-"))
-    try:
-        _grade_in(work, path, sub, exercises, timeout, executed_dir)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        sub.seconds = round(time.monotonic() - started, 2)
-    return sub
-
-
-def _grade_in(work: Path, path: Path, sub: Submission, exercises: dict[str, dict],
-              timeout: float, executed_dir: Path | None) -> None:
-    from . import grading
+    sub = Submission(label=label, path=str(path))
+    name = f"s{number:03d}-{_safe_name(label)}"
+    folder = work / f"s{number:03d}"
+    folder.mkdir(parents=True)
 
     # 1. a private copy; the submitted file is only read, once
     try:
@@ -404,7 +341,7 @@ def _grade_in(work: Path, path: Path, sub: Submission, exercises: dict[str, dict
         if size > MAX_NOTEBOOK_BYTES:
             raise ValueError(f"the file is {size / 2**20:.0f} MiB (limit "
                              f"{MAX_NOTEBOOK_BYTES / 2**20:.0f} MiB)")
-        copy = work / "submission.ipynb"
+        copy = work / f"{name}.submitted"
         shutil.copyfile(path, copy)
         text = copy.read_text(encoding="utf-8", errors="strict")
         submitted = json.loads(text)
@@ -417,28 +354,31 @@ def _grade_in(work: Path, path: Path, sub: Submission, exercises: dict[str, dict
         sub.status = MALFORMED
         kind = "not valid JSON" if isinstance(err, json.JSONDecodeError) else "not a notebook"
         sub.problems.append(f"malformed notebook ({kind}): {_first_line(str(err))}")
-        return
+        sub.seconds = round(time.monotonic() - started, 2)
+        return sub, None
     cells = submitted["cells"]
 
     # 2. which lesson
     slug = match_exercise(path.name, cells, exercises)
+    lesson = None
     if slug is None:
-        sub.status = UNMATCHED
         sub.problems.append("matches no exercise notebook (neither by file name nor by "
                             "grading cell ids)")
-        return
-    pristine = exercises[slug]
-    check_cells: dict[str, str] = {}  # exercise id -> grading cell id
-    for cell in pristine["cells"]:
-        found = CHECK_CALL.search(_source(cell))
-        if tamper.is_grading_id(cell.get("id")) and found:
-            check_cells[found.group(1)] = cell["id"]
-    lesson_ids = {ex.split("/")[0] for ex in check_cells}
-    lesson = grading.LESSONS.get(next(iter(lesson_ids), ""))
+    else:
+        pristine = exercises[slug]
+        check_cells: dict[str, str] = {}
+        for cell in pristine["cells"]:
+            found = CHECK_CALL.search(_source(cell))
+            if tamper.is_grading_id(cell.get("id")) and found:
+                check_cells[found.group(1)] = cell["id"]
+        lesson_ids = {ex.split("/")[0] for ex in check_cells}
+        lesson = grading.LESSONS.get(next(iter(lesson_ids), ""))
+        if lesson is None:
+            sub.problems.append(f"exercises/{slug}.ipynb names no registered lesson")
     if lesson is None:
         sub.status = UNMATCHED
-        sub.problems.append(f"exercises/{slug}.ipynb names no registered lesson")
-        return
+        sub.seconds = round(time.monotonic() - started, 2)
+        return sub, None
     sub.lesson, sub.lesson_title = lesson.id, lesson.title
     sub.total, sub.pass_line = lesson.total_points, lesson.pass_line
 
@@ -452,56 +392,175 @@ def _grade_in(work: Path, path: Path, sub: Submission, exercises: dict[str, dict
                 not cell_id.startswith("cell-") and cell_id not in submitted_ids:
             sub.problems.append(f"answer cell `{cell_id}` is missing (deleted?)")
 
-    # 4. and 5. run the pristine grading cells after the student's cells, in a fresh kernel
-    nonce = "FCGRADE-" + secrets.token_hex(16) + ":"
-    run_nb = build_run_notebook(submitted, pristine, nonce)
-    (work / "run.ipynb").write_text(json.dumps(run_nb))
-    job = {"notebook": str(work / "run.ipynb"), "cwd": str(work), "timeout": timeout,
-           "result": str(work / "result.json"), "executed": str(work / "executed.ipynb")}
-    (work / "job.json").write_text(json.dumps(job))
-    code_cells = len(run_nb["cells"])
-    wall = timeout * code_cells + 120
+    # 4. the pristine grading cells after the student's cells, and the two injected cells
+    nonce = "FCGRADE-" + secrets.token_hex(16)
+    run_nb = build_run_notebook(submitted, pristine, nonce, name)
+    notebook = folder / f"{name}.ipynb"
+    notebook.write_text(json.dumps(run_nb), encoding="utf-8")
+    return sub, _Job(sub, lesson, check_cells, nonce, notebook,
+                     [c["id"] for c in run_nb["cells"] if c["cell_type"] == "code"],
+                     time.monotonic() - started)
+
+
+# ---------------------------------------------------------------- one pytest --nbval run
+
+
+def nbval_command(work: Path, notebooks: list[Path], jobs: int, timeout: float,
+                  junit: Path) -> list[str]:
+    command = [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env",
+               f"--nbval-cell-timeout={timeout:g}", "-p", "no:cacheprovider",
+               "-p", "flashcourse.grade", "-o", "addopts=", "-o", "junit_logging=no",
+               f"--junitxml={junit}", f"--rootdir={work}", "-q", "--color=no"]
+    if jobs > 1 and len(notebooks) > 1:
+        command += ["-n", str(min(jobs, len(notebooks))), "--dist", "loadscope"]
+    return command + [str(nb.relative_to(work)) for nb in notebooks]
+
+
+def run_notebooks(work: Path, jobs: list[_Job], workers: int, timeout: float,
+                  junit: Path) -> tuple[dict[str, list[ET.Element]], str, bool]:
+    """Execute every job's notebook in one pytest run; its JUnit test cases per notebook
+    (classname -> cases), the tail of its log, and whether it ran past the wall-clock limit."""
+    from . import grading
+
+    junit = junit.resolve()  # pytest runs in `work`
+    (work / "pytest.ini").write_text("[pytest]\n")  # no course config, no conftest from above
+    results = work / "results"
+    results.mkdir(exist_ok=True)
     env = dict(os.environ, **{grading.GRADING_MODE_ENV: "1", "MPLBACKEND": "Agg",
-                              "PYTHONDONTWRITEBYTECODE": "1", bench.SKIP_ENV: "1"})
-    for name in THREAD_VARIABLES:  # one thread per kernel: parallel jobs must not oversubscribe
-        env.setdefault(name, "1")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "flashcourse.grade", "--worker", str(work / "job.json")],
-        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True)
+                              "PYTHONDONTWRITEBYTECODE": "1", bench.SKIP_ENV: "1",
+                              RESULTS_DIR_ENV: str(results)})
+    for name in THREAD_VARIABLES:  # one thread per kernel: parallel kernels must not
+        env.setdefault(name, "1")  # oversubscribe
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    walls = [timeout * len(job.cell_ids) + 60 for job in jobs]
+    parallel = max(1, min(workers, len(jobs)))
+    wall = sum(walls) / parallel + max(walls) + 60
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    junit.unlink(missing_ok=True)
+    command = nbval_command(work, [job.notebook for job in jobs], workers, timeout, junit)
+    timed_out = False
+    with (work / "pytest.log").open("wb") as log:
+        process = subprocess.Popen(command, cwd=work, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            process.wait(timeout=wall)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # the kernels exit with their parent
+            process.wait()
+            timed_out = True
+    with (work / "pytest.log").open("rb") as log:
+        log.seek(max(0, log.seek(0, os.SEEK_END) - 4000))
+        tail = log.read().decode(errors="replace")
+    cases: dict[str, list[ET.Element]] = {}
     try:
-        log, _ = process.communicate(timeout=wall)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, 9)
-        log, _ = process.communicate()
-        sub.status = TIMEOUT
-        sub.problems.append(f"the notebook ran longer than {wall:g} s in all and was stopped")
-    if executed_dir is not None and (work / "executed.ipynb").exists():
-        executed_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(work / "executed.ipynb",
-                        executed_dir / sub.label.replace(os.sep, "__"))
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            cases.setdefault(case.get("classname", ""), []).append(case)
+    except (OSError, ET.ParseError):
+        pass
+    return cases, tail, timed_out
+
+
+def _classname(work: Path, notebook: Path) -> str:
+    """pytest's JUnit classname of a notebook's cells: its path from the rootdir, dotted."""
+    return notebook.relative_to(work).as_posix().replace("/", ".")
+
+
+FAILURE_LINE = re.compile(r"fcgrade ([a-z ]+): ?(.*)")
+ERROR_LINE = re.compile(r"([A-Za-z_][\w.]*): ?(.*)", re.S)
+
+
+def outcome_of(job: _Job, cases: list[ET.Element], results: Path) -> dict:
+    """What each cell did, from pytest's JUnit test cases and the executed notebook."""
+    executed_path = results / f"{job.notebook.stem}.executed.ipynb"
+    outputs: dict[str, list] = {}
+    truncated: dict[str, int] = {}
     try:
-        outcome = json.loads((work / "result.json").read_text())
+        executed = json.loads(executed_path.read_text(encoding="utf-8"))
+        outputs = {c.get("id"): c.get("outputs", []) for c in executed["cells"]}
+    except (OSError, ValueError, KeyError):
+        executed = None
+    runs: list[dict] = []
+    died = stopped = None
+    for case in sorted(cases, key=lambda c: int(c.get("name", "Cell -1").split()[-1])):
+        number = int(case.get("name").split()[-1])
+        if not 0 <= number < len(job.cell_ids):
+            continue
+        cell_id = job.cell_ids[number]
+        for prop in case.iter("property"):
+            if prop.get("name") == "fcgrade_cell_id" and prop.get("value") != cell_id:
+                died = died or (f"the grader: pytest's Cell {number} is "
+                                f"`{prop.get('value')}`, expected `{cell_id}`")
+            if prop.get("name") == "fcgrade_output_dropped":
+                truncated[cell_id] = int(prop.get("value"))
+        stdout = "".join(o.get("text", "") for o in outputs.get(cell_id, [])
+                         if o.get("output_type") == "stream" and o.get("name") == "stdout")
+        run = {"id": cell_id, "status": "ok", "ename": "", "evalue": "",
+               "stdout": stdout[-STDOUT_KEPT:]}
+        bad = case.find("failure")
+        if bad is None:
+            bad = next((e for e in case.findall("error")
+                        if "failed on teardown" not in e.get("message", "")), None)
+        if case.find("skipped") is not None and bad is None:
+            run["status"] = "skipped"
+        elif bad is not None:
+            text = bad.text or bad.get("message", "")
+            head, _, rest = text.partition("\n")
+            found = FAILURE_LINE.match(head)
+            kind, what = (found.group(1), found.group(2)) if found else ("grader", head)
+            error = ERROR_LINE.match(rest)
+            if error:
+                run["ename"], run["evalue"] = error.group(1), error.group(2)
+            if kind == "not run":
+                continue
+            if kind == "grader":  # the kernel did not start, or the plugin failed
+                died = died or f"the grader: {_first_line(what or rest)}"
+                continue
+            run["status"] = {"timeout stopped": "timeout", "kernel died": "kernel died",
+                             "timeout": "timeout"}.get(kind, "error")
+            if kind == "kernel died":
+                died = died or cell_id
+            elif kind == "timeout stopped":
+                stopped = stopped or cell_id
+            elif kind == "timeout":
+                run["ename"] = "CellTimeout"
+        runs.append(run)
+    if not cases:
+        died = "the grader: pytest ran no cell of this notebook"
+    return {"runs": runs, "died": died, "stopped": stopped, "truncated": truncated,
+            "executed": executed_path if executed is not None else None}
+
+
+def _read_report(job: _Job, results: Path, runs: dict[str, dict]) -> dict | None:
+    """The report the last cell wrote, when that cell passed and the marker is right."""
+    if runs.get(RESULTS_ID, {}).get("status") != "ok":
+        return None
+    try:
+        report = json.loads((results / f"{job.notebook.stem}.json").read_text())
     except (OSError, ValueError):
-        outcome = {"runs": [], "died": "the grading worker failed: "
-                   + _first_line(log.decode(errors="replace")[-2000:]), "truncated": {}}
-    _score(sub, lesson, check_cells, outcome, nonce, timeout)
+        return None
+    if not isinstance(report, dict) or report.get("marker") != job.nonce:
+        return None
+    return report
 
 
-def _score(sub: Submission, lesson, check_cells: dict[str, str], outcome: dict, nonce: str,
+def _score(sub: Submission, job: _Job, outcome: dict, report: dict | None,
            timeout: float) -> None:
+    lesson, check_cells = job.lesson, job.check_cells
     runs = {r["id"]: r for r in outcome["runs"]}
-    final = runs.get(RESULTS_ID)
-    report = None
-    if final and final["status"] == "ok":
-        for line in final["stdout"].splitlines():
-            if line.startswith(nonce):
-                report = json.loads(line[len(nonce):])
-    if outcome.get("died"):
-        sub.problems.append(f"the kernel died (crashed) while running `{outcome['died']}`; "
+    if outcome.get("stopped"):
+        sub.status = TIMEOUT
+        sub.problems.append(f"cell `{outcome['stopped']}` ran longer than {timeout:g} s and "
+                            "could not be interrupted; the notebook was stopped there")
+    died = outcome.get("died")
+    if died and died.startswith("the grader"):
+        sub.problems.append(died)
+    elif died:
+        sub.problems.append(f"the kernel died (crashed) while running `{died}`; "
                             "later cells did not run")
     for run in outcome["runs"]:
-        if run["status"] == "timeout" and run["id"] not in check_cells.values():
+        if run["status"] == "timeout" and run["id"] not in check_cells.values() and \
+                run["id"] != outcome.get("stopped"):
             sub.problems.append(f"cell `{run['id']}` ran longer than {timeout:g} s and was "
                                 "interrupted")
         elif run["id"] == SNAPSHOT_ID and run["status"] != "ok":
@@ -521,16 +580,19 @@ def _score(sub: Submission, lesson, check_cells: dict[str, str], outcome: dict, 
         sub.exercises.append(item)
         cell_id = check_cells.get(ex.id)
         run = runs.get(cell_id) if cell_id else None
+        success = f"\u2713 {ex.id}:"
         if cell_id is None:
             item.status, item.message = "error", "no grading cell in the exercise notebook"
         elif run is None:
             item.status, item.message = "not run", "the notebook stopped before its check"
-        elif run["status"] == "ok":
-            # after a crash there is no report: the check's own line is then all there is,
-            # and the submission fails as CRASHED whatever it earned
-            if f"\u2713 {ex.id}:" in run["stdout"] and (report is None or ex.id in results):
+        elif run["status"] in ("ok", "skipped"):
+            # points only from what the check recorded; after a crash there is no report,
+            # the check's own line is then all there is, and the submission fails as CRASHED
+            if run["status"] == "ok" and (ex.id in results if report is not None
+                                          else success in run["stdout"]):
                 item.status, item.earned = "pass", float(ex.points)
-                item.message = _first_line(run["stdout"].split(f"\u2713 {ex.id}:")[-1])
+                item.message = _first_line(run["stdout"].split(success)[-1]) \
+                    if success in run["stdout"] else ""
             else:
                 item.status, item.message = "error", "the check did not confirm this answer"
         elif run["status"] == "kernel died":
@@ -543,7 +605,7 @@ def _score(sub: Submission, lesson, check_cells: dict[str, str], outcome: dict, 
             item.status = {"VetoMisconception": "veto", "WrongAnswer": "wrong",
                            "BlankNotFilled": "blank"}.get(ename, "error")
             item.message = _message(run["evalue"]) if item.status != "error" else \
-                f"{ename}: {_message(run['evalue'])}"
+                f"{ename}: {_message(run['evalue'])}" if ename else _message(run["evalue"])
         if ex.kind == "veto" and (item.status == "veto" or ex.id in vetoes):
             item.status = "veto"
             why = vetoes.get(ex.id, run["evalue"] if run else "")
@@ -561,6 +623,57 @@ def _score(sub: Submission, lesson, check_cells: dict[str, str], outcome: dict, 
         sub.status = FAIL
 
 
+def grade_pairs(pairs: list[tuple[Path, str]], exercises: dict[str, dict], timeout: float,
+                jobs: int = 1, out: Path | None = None, progress=None) -> list[Submission]:
+    """Prepare every (notebook, label) pair, run them all in one pytest --nbval run, score."""
+    work = Path(tempfile.mkdtemp(prefix="fcgrade-"))
+    try:
+        subs: list[Submission] = []
+        prepared: list[_Job] = []
+        for number, (path, label) in enumerate(pairs):
+            sub, job = prepare(work, number, path, label, exercises)
+            subs.append(sub)
+            if job is not None:
+                prepared.append(job)
+        junit = (out if out is not None else work) / "pytest-junit.xml"
+        results = work / "results"
+        cases: dict[str, list[ET.Element]] = {}
+        tail, timed_out = "", False
+        if prepared:
+            cases, tail, timed_out = run_notebooks(work, prepared, jobs, timeout, junit)
+        for job in prepared:
+            sub = job.sub
+            mine = cases.get(_classname(work, job.notebook), [])
+            outcome = outcome_of(job, mine, results)
+            if outcome["died"] == "the grader: pytest ran no cell of this notebook":
+                if timed_out:
+                    sub.status = TIMEOUT
+                    sub.problems.append("the grading run took longer than its wall-clock limit "
+                                        "and was stopped")
+                    outcome["died"] = None
+                else:
+                    outcome["died"] += ": " + _first_line(tail[-2000:])
+            report = _read_report(job, results, {r["id"]: r for r in outcome["runs"]})
+            _score(sub, job, outcome, report, timeout)
+            sub.seconds = round(job.seconds + sum(float(c.get("time") or 0) for c in mine), 2)
+            if out is not None and outcome["executed"] is not None:
+                executed_dir = out / "executed"
+                executed_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(outcome["executed"],
+                                executed_dir / sub.label.replace(os.sep, "__"))
+        if progress:
+            for sub in subs:
+                progress(sub)
+        return subs
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def grade_one(path: Path, label: str, exercises: dict[str, dict], timeout: float,
+              out: Path | None = None) -> Submission:
+    return grade_pairs([(path, label)], exercises, timeout, 1, out)[0]
+
+
 # ---------------------------------------------------------------- many submissions
 
 
@@ -572,16 +685,7 @@ def grade_paths(paths: list[Path], out: Path | None = None, jobs: int | None = N
     exercises = load_exercises(root)
     pairs, missing = collect(paths)
     jobs = max(1, jobs or min(len(pairs) or 1, os.cpu_count() or 1))
-    executed = out / "executed" if out is not None else None
-
-    def one(pair):
-        sub = grade_one(pair[0], pair[1], exercises, timeout, executed)
-        if progress:
-            progress(sub)
-        return sub
-
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        subs = list(pool.map(one, pairs))
+    subs = grade_pairs(pairs, exercises, timeout, jobs, out, progress)
     for name in missing:
         subs.append(Submission(label=name, path=name, status=MALFORMED,
                                problems=["no such file or folder"]))
@@ -628,7 +732,7 @@ def run_cli(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - started
     print(f"\n{sum(s.passed for s in subs)} of {len(subs)} submissions passed "
           f"({elapsed:.1f} s). Reports in {args.out}/: scorecard.txt, results.csv, junit.xml, "
-          "progress.html, results.json")
+          "progress.html, results.json, pytest-junit.xml")
     return 0 if all(s.passed for s in subs) else 1
 
 
@@ -636,7 +740,166 @@ def as_dict(sub: Submission) -> dict:
     return dict(asdict(sub), passed=sub.passed)
 
 
+# ---------------------------------------------------------------- the pytest plugin
+# Loaded into the grading run with `-p flashcourse.grade`; only `pytest_configure` is a hook
+# here, so importing this module elsewhere (the CLI, the kernel) does not import pytest.
+
+
+class KernelDied(RuntimeError):
+    """The kernel process exited while a cell ran."""
+
+
+def pytest_configure(config) -> None:
+    import pytest
+    from nbval import kernel as nbval_kernel
+    from nbval import plugin as nbval_plugin
+
+    _patch_nbval(nbval_kernel.RunningKernel, nbval_plugin.IPyNbFile)
+    cell_class = nbval_plugin.IPyNbCell
+
+    class GradingPlugin:
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_setup(self, item):
+            try:
+                return (yield)
+            finally:
+                # nbval goes on after a timed-out cell but marks every later cell xfail, which
+                # would hide their failures: grading needs each cell's real outcome
+                if isinstance(item, cell_class):
+                    item.own_markers[:] = [m for m in item.own_markers if m.name != "xfail"]
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_call(self, item):
+            if isinstance(item, cell_class):
+                item.parent._fc_item = item
+                item._fc_kept = item._fc_dropped = 0
+            return (yield)
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_makereport(self, item, call):
+            report = yield
+            if not isinstance(item, cell_class):
+                return report
+            if report.when == "call":
+                # JUnit XML takes the properties of the teardown report, made from these
+                item.user_properties.append(("fcgrade_cell_id", item.cell.get("id", "")))
+                if getattr(item, "_fc_dropped", 0):
+                    item.user_properties.append(("fcgrade_output_dropped", item._fc_dropped))
+                _store_outputs(item)
+            if report.failed:
+                report.longrepr = _short_failure(item, call, report)
+            return report
+
+        def pytest_runtest_teardown(self, item, nextitem):
+            if isinstance(item, cell_class) and (nextitem is None or
+                                                 nextitem.parent is not item.parent):
+                folder = os.environ.get(RESULTS_DIR_ENV)
+                if folder:
+                    path = Path(folder) / f"{Path(str(item.parent.fspath)).stem}.executed.ipynb"
+                    path.write_text(json.dumps(item.parent.nb), encoding="utf-8")
+
+    config.pluginmanager.register(GradingPlugin(), "flashcourse-grading")
+
+
+def _patch_nbval(kernel_class, file_class) -> None:
+    """Notice a dead kernel within a second instead of waiting out the cell timeout, and keep
+    at most OUTPUT_LIMIT characters of each cell's output (count the rest)."""
+    if getattr(kernel_class, "_fc_patched", False):
+        return
+    from queue import Empty
+
+    execute = kernel_class.execute_cell_input
+
+    def execute_cell_input(self, cell_input, allow_stdin=None):
+        self._fc_msg_id = execute(self, cell_input, allow_stdin=allow_stdin)
+        return self._fc_msg_id
+
+    def await_reply(self, msg_id, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if wait <= 0:
+                raise Empty
+            try:
+                msg = self.get_message(stream="shell", timeout=wait)
+            except Empty:
+                if not self.is_alive():
+                    try:
+                        self.stop()
+                    except Exception:  # the process is gone already
+                        pass
+                    raise KernelDied("the kernel died while running this cell") from None
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                if msg["content"]["status"] == "aborted":
+                    raise RuntimeError("Kernel aborted execution request")
+                return
+
+    get_message = file_class.get_kernel_message
+
+    def get_kernel_message(self, timeout=None, stream="iopub"):
+        while True:
+            msg = get_message(self, timeout=timeout, stream=stream)
+            item = getattr(self, "_fc_item", None)
+            content = msg.get("content", {})
+            if item is None or msg["parent_header"].get("msg_id") != \
+                    getattr(self.kernel, "_fc_msg_id", None):
+                return msg
+            if msg["msg_type"] == "stream":
+                size = len(str(content.get("text", "")))
+            elif msg["msg_type"] in ("display_data", "execute_result"):
+                size = sum(len(str(v)) for v in content.get("data", {}).values())
+            elif msg["msg_type"] == "error":
+                content["evalue"] = str(content.get("evalue", ""))[:4000]
+                content["traceback"] = list(content.get("traceback", []))[-30:]
+                return msg
+            else:
+                return msg
+            if item._fc_kept + size <= OUTPUT_LIMIT:
+                item._fc_kept += size
+                return msg
+            item._fc_dropped += size  # dropped: read the next message instead
+
+    kernel_class.execute_cell_input = execute_cell_input
+    kernel_class.await_reply = await_reply
+    file_class.get_kernel_message = get_kernel_message
+    kernel_class._fc_patched = True
+
+
+def _store_outputs(item) -> None:
+    """Put what the cell printed into the notebook that is written out at the end."""
+    outputs = [dict(out) for out in (item.test_outputs or [])]
+    if getattr(item, "_fc_dropped", 0):
+        outputs.append({"output_type": "stream", "name": "stderr",
+                        "text": f"\n[grader: output beyond {OUTPUT_LIMIT:,} characters "
+                                f"dropped: {item._fc_dropped:,} characters]\n"})
+    item.cell["outputs"] = outputs
+
+
+def _short_failure(item, call, report) -> str:
+    """`fcgrade KIND: nbval's message` and, when the cell raised, `ename: evalue`, cut to
+    FAILURE_CHARS: all the JUnit XML needs, whatever the cell printed or raised."""
+    err = call.excinfo.value if call.excinfo is not None else None
+    text = str(err) if err is not None else str(report.longrepr)
+    if report.when != "call":
+        kind = "grader"
+    elif isinstance(err, KernelDied):
+        kind = "kernel died"
+    elif "Kernel dead on test start" in text:
+        kind = "not run"
+    elif "Failed to interrupt kernel" in text or "exceeded waiting for output" in text:
+        kind = "timeout stopped"
+    elif text.startswith("Timeout of"):
+        kind = "timeout"
+    else:
+        kind = "error"
+    lines = [f"fcgrade {kind}: {_first_line(text, 300)}"]
+    errors = [o for o in (item.test_outputs or []) if o.get("output_type") == "error"]
+    if errors and kind == "error":
+        lines.append(f"{errors[-1].get('ename', '')}: {errors[-1].get('evalue', '')}")
+    message = "\n".join(lines)
+    return message if len(message) <= FAILURE_CHARS else message[: FAILURE_CHARS - 3] + "..."
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        sys.exit(run_worker(Path(sys.argv[2])))
     sys.exit(main())
