@@ -23,7 +23,7 @@ from .runtime import CourseInputError
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
 
 # Forward configs on the GPU, keyed by (head dim, causal): BLOCK_M, BLOCK_N, warps, stages.
-# Known good on an H200 with Triton 3.6 (see the reference sheet); BLOCK_M % BLOCK_N == 0.
+# Known good on an H200 with Triton 3.6 (assets/results); BLOCK_M % BLOCK_N == 0.
 FORWARD_CONFIGS = {
     (16, False): (64, 64, 4, 3), (16, True): (64, 64, 4, 3),
     (32, False): (64, 64, 4, 3), (32, True): (64, 64, 4, 3),

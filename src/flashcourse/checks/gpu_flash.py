@@ -13,7 +13,7 @@ LESSON = grading.lesson("gpu-flash", "Lesson 1: GPU kernels and FlashAttention",
 
 # (n, d, block_size or None for the default, seed, logit scale)
 VISIBLE_CASES = [
-    (256, 32, 32, 0, 0.5),  # the seed's own example
+    (256, 32, 32, 0, 0.5),  # the lesson's own example
     (64, 16, 64, 1, 0.5),  # a single block
     (100, 16, 32, 2, 0.5),  # n not a multiple of the block size
     (257, 64, 64, 3, 0.5),  # one row in the last block
