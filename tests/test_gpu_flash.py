@@ -7,10 +7,8 @@ import numpy as np
 import pytest
 
 from flashcourse import (
-    BlankNotFilled,
     VetoMisconception,
     WrongAnswer,
-    ______,
     check,
     grading,
     notebooks,
@@ -127,19 +125,6 @@ RIGHT_Q = {"gpu-flash/q1-memory": gpu_flash.Q1, "gpu-flash/q2-coalescing": gpu_f
            "gpu-flash/q3-tools": gpu_flash.Q3}
 
 
-@pytest.mark.parametrize("exercise_id", list(RIGHT_Q))
-def test_questions_accept_right_and_reject_wrong(exercise_id, known_wrong):
-    right = dict(RIGHT_Q[exercise_id])
-    check(exercise_id, right)
-    for key, value in right.items():
-        wrong = dict(right)
-        wrong[key] = value * 2 if isinstance(value, int) else "wrong"
-        with known_wrong(exercise_id, f"wrong {key}", match=re.escape(key)):
-            check(exercise_id, wrong)
-    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
-        check(exercise_id, dict(right, **{next(iter(right)): ______}))
-
-
 def test_misconceptions_veto_fails_the_lesson(capsys, known_wrong):
     right = {key: truth for key, (truth, _) in gpu_flash.MISCONCEPTIONS.items()}
     for key in right:
@@ -156,13 +141,6 @@ def test_misconceptions_veto_fails_the_lesson(capsys, known_wrong):
     check("gpu-flash/misconceptions", right)
     assert fc_scorecard() == 10
     assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out
-
-
-def test_misconception_answers_must_be_booleans(known_wrong):
-    right = {key: truth for key, (truth, _) in gpu_flash.MISCONCEPTIONS.items()}
-    with known_wrong("gpu-flash/misconceptions", "answer not a boolean",
-                     match="True or False"):
-        check("gpu-flash/misconceptions", dict(right, flash_reduces_flops="no"))
 
 
 def test_scorecard_below_pass_line(capsys):

@@ -133,38 +133,6 @@ def test_questions_and_vetoes(known_wrong):
               | {"interpreter_timings_predict_gpu": True})
 
 
-QUESTIONS = {"performance/q1-measuring": "Q1", "performance/q2-ladder": "Q2",
-             "performance/q3-versions": "Q3"}  # exercise id: right answers in checks.performance
-
-
-@pytest.mark.parametrize("exercise_id", list(QUESTIONS))
-def test_questions_reject_a_wrong_value_for_each_answer(known_wrong, exercise_id):
-    from flashcourse.checks import performance
-
-    right = dict(getattr(performance, QUESTIONS[exercise_id]))
-    check(exercise_id, right)
-    for key, value in right.items():
-        wrong = dict(right)
-        wrong[key] = (not value if isinstance(value, bool) else value * 3
-                      if isinstance(value, (int, float)) else "wrong")
-        with known_wrong(exercise_id, f"wrong {key}", match=re.escape(key)):
-            check(exercise_id, wrong)
-
-
-def test_every_misconception_is_a_veto(known_wrong):
-    from flashcourse.checks import performance
-
-    right = {key: truth for key, (truth, _) in performance.MISCONCEPTIONS.items()}
-    check("performance/misconceptions", right)
-    for key in right:
-        with known_wrong("performance/misconceptions", f"wrong {key}",
-                         exc=fc.VetoMisconception, match=key):
-            check("performance/misconceptions", dict(right, **{key: not right[key]}))
-    with known_wrong("performance/misconceptions", "answer not a boolean",
-                     match="True or False"):
-        check("performance/misconceptions", dict(right, first_call_is_representative="no"))
-
-
 # ---------------------------------------------------------------- harness and CUDA source
 
 

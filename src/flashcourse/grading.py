@@ -34,6 +34,7 @@ class Exercise:
     points: float  # rubric points this item is worth
     run: Callable[[object], str]  # checks an answer; returns the success summary or raises
     kind: str = "code"  # "code", "question" or "veto"
+    answers: dict | None = None  # the right answers of a self-check item, for tests
 
     @property
     def lesson(self) -> str:
@@ -65,7 +66,8 @@ def lesson(lesson_id: str, title: str, pass_line: float = 8.0) -> Lesson:
     return LESSONS[lesson_id]
 
 
-def exercise(exercise_id: str, title: str, points: float, kind: str = "code"):
+def exercise(exercise_id: str, title: str, points: float, kind: str = "code",
+             answers: dict | None = None):
     """Decorator registering a check function under a stable exercise id."""
 
     def register(run: Callable[[object], str]) -> Callable[[object], str]:
@@ -74,7 +76,7 @@ def exercise(exercise_id: str, title: str, points: float, kind: str = "code"):
             raise KeyError(f"register lesson {lesson_id!r} before its exercises")
         if exercise_id in EXERCISES:
             raise KeyError(f"exercise id {exercise_id!r} registered twice")
-        item = Exercise(exercise_id, title, points, run, kind)
+        item = Exercise(exercise_id, title, points, run, kind, answers)
         EXERCISES[exercise_id] = item
         LESSONS[lesson_id].exercises.append(item)
         return run
@@ -286,12 +288,26 @@ def grade_answers(exercise_id: str, answers, expected: dict, explanations: dict,
     return f"all {len(expected)} answers right"
 
 
+def questions(exercise_id: str, title: str, points: float, expected: dict, explanations: dict,
+              rtol: float = 1e-9) -> None:
+    """Register a self-check question: a dict of answers graded by `grade_answers`."""
+    missing = set(expected) ^ set(explanations)
+    if missing:
+        raise KeyError(f"{exercise_id}: answers and explanations differ in {sorted(missing)}")
+
+    @exercise(exercise_id, title, points, kind="question", answers=dict(expected))
+    def _check(answers) -> str:
+        return grade_answers(exercise_id, answers, expected, explanations, rtol=rtol)
+
+
 def misconceptions(lesson_id: str, statements: dict[str, tuple[bool, str]]) -> None:
     """Register `<lesson_id>/misconceptions`: true/false statements, {key: (truth, why)}.
     A wrong answer is a veto: it fails the lesson whatever the other points."""
     exercise_id = f"{lesson_id}/misconceptions"
 
-    @exercise(exercise_id, "veto misconceptions (true/false)", 0, kind="veto")
+    truths = {key: truth for key, (truth, _) in statements.items()}
+
+    @exercise(exercise_id, "veto misconceptions (true/false)", 0, kind="veto", answers=truths)
     def _check(answers) -> str:
         require_answers(answers, list(statements), exercise_id)
         wrong = []

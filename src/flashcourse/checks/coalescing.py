@@ -316,9 +316,7 @@ Q1_WHY = {
 }
 
 
-@grading.exercise("coalescing/q1-sectors", "Q1: counting sectors", 1, kind="question")
-def _check_q1(answers) -> str:
-    return grading.grade_answers("coalescing/q1-sectors", answers, Q1, Q1_WHY)
+grading.questions("coalescing/q1-sectors", "Q1: counting sectors", 1, Q1, Q1_WHY)
 
 
 Q2 = {"efficiency_t_mod_4": 0.5, "efficiency_t_lt_40_of_128": 0.8,
@@ -333,10 +331,8 @@ Q2_WHY = {
 }
 
 
-@grading.exercise("coalescing/q2-divergence", "Q2: divergence and the naive transpose", 1,
-                  kind="question")
-def _check_q2(answers) -> str:
-    return grading.grade_answers("coalescing/q2-divergence", answers, Q2, Q2_WHY)
+grading.questions("coalescing/q2-divergence", "Q2: divergence and the naive transpose",
+                  1, Q2, Q2_WHY)
 
 
 Q3 = {"sectors_a_thread_per_row": 32, "sectors_b_thread_per_col": 4,
@@ -353,10 +349,7 @@ Q3_WHY = {
 }
 
 
-@grading.exercise("coalescing/q3-matmul", "Q3: naive matmul, tiling and coarsening", 1,
-                  kind="question")
-def _check_q3(answers) -> str:
-    return grading.grade_answers("coalescing/q3-matmul", answers, Q3, Q3_WHY)
+grading.questions("coalescing/q3-matmul", "Q3: naive matmul, tiling and coarsening", 1, Q3, Q3_WHY)
 
 
 # ---------------------------------------------------------------- veto misconceptions

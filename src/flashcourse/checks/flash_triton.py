@@ -484,9 +484,8 @@ FA1_WHY = {
 }
 
 
-@grading.exercise("flash-triton/fa1-loop-order", "FA1 vs FA2 loop order", 1, kind="question")
-def _check_fa1(answers) -> str:
-    return grading.grade_answers("flash-triton/fa1-loop-order", answers, FA1, FA1_WHY, rtol=0.02)
+grading.questions("flash-triton/fa1-loop-order", "FA1 vs FA2 loop order",
+                  1, FA1, FA1_WHY, rtol=0.02)
 
 
 Q1 = {"programs": 4 * 16 * (4096 // 64), "skipped_fraction": 2016 / 4096,
@@ -500,10 +499,8 @@ Q1_WHY = {
 }
 
 
-@grading.exercise("flash-triton/q1-grid", "Q1: grid, causal skipping and FLOPs", 1,
-                  kind="question")
-def _check_q1(answers) -> str:
-    return grading.grade_answers("flash-triton/q1-grid", answers, Q1, Q1_WHY, rtol=0.02)
+grading.questions("flash-triton/q1-grid", "Q1: grid, causal skipping and FLOPs",
+                  1, Q1, Q1_WHY, rtol=0.02)
 
 
 Q2 = {"p_bytes_n16k_fp16": 16384 * 16384 * 2, "saved_per_row": 1,
@@ -517,10 +514,8 @@ Q2_WHY = {
 }
 
 
-@grading.exercise("flash-triton/q2-backward", "Q2: what the backward saves and recomputes", 1,
-                  kind="question")
-def _check_q2(answers) -> str:
-    return grading.grade_answers("flash-triton/q2-backward", answers, Q2, Q2_WHY, rtol=0.02)
+grading.questions("flash-triton/q2-backward", "Q2: what the backward saves and recomputes",
+                  1, Q2, Q2_WHY, rtol=0.02)
 
 
 Q3 = {"exp_unit": "exp2", "mask_only_diagonal": True, "fa3_feature": "warp_specialization"}
@@ -535,9 +530,8 @@ Q3_WHY = {
 }
 
 
-@grading.exercise("flash-triton/q3-speed", "Q3: where the speed comes from", 1, kind="question")
-def _check_q3(answers) -> str:
-    return grading.grade_answers("flash-triton/q3-speed", answers, Q3, Q3_WHY, rtol=0.02)
+grading.questions("flash-triton/q3-speed", "Q3: where the speed comes from",
+                  1, Q3, Q3_WHY, rtol=0.02)
 
 
 MISCONCEPTIONS = {

@@ -160,10 +160,7 @@ Q1_WHY = {
 }
 
 
-@grading.exercise("gpu-flash/q1-memory", "Q1: why materialising S is slow and big", 2,
-                  kind="question")
-def _check_q1(answers) -> str:
-    return grading.grade_answers("gpu-flash/q1-memory", answers, Q1, Q1_WHY)
+grading.questions("gpu-flash/q1-memory", "Q1: why materialising S is slow and big", 2, Q1, Q1_WHY)
 
 
 Q2 = {
@@ -184,10 +181,8 @@ Q2_WHY = {
 }
 
 
-@grading.exercise("gpu-flash/q2-coalescing", "Q2: coalescing, tiling and coarsening", 2,
-                  kind="question")
-def _check_q2(answers) -> str:
-    return grading.grade_answers("gpu-flash/q2-coalescing", answers, Q2, Q2_WHY)
+grading.questions("gpu-flash/q2-coalescing", "Q2: coalescing, tiling and coarsening",
+                  2, Q2, Q2_WHY)
 
 
 Q3 = {"FA1": "B", "FA2": "C", "FA3": "A", "leave_triton_for": "warp_control"}
@@ -201,10 +196,8 @@ Q3_WHY = {
 }
 
 
-@grading.exercise("gpu-flash/q3-tools", "Q3: torch.compile vs Triton vs CUDA; FA1/2/3", 2,
-                  kind="question")
-def _check_q3(answers) -> str:
-    return grading.grade_answers("gpu-flash/q3-tools", answers, Q3, Q3_WHY)
+grading.questions("gpu-flash/q3-tools", "Q3: torch.compile vs Triton vs CUDA; FA1/2/3",
+                  2, Q3, Q3_WHY)
 
 
 # ---------------------------------------------------------------- veto misconceptions

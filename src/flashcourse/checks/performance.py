@@ -196,9 +196,7 @@ Q1_WHY = {
 }
 
 
-@grading.exercise("performance/q1-measuring", "Q1: measuring right", 2, kind="question")
-def _check_q1(answers) -> str:
-    return grading.grade_answers("performance/q1-measuring", answers, Q1, Q1_WHY, rtol=1e-3)
+grading.questions("performance/q1-measuring", "Q1: measuring right", 2, Q1, Q1_WHY, rtol=1e-3)
 
 
 Q2 = {
@@ -222,10 +220,8 @@ Q2_WHY = {
 }
 
 
-@grading.exercise("performance/q2-ladder", "Q2: why each rung of the ladder helps", 2,
-                  kind="question")
-def _check_q2(answers) -> str:
-    return grading.grade_answers("performance/q2-ladder", answers, Q2, Q2_WHY, rtol=1e-3)
+grading.questions("performance/q2-ladder", "Q2: why each rung of the ladder helps",
+                  2, Q2, Q2_WHY, rtol=1e-3)
 
 
 Q3 = {"FA1": "tiling", "FA2": "parallelism", "FA3": "asynchrony",
@@ -241,10 +237,8 @@ Q3_WHY = {
 }
 
 
-@grading.exercise("performance/q3-versions", "Q3: torch.compile, and FA1 -> FA2 -> FA3", 2,
-                  kind="question")
-def _check_q3(answers) -> str:
-    return grading.grade_answers("performance/q3-versions", answers, Q3, Q3_WHY, rtol=1e-3)
+grading.questions("performance/q3-versions", "Q3: torch.compile, and FA1 -> FA2 -> FA3",
+                  2, Q3, Q3_WHY, rtol=1e-3)
 
 
 # ---------------------------------------------------------------- veto misconceptions

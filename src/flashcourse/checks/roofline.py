@@ -250,7 +250,7 @@ Q1_WHY = {
 
 
 @grading.exercise("roofline/q1-intensity", "Q1: intensity and the ridge point", 1,
-                  kind="question")
+                  kind="question", answers=Q1)
 def _check_q1(answers) -> str:
     grading.require_answers(answers, list(Q1), "roofline/q1-intensity")
     if isinstance(answers.get("h200_ridge"), (int, float)):
@@ -275,7 +275,7 @@ Q2_WHY = {
 
 
 @grading.exercise("roofline/q2-attention", "Q2: standard attention on the roofline", 1,
-                  kind="question")
+                  kind="question", answers=Q2)
 def _check_q2(answers) -> str:
     grading.require_answers(answers, list(Q2), "roofline/q2-attention")
     if isinstance(answers.get("standard_us_n4096_d128"), (int, float)):
@@ -296,9 +296,7 @@ Q3_WHY = {
 }
 
 
-@grading.exercise("roofline/q3-copy", "Q3: the copy kernel", 1, kind="question")
-def _check_q3(answers) -> str:
-    return grading.grade_answers("roofline/q3-copy", answers, Q3, Q3_WHY)
+grading.questions("roofline/q3-copy", "Q3: the copy kernel", 1, Q3, Q3_WHY)
 
 
 # ---------------------------------------------------------------- veto misconceptions

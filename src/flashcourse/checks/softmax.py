@@ -651,9 +651,7 @@ Q1_WHY = {
 }
 
 
-@grading.exercise("softmax/q1-overflow", "Q1: where exp overflows", 1, kind="question")
-def _check_q1(answers) -> str:
-    return grading.grade_answers("softmax/q1-overflow", answers, Q1, Q1_WHY, rtol=1e-3)
+grading.questions("softmax/q1-overflow", "Q1: where exp overflows", 1, Q1, Q1_WHY, rtol=1e-3)
 
 
 Q2 = {
@@ -672,10 +670,8 @@ Q2_WHY = {
 }
 
 
-@grading.exercise("softmax/q2-traffic", "Q2: bytes moved by the softmax kernels", 1,
-                  kind="question")
-def _check_q2(answers) -> str:
-    return grading.grade_answers("softmax/q2-traffic", answers, Q2, Q2_WHY, rtol=1e-3)
+grading.questions("softmax/q2-traffic", "Q2: bytes moved by the softmax kernels",
+                  1, Q2, Q2_WHY, rtol=1e-3)
 
 
 Q3 = {
@@ -691,9 +687,7 @@ Q3_WHY = {
 }
 
 
-@grading.exercise("softmax/q3-merge", "Q3: merging two softmax states", 1, kind="question")
-def _check_q3(answers) -> str:
-    return grading.grade_answers("softmax/q3-merge", answers, Q3, Q3_WHY, rtol=1e-3)
+grading.questions("softmax/q3-merge", "Q3: merging two softmax states", 1, Q3, Q3_WHY, rtol=1e-3)
 
 
 # ---------------------------------------------------------------- veto misconceptions

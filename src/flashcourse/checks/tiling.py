@@ -434,10 +434,8 @@ Q1_WHY = {
 }
 
 
-@grading.exercise("tiling/q1-traffic", "Q1: HBM bytes and arithmetic intensity of tiles", 2,
-                  kind="question")
-def _check_q1(answers) -> str:
-    return grading.grade_answers("tiling/q1-traffic", answers, Q1, Q1_WHY, rtol=1e-3)
+grading.questions("tiling/q1-traffic", "Q1: HBM bytes and arithmetic intensity of tiles",
+                  2, Q1, Q1_WHY, rtol=1e-3)
 
 
 Q2 = {
@@ -455,10 +453,8 @@ Q2_WHY = {
 }
 
 
-@grading.exercise("tiling/q2-registers-smem", "Q2: register tiling and shared-memory staging",
-                  1, kind="question")
-def _check_q2(answers) -> str:
-    return grading.grade_answers("tiling/q2-registers-smem", answers, Q2, Q2_WHY)
+grading.questions("tiling/q2-registers-smem", "Q2: register tiling and shared-memory staging",
+                  1, Q2, Q2_WHY)
 
 
 def _best_group(num_tiles: int, wave: int) -> int:
@@ -482,10 +478,8 @@ Q3_WHY = {
 }
 
 
-@grading.exercise("tiling/q3-grouped-order", "Q3: grouped launch order and L2 reuse", 1,
-                  kind="question")
-def _check_q3(answers) -> str:
-    return grading.grade_answers("tiling/q3-grouped-order", answers, Q3, Q3_WHY)
+grading.questions("tiling/q3-grouped-order", "Q3: grouped launch order and L2 reuse",
+                  1, Q3, Q3_WHY)
 
 
 # ---------------------------------------------------------------- veto misconceptions

@@ -1,0 +1,54 @@
+"""Every self-check question and veto item of every lesson: the right answers pass, each wrong
+answer is rejected naming its key, blanks say "fill in the blank"."""
+
+import re
+
+import pytest
+
+from flashcourse import BlankNotFilled, VetoMisconception, WrongAnswer, ______, check, grading
+
+SELF_CHECKS = [i for i in grading.list_ids() if grading.EXERCISES[i].kind != "code"]
+
+
+def _wrong(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value * 3 + 1
+    return "not-the-answer"
+
+
+def test_every_lesson_has_questions_and_vetoes():
+    for lesson_id, lesson in grading.LESSONS.items():
+        kinds = [e.kind for e in lesson.exercises]
+        assert kinds.count("question") >= 3, lesson_id
+        assert kinds.count("veto") == 1, lesson_id
+        assert lesson.total_points == 10 and lesson.pass_line == 8, lesson_id
+
+
+@pytest.mark.parametrize("exercise_id", SELF_CHECKS)
+def test_right_answers_pass_and_each_wrong_one_is_named(exercise_id, known_wrong, capsys):
+    item = grading.EXERCISES[exercise_id]
+    right = dict(item.answers)
+    check(exercise_id, right)
+    assert capsys.readouterr().out.startswith(f"\u2713 {exercise_id}: ")
+    rejection = VetoMisconception if item.kind == "veto" else WrongAnswer
+    for key, value in right.items():
+        with known_wrong(exercise_id, f"wrong {key}", exc=rejection, match=re.escape(key)):
+            check(exercise_id, dict(right, **{key: _wrong(value)}))
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        check(exercise_id, dict(right, **{next(iter(right)): ______}))
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        check(exercise_id, ______)
+    missing = dict(right)
+    missing.pop(next(iter(right)))
+    with pytest.raises(WrongAnswer, match="missing answers"):
+        check(exercise_id, missing)
+
+
+@pytest.mark.parametrize("exercise_id", [i for i in SELF_CHECKS if i.endswith("/misconceptions")])
+def test_misconception_answers_must_be_booleans(exercise_id, known_wrong):
+    right = dict(grading.EXERCISES[exercise_id].answers)
+    key = next(iter(right))
+    with known_wrong(exercise_id, "answer not a boolean", match="True or False"):
+        check(exercise_id, dict(right, **{key: "no"}))
