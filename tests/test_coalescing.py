@@ -9,13 +9,11 @@ import pytest
 import flashcourse as fc
 from flashcourse import (
     BlankNotFilled,
-    VetoMisconception,
     check,
     grading,
     lesson_cells,
     memory_model,
 )
-from flashcourse.checks import coalescing as checks
 
 REJECTED = []
 PRELUDE = lesson_cells.PRELUDE + "from flashcourse.kernel_grading import run_kernel\n"
@@ -160,37 +158,6 @@ def test_reference_model_numbers():
     t = np.arange(128)
     assert memory_model.warp_efficiency(t < 40) == pytest.approx(0.8)
     assert memory_model.warp_efficiency(t % 4 == 0) == pytest.approx(0.5)
-
-
-QUESTIONS = {"coalescing/q1-sectors": checks.Q1, "coalescing/q2-divergence": checks.Q2,
-             "coalescing/q3-matmul": checks.Q3}
-
-
-def test_question_answers_in_the_lesson_are_right(lesson):
-    module = lesson_cells.load_cells(lesson, ["answer-q1", "answer-q2", "answer-q3"])
-    for exercise_id, name in (("coalescing/q1-sectors", "q1_answers"),
-                              ("coalescing/q2-divergence", "q2_answers"),
-                              ("coalescing/q3-matmul", "q3_answers")):
-        check(exercise_id, getattr(module, name))
-
-
-def test_misconceptions_veto(capsys, known_wrong):
-    right = {key: truth for key, (truth, _) in checks.MISCONCEPTIONS.items()}
-    for key in right:
-        with known_wrong("coalescing/misconceptions", f"wrong {key}", exc=VetoMisconception,
-                         match=key):
-            check("coalescing/misconceptions", dict(right, **{key: not right[key]}))
-        REJECTED.append(("coalescing/misconceptions", key))
-    for item in grading.LESSONS["coalescing"].exercises:
-        if item.kind == "code":
-            grading.RESULTS[item.id] = item.points
-    for exercise_id, answers in QUESTIONS.items():
-        check(exercise_id, answers)
-    with pytest.raises(VetoMisconception, match="fails the lesson"):
-        grading.scorecard("coalescing")
-    check("coalescing/misconceptions", right)
-    assert grading.scorecard("coalescing") == 10
-    assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out
 
 
 def test_zz_at_least_three_wrong_answers_per_exercise():

@@ -13,7 +13,6 @@ import torch
 from flashcourse import (
     BlankNotFilled,
     CourseInputError,
-    VetoMisconception,
     ______,
     attention,
     check,
@@ -24,7 +23,6 @@ from flashcourse import (
 
 runtime.setup(verbose=False)  # before any kernel is defined: the interpreter on CPU
 
-from flashcourse.checks import flash_triton  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "lessons" / "06-flash-attention.qmd"
@@ -251,30 +249,6 @@ def test_skipped_tiles(solution, capsys, known_wrong):
         check("flash-triton/skipped-blocks",
               lambda n, bm, bn: attention.causal_tiles(n, bm, bm)[1])
     REJECTED.append(("skipped", "visited"))
-
-
-QUESTIONS = {"flash-triton/fa1-loop-order": flash_triton.FA1,
-             "flash-triton/q1-grid": flash_triton.Q1,
-             "flash-triton/q2-backward": flash_triton.Q2,
-             "flash-triton/q3-speed": flash_triton.Q3}
-
-
-def test_misconceptions_and_scorecard(capsys, known_wrong):
-    right = {key: truth for key, (truth, _) in flash_triton.MISCONCEPTIONS.items()}
-    for key in right:
-        with known_wrong("flash-triton/misconceptions", f"wrong {key}", exc=VetoMisconception,
-                         match=key):
-            check("flash-triton/misconceptions", dict(right, **{key: not right[key]}))
-    for exercise_id, answers in QUESTIONS.items():
-        check(exercise_id, answers)
-    for name, points in (("forward", 3), ("skipped-blocks", 1), ("backward-dkdv", 1),
-                         ("backward-dq", 1)):
-        grading.RESULTS[f"flash-triton/{name}"] = points
-    with pytest.raises(VetoMisconception, match="fails the lesson"):
-        grading.scorecard("flash-triton")
-    check("flash-triton/misconceptions", right)
-    assert grading.scorecard("flash-triton") == 10
-    assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out
 
 
 def test_memory_model_and_figure():

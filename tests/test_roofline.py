@@ -9,12 +9,10 @@ import pytest
 import flashcourse as fc
 from flashcourse import (
     BlankNotFilled,
-    VetoMisconception,
     check,
     grading,
     lesson_cells,
 )
-from flashcourse.checks import roofline as checks
 
 REJECTED = []
 
@@ -173,40 +171,6 @@ def test_stub_kernel_says_implement(lesson, known_wrong):
 def test_a_plain_function_is_not_a_kernel(known_wrong):
     with known_wrong("roofline/copy-kernel", "plain function, not a kernel", match="@triton.jit"):
         check("roofline/copy-kernel", lambda *args: None)
-
-
-QUESTIONS = {"roofline/q1-intensity": checks.Q1, "roofline/q2-attention": checks.Q2,
-             "roofline/q3-copy": checks.Q3}
-
-
-def test_question_answers_in_the_lesson_are_right(lesson):
-    module = lesson_cells.load_cells(lesson, ["answer-q1", "answer-q2", "answer-q3"])
-    for exercise_id, name in (("roofline/q1-intensity", "q1_answers"),
-                              ("roofline/q2-attention", "q2_answers"),
-                              ("roofline/q3-copy", "q3_answers")):
-        check(exercise_id, getattr(module, name))
-
-
-def test_misconceptions_veto(capsys, known_wrong):
-    right = {key: truth for key, (truth, _) in checks.MISCONCEPTIONS.items()}
-    for key in right:
-        with known_wrong("roofline/misconceptions", f"wrong {key}", exc=VetoMisconception,
-                         match=key):
-            check("roofline/misconceptions", dict(right, **{key: not right[key]}))
-        REJECTED.append(("roofline/misconceptions", key))
-    with known_wrong("roofline/misconceptions", "answer not a boolean", match="True or False"):
-        check("roofline/misconceptions", dict(right, roofline_is_upper_bound="yes"))
-    for exercise_id, points in (("roofline/gemm-intensity", 2), ("roofline/attainable", 1),
-                                ("roofline/attention-intensity", 2),
-                                ("roofline/copy-kernel", 2)):
-        grading.RESULTS[exercise_id] = points
-    for exercise_id, answers in QUESTIONS.items():
-        check(exercise_id, answers)
-    with pytest.raises(VetoMisconception, match="fails the lesson"):
-        grading.scorecard("roofline")
-    check("roofline/misconceptions", right)
-    assert grading.scorecard("roofline") == 10
-    assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out
 
 
 def test_intensity_numbers_are_consistent():

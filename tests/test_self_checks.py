@@ -52,3 +52,24 @@ def test_misconception_answers_must_be_booleans(exercise_id, known_wrong):
     key = next(iter(right))
     with known_wrong(exercise_id, "answer not a boolean", match="True or False"):
         check(exercise_id, dict(right, **{key: "no"}))
+
+
+@pytest.mark.parametrize("lesson_id", sorted(grading.LESSONS))
+def test_a_veto_fails_the_lesson_and_full_marks_pass(lesson_id, known_wrong, capsys):
+    lesson = grading.LESSONS[lesson_id]
+    for item in lesson.exercises:
+        if item.kind == "code":  # kernels and numpy answers are graded in each lesson's tests
+            grading.RESULTS[item.id] = item.points
+        elif item.kind == "question":
+            check(item.id, dict(item.answers))
+    veto = grading.EXERCISES[f"{lesson_id}/misconceptions"]
+    key = next(iter(veto.answers))
+    with pytest.raises(VetoMisconception):
+        check(veto.id, dict(veto.answers, **{key: not veto.answers[key]}))
+    with known_wrong(veto.id, "full marks with one veto", exc=VetoMisconception,
+                     match="fails the lesson"):
+        grading.scorecard(lesson_id)
+    assert "FAIL" in capsys.readouterr().out
+    check(veto.id, dict(veto.answers))
+    assert grading.scorecard(lesson_id) == 10
+    assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out

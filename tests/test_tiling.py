@@ -23,7 +23,6 @@ import pytest  # noqa: E402
 import flashcourse  # noqa: E402
 from flashcourse import (  # noqa: E402
     BlankNotFilled,
-    VetoMisconception,
     ______,
     check,
     grading,
@@ -271,9 +270,6 @@ def test_wrong_grouped_order_is_rejected(root, known_wrong, mistake):
 
 # ---------------------------------------------------------------- questions and vetoes
 
-RIGHT_Q = {"tiling/q1-traffic": tiling.Q1, "tiling/q2-registers-smem": tiling.Q2,
-           "tiling/q3-grouped-order": tiling.Q3}
-
 
 def test_question_answers_match_the_lesson_numbers():
     assert tiling.Q1["reads_tiled_128x128"] == 2**31
@@ -282,30 +278,6 @@ def test_question_answers_match_the_lesson_numbers():
     assert tiling.Q2 == {"acc_lives_in": "registers", "acc_registers_per_thread": 128,
                          "smem_bytes_3_stages": 147456}
     assert tiling.Q3 == {"stripes_row_major": 34, "stripes_group_8": 16, "best_group_m": 8}
-
-
-def test_misconceptions_veto_fails_the_lesson(capsys, known_wrong):
-    right = {key: truth for key, (truth, _) in tiling.MISCONCEPTIONS.items()}
-    for key in right:
-        with known_wrong("tiling/misconceptions", f"wrong {key}", exc=VetoMisconception,
-                         match=key):
-            check("tiling/misconceptions", dict(right, **{key: not right[key]}))
-        REJECTED.append(("tiling/misconceptions", key))
-    with known_wrong("tiling/misconceptions", "answer not a boolean", match="True or False"):
-        check("tiling/misconceptions", dict(right, group_m_changes_flops="no"))
-    for exercise_id, answers in RIGHT_Q.items():
-        check(exercise_id, answers)
-    for exercise_id in ("tiling/blocked-bytes", "tiling/grouped-order", "tiling/matmul-kernel"):
-        grading.RESULTS[exercise_id] = grading.EXERCISES[exercise_id].points
-    with known_wrong("tiling/misconceptions", "wrong bigger_tiles_always_faster",
-                     exc=VetoMisconception, match="fails the lesson"):
-        check("tiling/misconceptions", dict(right, bigger_tiles_always_faster=True))
-    with pytest.raises(VetoMisconception):
-        grading.scorecard("tiling")
-    assert "FAIL" in capsys.readouterr().out
-    check("tiling/misconceptions", right)
-    assert grading.scorecard("tiling") == 10
-    assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out
 
 
 def test_rubric_is_ten_points():
