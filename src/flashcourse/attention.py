@@ -163,6 +163,12 @@ def check_qkv(q, k, v, names=("q", "k", "v")) -> None:
                                "(tl.arange needs a power of two; pad the head dim otherwise).")
 
 
+def _bhn_strides(*tensors: torch.Tensor) -> list[int]:
+    """Batch, head and row strides of each (B, H, N, D) tensor, in the kernels' argument order
+    (the last axis is contiguous: see _last_dim_contiguous)."""
+    return [stride for t in tensors for stride in t.stride()[:3]]
+
+
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     """The kernels take strides for every axis but the last: copy only if that one is not 1."""
     return x if x.stride(-1) == 1 else x.contiguous()
@@ -199,10 +205,7 @@ def flash_forward(kernel, q, k, v, causal: bool = False, sm_scale: float | None 
     grid = (triton_cdiv(N, bm), B * H)
     kernel[grid](
         q, k, v, out, lse,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
+        *_bhn_strides(q, k, v, out),
         lse.stride(0), lse.stride(1),
         H, N, sm_scale * LOG2E,
         D=D, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=warps, num_stages=stages,
@@ -231,8 +234,7 @@ def launch_delta(kernel, o, do, delta=None, block_m: int | None = None):
         else delta
     kernel[(triton_cdiv(N, bm), B * H)](
         o, do, delta,
-        o.stride(0), o.stride(1), o.stride(2),
-        do.stride(0), do.stride(1), do.stride(2),
+        *_bhn_strides(o, do),
         delta.stride(0), delta.stride(1),
         H, N, D=D, BLOCK_M=bm)
     return delta
@@ -256,12 +258,7 @@ def launch_dkdv(kernel, q, k, v, do, lse, delta, causal, sm_scale, dk=None, dv=N
     dv = torch.empty_like(v) if dv is None else dv
     kernel[(triton_cdiv(N, bn), B * H)](
         q, k, v, do, lse, delta, dk, dv,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        do.stride(0), do.stride(1), do.stride(2),
-        dk.stride(0), dk.stride(1), dk.stride(2),
-        dv.stride(0), dv.stride(1), dv.stride(2),
+        *_bhn_strides(q, k, v, do, dk, dv),
         lse.stride(0), lse.stride(1),
         H, N, sm_scale,
         D=D, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=warps, num_stages=stages)
@@ -278,11 +275,7 @@ def launch_dq(kernel, q, k, v, do, lse, delta, causal, sm_scale, dq=None,
     dq = torch.empty_like(q) if dq is None else dq
     kernel[(triton_cdiv(N, bm), B * H)](
         q, k, v, do, lse, delta, dq,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        do.stride(0), do.stride(1), do.stride(2),
-        dq.stride(0), dq.stride(1), dq.stride(2),
+        *_bhn_strides(q, k, v, do, dq),
         lse.stride(0), lse.stride(1),
         H, N, sm_scale,
         D=D, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=warps, num_stages=stages)

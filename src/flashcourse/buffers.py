@@ -67,9 +67,13 @@ class Canaried:
         torch.as_strided(self._inside, self.shape, self.tensor.stride(),
                          storage_offset=GUARD).fill_(True)
 
+    def changed_canaries(self) -> torch.Tensor:
+        """Flat mask over the whole buffer: True where a store outside the output landed."""
+        return (self._storage != CANARY) & ~self._inside
+
     def verify(self, case: str) -> None:
         """Raise WrongAnswer if a canary changed (a store outside the output)."""
-        changed = (self._storage != CANARY) & ~self._inside
+        changed = self.changed_canaries()
         if not bool(changed.any()):
             return
         flat = int(torch.nonzero(changed)[0, 0])

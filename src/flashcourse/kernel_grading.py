@@ -67,16 +67,22 @@ class CanariedVector:
 
     def outside_writes(self) -> int:
         """How many canaries a store changed."""
-        matrix = self._matrix
-        return int(((matrix._storage != buffers.CANARY) & ~matrix._inside).sum())
+        return int(self._matrix.changed_canaries().sum())
 
 
 def launch(kernel, grid, case: str, *args, **kwargs) -> None:
-    """Run `kernel[grid](*args, **kwargs)`; a crash becomes a WrongAnswer naming the case, a
-    stub stays a NotImplementedError and a blank a BlankNotFilled."""
+    """Run `kernel[grid](*args, **kwargs)` through `guarded`."""
+    guarded(case, lambda: kernel[grid](*args, **kwargs))
+
+
+def guarded(case: str, run, hint: str = ""):
+    """Run `run()`, which launches a student's kernel: a crash becomes a WrongAnswer naming the
+    case (plus `hint`), a stub stays a NotImplementedError, a blank a BlankNotFilled, and a
+    refused input its CourseInputError. Waits for the GPU, so a fault surfaces here."""
     try:
-        kernel[grid](*args, **kwargs)
-    except (BlankNotFilled, NotImplementedError, grading.WrongAnswer):
+        result = run()
+    except (BlankNotFilled, NotImplementedError, grading.WrongAnswer,
+            runtime.CourseInputError):
         raise
     except Exception as err:  # noqa: BLE001  (any crash inside student code)
         cause = err.__cause__ or err.__context__
@@ -90,9 +96,10 @@ def launch(kernel, grid, case: str, *args, **kwargs) -> None:
         first = next((line for line in text.splitlines() if line.strip()), type(err).__name__)
         raise grading.WrongAnswer(
             f"{case}: launching your kernel raised {type(err).__name__}: {first[:300]}"
-        ) from err
+            + (f"\n{hint}" if hint else "")) from err
     if not runtime.current().interpreter:
         torch.cuda.synchronize()
+    return result
 
 
 def unwritten_hint(unwritten: torch.Tensor, case: str, what: str) -> None:

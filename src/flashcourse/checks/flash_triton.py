@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from .. import attention, buffers, grading, runtime
+from .. import attention, buffers, grading, kernel_grading, runtime
 from ..blanks import BLANK_TOKEN, BlankNotFilled, is_blank, refuse_blanks, source_of
 
 LESSON = grading.lesson("flash-triton", "Lesson 6: FlashAttention forward and backward in Triton",
@@ -127,20 +127,10 @@ def _inputs(case: Case):
 
 def _launch(fn, label, *args, **kwargs):
     """Run a launcher; turn Triton and Python errors into a WrongAnswer naming the case."""
-    try:
-        return fn(*args, **kwargs)
-    except (BlankNotFilled, grading.WrongAnswer, runtime.CourseInputError):
-        raise
-    except NotImplementedError as err:
-        raise grading.WrongAnswer(f"{label}: your kernel still raises NotImplementedError.") \
-            from err
-    except Exception as err:  # a compile or launch error in the student's kernel
-        first = str(err).strip().splitlines()
-        text = first[0] if first else ""
-        raise grading.WrongAnswer(
-            f"{label}: launching your kernel raised {type(err).__name__}: {text[:300]}\n"
-            "Read the kernel's signature in the lesson: the grader passes exactly those "
-            "arguments.") from err
+    return kernel_grading.guarded(
+        label, lambda: fn(*args, **kwargs),
+        hint="Read the kernel's signature in the lesson: the grader passes exactly those "
+             "arguments.")
 
 
 def _close(actual: np.ndarray, candidate: np.ndarray, tol: float = 2e-3) -> bool:

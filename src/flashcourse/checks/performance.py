@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from .. import attention, buffers, grading, runtime
+from .. import attention, buffers, grading, kernel_grading, runtime
 from ..blanks import BLANK_TOKEN, BlankNotFilled, is_blank, refuse_blanks, source_of
 from ..traffic import attention_flops
 
@@ -131,17 +131,11 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
     lse = buffers.Canaried((case.B, case.H, case.N), torch.float32, device, pad_rows=0,
                            pad_cols=0)
     runtime.check_tensors(q, k, v, names=("q", "k", "v"), dot=True)
-    try:
-        flash_ref.forward(q, k, v, case.causal, case.sm_scale, kernel=kernel, out=out.tensor,
-                          lse=lse.tensor, config=(case.block_m, case.block_n, 4, 1))
-    except (BlankNotFilled, grading.WrongAnswer, runtime.CourseInputError):
-        raise
-    except Exception as err:  # a compile or launch error in the student's kernel
-        text = (str(err).strip().splitlines() or [""])[0]
-        raise grading.WrongAnswer(
-            f"{label}: launching your kernel raised {type(err).__name__}: {text[:300]}\n"
-            "Keep the kernel's signature as given: the grader passes exactly those "
-            "arguments.") from err
+    kernel_grading.guarded(
+        label, lambda: flash_ref.forward(q, k, v, case.causal, case.sm_scale, kernel=kernel,
+                                         out=out.tensor, lse=lse.tensor,
+                                         config=(case.block_m, case.block_n, 4, 1)),
+        hint="Keep the kernel's signature as given: the grader passes exactly those arguments.")
     out.verify(label)
     lse.verify(label)
     # the reference uses the rounded inputs the kernel saw

@@ -249,13 +249,20 @@ Q1_WHY = {
 }
 
 
-@grading.exercise("roofline/q1-intensity", "Q1: intensity and the ridge point", 1,
-                  kind="question", answers=Q1)
-def _check_q1(answers) -> str:
-    grading.require_answers(answers, list(Q1), "roofline/q1-intensity")
-    if isinstance(answers.get("h200_ridge"), (int, float)):
-        answers = dict(answers, h200_ridge=round(answers["h200_ridge"]))
-    return grading.grade_answers("roofline/q1-intensity", answers, Q1, Q1_WHY)
+def _rounded_question(exercise_id: str, title: str, expected: dict, explanations: dict,
+                      whole_number: str) -> None:
+    """A question whose answer `whole_number` is compared after rounding to an integer."""
+
+    @grading.exercise(exercise_id, title, 1, kind="question", answers=expected)
+    def _check(answers) -> str:
+        grading.require_answers(answers, list(expected), exercise_id)
+        if isinstance(answers.get(whole_number), (int, float)):
+            answers = dict(answers, **{whole_number: round(answers[whole_number])})
+        return grading.grade_answers(exercise_id, answers, expected, explanations)
+
+
+_rounded_question("roofline/q1-intensity", "Q1: intensity and the ridge point", Q1, Q1_WHY,
+                  "h200_ridge")
 
 
 Q2 = {
@@ -274,13 +281,8 @@ Q2_WHY = {
 }
 
 
-@grading.exercise("roofline/q2-attention", "Q2: standard attention on the roofline", 1,
-                  kind="question", answers=Q2)
-def _check_q2(answers) -> str:
-    grading.require_answers(answers, list(Q2), "roofline/q2-attention")
-    if isinstance(answers.get("standard_us_n4096_d128"), (int, float)):
-        answers = dict(answers, standard_us_n4096_d128=round(answers["standard_us_n4096_d128"]))
-    return grading.grade_answers("roofline/q2-attention", answers, Q2, Q2_WHY)
+_rounded_question("roofline/q2-attention", "Q2: standard attention on the roofline", Q2,
+                  Q2_WHY, "standard_us_n4096_d128")
 
 
 Q3 = {

@@ -334,7 +334,7 @@ def _diagnose_kernel(output, x, candidates, atol, stored_nothing) -> str:
 def _strided_like_contiguous(canaried: buffers.Canaried, rows: int, n: int) -> bool:
     """True when every changed canary lies where a contiguous (rows, n) output would lie: the
     kernel stepped from row to row by n_cols instead of the row stride."""
-    changed = (canaried._storage != buffers.CANARY) & ~canaried._inside
+    changed = canaried.changed_canaries()
     where = torch.nonzero(changed.cpu()).flatten()
     return rows > 1 and len(where) > 0 and bool(
         ((where >= buffers.GUARD) & (where < buffers.GUARD + rows * n)).all())
