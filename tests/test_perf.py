@@ -51,6 +51,29 @@ def test_backward_on_transposed_fp16_views():
     assert len(lines) == 2
 
 
+def test_tma_steps_fall_back_to_pointers_for_unaligned_strides():
+    # a row stride of 17 floats is no multiple of 16 bytes: no descriptor can describe it
+    base = torch.randn(3, 2, 2, 45, 17, generator=torch.Generator().manual_seed(3))
+    q, k, v = (base[i, ..., :16] for i in range(3))
+    assert not flash_ref._tma_ok(q, k, v) and flash_ref._tma_ok(*(x.contiguous()
+                                                                  for x in (q, k, v)))
+    for causal in (False, True):
+        out, lse = flash_ref.forward(q, k, v, causal, step=5)
+        ref, ref_lse = flash_ref.reference_attention(q, k, v, causal)
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(lse, ref_lse, atol=1e-4, rtol=1e-4)
+
+
+def test_tma_store_leaves_rows_past_n_alone():
+    # the output is a view into a larger buffer: the descriptor must not write past row N
+    q, k, v = flash_ref.make_qkv(2, 2, 37, 16, torch.float32, "cpu", seed=4)
+    buffer = torch.full((2, 2, 64, 16), 7.0)
+    out, _ = flash_ref.forward(q, k, v, True, step=4, out=buffer[:, :, :37])
+    ref, _ = flash_ref.reference_attention(q, k, v, True)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    assert bool((buffer[:, :, 37:] == 7.0).all())
+
+
 def test_bf16_is_refused_in_the_interpreter():
     q = torch.randn(1, 1, 16, 16, dtype=torch.bfloat16)
     with pytest.raises(fc.CourseInputError, match="bfloat16"):
@@ -142,6 +165,16 @@ def test_benchmark_cli_explains_and_exits_0_without_cuda(capsys, tmp_path):
     assert benchmark.main(["--quick", "--out", str(tmp_path / "out")]) == 0
     assert "no CUDA GPU" in capsys.readouterr().out
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("script", ["perf.py", "explore_fwd.py", "ncu_summary.py"])
+def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script):
+    import subprocess
+
+    result = subprocess.run([sys.executable, str(root / "gpu" / script)], cwd=root,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "CUDA GPU" in result.stdout
 
 
 def test_benchmark_flop_count_and_cases():

@@ -547,6 +547,39 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- Nsight Compute
+
+
+NCU_METRICS = ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+               "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+               "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+               "sm__warps_active.avg.pct_of_peak_sustained_active",
+               "launch__registers_per_thread", "launch__occupancy_limit_registers")
+
+
+def ncu_forward(d: int = 64, n: int = 4096, causal: bool = False, timeout: int = 300) -> str:
+    """Profile one forward launch of the course kernel with Nsight Compute; return its
+    metric lines (or why it could not run). Clocks are left alone (--clock-control none)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("ncu") is None:
+        return "ncu not found: Nsight Compute is part of the CUDA toolkit."
+    heads = 32 if d == 64 else 16
+    script = ("import torch; import flashcourse as fc; fc.setup(verbose=False); "
+              "from flashcourse.kernels import flash_ref; "
+              f"q, k, v = (torch.randn({TOKENS // n}, {heads}, {n}, {d}, device='cuda', "
+              "dtype=torch.float16) for _ in range(3)); "
+              f"flash_ref.flash_attention(q, k, v, {causal}); torch.cuda.synchronize()")
+    result = subprocess.run(
+        ["ncu", "--clock-control", "none", "--kernel-name", "regex:attn_fwd",
+         "--launch-count", "1", "--metrics", ",".join(NCU_METRICS), sys.executable, "-c",
+         script], capture_output=True, text=True, timeout=timeout)
+    lines = [line.rstrip() for line in result.stdout.splitlines()
+             if "attn_fwd" in line or "__" in line]
+    return "\n".join(lines[-12:]) or (result.stdout + result.stderr)[-2000:]
+
+
 # ---------------------------------------------------------------- CLI
 
 

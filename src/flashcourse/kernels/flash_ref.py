@@ -30,6 +30,11 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # host-side tensor descriptors (Triton >= 3.4)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover
+    TensorDescriptor = None
+
 from .. import attention, runtime
 from ..runtime import CourseInputError
 
@@ -43,11 +48,17 @@ LN2 = 0.6931471805599453  # log(x) == log2(x) * LN2
 
 
 @triton.jit
-def load_rows(src, start, offs, offs_d, stride_n, stride_d, N,
+def load_rows(src, b, h, start, offs, offs_d, stride_n, stride_d, N,
               MASK_ROWS: tl.constexpr, USE_TMA: tl.constexpr):
-    """Rows start..start+len(offs) of one (N, HEAD_D) matrix; rows >= N read as 0."""
+    """Rows start..start+len(offs) of head (b, h), an (N, HEAD_D) matrix; rows >= N read as 0.
+
+    USE_TMA: src is a (B, H, N, HEAD_D) tensor descriptor whose block is (1, 1, rows, HEAD_D);
+    the descriptor knows the shape, so out-of-range rows come back as 0 without a mask.
+    Otherwise src points at this head's first row.
+    """
     if USE_TMA:
-        x = src.load([start, 0])  # the descriptor knows the shape: out-of-range rows are 0
+        x = src.load([b, h, start, 0])
+        x = x.reshape(x.shape[2], x.shape[3])
     else:
         ptrs = src + (start + offs)[:, None] * stride_n + offs_d[None, :] * stride_d
         if MASK_ROWS:
@@ -58,34 +69,38 @@ def load_rows(src, start, offs, offs_d, stride_n, stride_d, N,
 
 
 @triton.jit
-def attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd,
-                   offs_m, offs_d, lo, hi, N, qk_scale,
+def attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn,
+                   stride_vd, offs_m, offs_d, lo, hi, N, qk_scale,
                    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                    USE_EXP2: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
-    """Online softmax over the key blocks lo..hi (lo a multiple of BLOCK_N).
+    """Online softmax over the key blocks lo..hi (lo a multiple of BLOCK_N) of head (b, h).
 
     MASKED=False is the fast path: every key is < N and (causal) left of every query row, so
     no bounds check and no -inf mask. acc: (BLOCK_M, HEAD_D) fp32; l_i, m_i: (BLOCK_M,).
     """
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
-        k = load_rows(k_src, start_n, offs_n, offs_d, stride_kn, stride_kd, N, MASKED, USE_TMA)
-        v = load_rows(v_src, start_n, offs_n, offs_d, stride_vn, stride_vd, N, MASKED, USE_TMA)
-        s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), in log2 units if USE_EXP2
+        k = load_rows(k_src, b, h, start_n, offs_n, offs_d, stride_kn, stride_kd, N, MASKED,
+                      USE_TMA)
+        s = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) raw scores, not yet scaled
         if MASKED:
             keep = (start_n + offs_n)[None, :] < N
             if CAUSAL:
                 keep = keep & (offs_m[:, None] >= (start_n + offs_n)[None, :])
             s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        if USE_EXP2:  # one multiply-add then ex2.approx: the SFU's native instruction
+        if USE_EXP2:  # scale and subtract in one FMA, then ex2.approx: the SFU's instruction
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # qk_scale > 0: max commutes
             alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
+            p = tl.exp2(s * qk_scale - m_new[:, None])
         else:  # exp(x) compiles to exp2(x * log2e): an extra multiply per score
+            s = s * qk_scale
+            m_new = tl.maximum(m_i, tl.max(s, 1))
             alpha = tl.exp(m_i - m_new)
             p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        v = load_rows(v_src, b, h, start_n, offs_n, offs_d, stride_vn, stride_vd, N, MASKED,
+                      USE_TMA)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])  # the MMA adds into acc
         m_i = m_new
     return acc, l_i, m_i
 
@@ -102,30 +117,29 @@ def attn_fwd_kernel(Q, K, V, O, LSE, sm_scale,
                     USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
     """O = softmax(sm_scale * Q K^T) V and LSE (natural log) for one query block of one head.
 
-    Grid: (cdiv(N, BLOCK_M), B * H). LSE is a contiguous (B, H, N) float32 tensor.
+    Grid: (cdiv(N, BLOCK_M), B * H). LSE is a contiguous (B, H, N) float32 tensor. With
+    USE_TMA, Q, K, V and O are (B, H, N, HEAD_D) tensor descriptors built on the host.
     """
     start_m = tl.program_id(0)
     if CAUSAL:  # the last query blocks have the most keys: start them first
         start_m = tl.num_programs(0) - 1 - start_m
     bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
-    q_base = Q + b * stride_qb + h * stride_qh
-    k_base = K + b * stride_kb + h * stride_kh
-    v_base = V + b * stride_vb + h * stride_vh
+    b = bh // H
+    h = bh % H
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
-
-    q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd,
-                mask=offs_m[:, None] < N, other=0.0)  # (BLOCK_M, HEAD_D), read once
-    if USE_TMA:  # descriptors of this head's (N, HEAD_D) matrices: the copy engine does the rest
-        k_src = tl.make_tensor_descriptor(k_base, shape=[N, HEAD_D], strides=[stride_kn, 1],
-                                          block_shape=[BLOCK_N, HEAD_D])
-        v_src = tl.make_tensor_descriptor(v_base, shape=[N, HEAD_D], strides=[stride_vn, 1],
-                                          block_shape=[BLOCK_N, HEAD_D])
+    if USE_TMA:  # the copy engine moves whole tiles; the descriptors carry shape and strides
+        q = load_rows(Q, b, h, start_m * BLOCK_M, offs_m, offs_d, 0, 0, N, True, True)
+        k_src = K
+        v_src = V
     else:
-        k_src = k_base
-        v_src = v_base
+        b64 = b.to(tl.int64)
+        h64 = h.to(tl.int64)
+        q = load_rows(Q + b64 * stride_qb + h64 * stride_qh, b, h, start_m * BLOCK_M,
+                      tl.arange(0, BLOCK_M), offs_d, stride_qn, stride_qd, N, True, False)
+        k_src = K + b64 * stride_kb + h64 * stride_kh
+        v_src = V + b64 * stride_vb + h64 * stride_vh
+    # q: (BLOCK_M, HEAD_D), read once and kept for the whole loop
 
     if USE_EXP2:
         qk_scale = sm_scale * 1.4426950408889634  # exp(x * sm_scale) == exp2(x * qk_scale)
@@ -145,22 +159,22 @@ def attn_fwd_kernel(Q, K, V, O, LSE, sm_scale,
             free_hi = (N // BLOCK_N) * BLOCK_N
             masked_lo = free_hi
             masked_hi = N
-        acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd,
-                                       stride_vn, stride_vd, offs_m, offs_d, 0, free_hi, N,
-                                       qk_scale, BLOCK_N, False, CAUSAL, USE_EXP2, USE_TMA,
-                                       WARP_SPEC)
-        acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd,
-                                       stride_vn, stride_vd, offs_m, offs_d, masked_lo,
-                                       masked_hi, N, qk_scale, BLOCK_N, True, CAUSAL, USE_EXP2,
-                                       USE_TMA, False)  # one or two blocks: not specialised
+        acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn,
+                                       stride_kd, stride_vn, stride_vd, offs_m, offs_d, 0,
+                                       free_hi, N, qk_scale, BLOCK_N, False, CAUSAL, USE_EXP2,
+                                       USE_TMA, WARP_SPEC)
+        acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn,
+                                       stride_kd, stride_vn, stride_vd, offs_m, offs_d,
+                                       masked_lo, masked_hi, N, qk_scale, BLOCK_N, True, CAUSAL,
+                                       USE_EXP2, USE_TMA, False)  # one or two blocks
     else:  # one loop, every block masked
         if CAUSAL:
             hi = tl.minimum(diag + BLOCK_M, N)
         else:
             hi = N
-        acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd,
-                                       stride_vn, stride_vd, offs_m, offs_d, 0, hi, N,
-                                       qk_scale, BLOCK_N, True, CAUSAL, USE_EXP2, USE_TMA,
+        acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn,
+                                       stride_kd, stride_vn, stride_vd, offs_m, offs_d, 0, hi,
+                                       N, qk_scale, BLOCK_N, True, CAUSAL, USE_EXP2, USE_TMA,
                                        WARP_SPEC)
 
     acc = acc / l_i[:, None]
@@ -169,8 +183,13 @@ def attn_fwd_kernel(Q, K, V, O, LSE, sm_scale,
     else:
         lse = m_i + tl.log(l_i)
     rows = offs_m < N
-    tl.store(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on
-             + offs_d[None, :] * stride_od, acc.to(O.dtype.element_ty), mask=rows[:, None])
+    out = acc.to(q.dtype)
+    if USE_TMA:  # rows >= N fall outside the descriptor's shape and are not written
+        O.store([b, h, start_m * BLOCK_M, 0], out.reshape(1, 1, BLOCK_M, HEAD_D))
+    else:
+        tl.store(O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+                 + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od, out,
+                 mask=rows[:, None])
     tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=rows)
 
 
@@ -359,15 +378,17 @@ class Step:
 STEPS = [
     Step(0, "plain FA2", "exp() and one loop in which every key block is masked", False, False,
          False, False, False, False),
-    Step(1, "exp2", "exp2 with log2(e) folded into the scale: one multiply-add and the native "
-         "ex2 instruction per score", True, False, False, False, False, False),
+    Step(1, "exp2", "exp2 with log2(e) folded into the scale: scale and max subtraction in one "
+         "FMA, then the native ex2 instruction per score", True, False, False, False, False,
+         False),
     Step(2, "causal split", "unmasked blocks left of the diagonal, one masked diagonal block: "
          "no bounds checks or -inf selects in the main loop", True, True, False, False, False,
          False),
     Step(3, "tuned tiles", "BLOCK_M, BLOCK_N and warps from a table keyed on (N, d, causal) "
          "(autotuned when compiled)", True, True, True, False, False, False),
-    Step(4, "TMA loads", "K and V through tensor descriptors: on Hopper the TMA engine copies "
-         "tiles, freeing registers and threads", True, True, True, True, False, False),
+    Step(4, "TMA loads", "Q, K, V and O through host-built tensor descriptors: on Hopper the TMA "
+         "engine copies whole tiles, freeing registers and threads", True, True, True, True,
+         False, False),
     Step(5, "pipelining", "num_stages from the table (swept when compiled): more K/V tiles in "
          "flight hide HBM latency", True, True, True, True, True, False),
     Step(6, "warp specialisation", "tl.range(..., warp_specialize=True): producer warps load, "
@@ -376,16 +397,15 @@ STEPS = [
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages)
 BASELINE = (64, 32, 4, 2)  # a first guess, before any tuning
-# Configurations known to suit a plain FA2 forward on an H200 with Triton 3.6 (not yet re-tuned
-# for this kernel: gpu/perf.py does that), keyed on
-# (N >= 2048, head dim <= 64, causal). BLOCK_M % BLOCK_N == 0 always.
+# Measured best on an H200 with Triton 3.6 (gpu/explore_fwd.py, fp16, N = 4096 and 16384),
+# keyed on (N >= 2048, head dim <= 64, causal). BLOCK_M % BLOCK_N == 0 always. d = 128 wants one
+# warpgroup per 128 query rows so that two CTAs share an SM and hide each other's softmax;
+# d = 64 wants two warpgroups and four K/V tiles in flight.
 TUNED = {
-    (False, True, False): (64, 64, 4, 3), (False, True, True): (64, 64, 4, 3),
-    (True, True, False): (64, 64, 4, 3), (True, True, True): (64, 64, 4, 3),
-    (False, False, False): (128, 128, 8, 3), (False, False, True): (64, 64, 4, 3),
-    (True, False, False): (128, 128, 8, 3), (True, False, True): (64, 64, 4, 3),
+    (big_n, small_d, causal): (128, 64, 8, 4) if small_d else (128, 64, 4, 2)
+    for big_n in (False, True) for small_d in (False, True) for causal in (False, True)
 }
-AUTOTUNE_TILES = [(64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 128, 8)]  # step 3 search
+AUTOTUNE_TILES = [(64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 32, 4)]  # step 3 search
 AUTOTUNE_STAGES = [2, 3, 4]  # step 5 search
 INTERPRETER_CONFIG = (16, 16, 4, 1)  # small tiles: the interpreter's cost grows with tile area
 # Backward configs keyed on head dim <= 64: dK/dV (BLOCK_M, BLOCK_N, warps, stages), dQ (...)
@@ -436,8 +456,9 @@ def _capability() -> tuple[int, int]:
 
 
 def tma_supported() -> bool:
-    """Tensor descriptors exist in this Triton (compiled: also a Hopper-or-newer GPU)."""
-    if not hasattr(tl, "make_tensor_descriptor"):
+    """Host-side tensor descriptors exist in this Triton (compiled: also a Hopper-or-newer
+    GPU)."""
+    if TensorDescriptor is None:
         return False
     return runtime.current().interpreter or _capability() >= (9, 0)
 
@@ -461,28 +482,22 @@ def step_supported(step) -> tuple[bool, str]:
 
 
 def _tma_ok(*tensors) -> bool:
-    """TMA needs a unit last stride and 16-byte aligned bases and row strides."""
+    """TMA needs a unit last stride, 16-byte aligned base and 16-byte multiples as the other
+    strides."""
     for x in tensors:
         size = x.element_size()
-        if x.stride(-1) != 1 or (x.stride(-2) * size) % 16 or x.data_ptr() % 16:
+        if x.stride(-1) != 1 or x.data_ptr() % 16:
+            return False
+        if any((stride * size) % 16 for stride in x.stride()[:-1]):
             return False
     return True
 
 
-_ALLOCATOR_SET = False
-
-
-def _ensure_allocator() -> None:
-    """Device-side tensor descriptors need scratch memory: give Triton a torch allocator."""
-    global _ALLOCATOR_SET
-    if _ALLOCATOR_SET or runtime.current().interpreter:
-        return
-
-    def alloc(size: int, alignment: int, stream):
-        return torch.empty(size, dtype=torch.int8, device="cuda")
-
-    triton.set_allocator(alloc)
-    _ALLOCATOR_SET = True
+def _descriptors(q, k, v, o, block_m: int, block_n: int) -> list:
+    """(B, H, N, D) descriptors of q, k, v, o whose blocks are one head's row tiles."""
+    d = q.shape[-1]
+    return [TensorDescriptor.from_tensor(x, [1, 1, rows, d])
+            for x, rows in ((q, block_m), (k, block_n), (v, block_n), (o, block_m))]
 
 
 # ---------------------------------------------------------------- launchers
@@ -496,23 +511,26 @@ def _strides(x) -> list[int]:
 
 
 _AUTOTUNED: dict[int, object] = {}
+_TUNERS: dict[tuple, object] = {}
 
 
 def _autotuned(step: Step, n: int, d: int, causal: bool):
     """The forward kernel under @triton.autotune for step 3 (tiles) or 5 (stages): compiled
     only; the interpreter has no driver to time configs with."""
-    key = step.number
-    if key not in _AUTOTUNED:
-        if step.tuned_stages:
-            bm, bn, warps, _ = TUNED[(n >= 2048, d <= 64, causal)]
-            configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps,
-                                     num_stages=s) for s in AUTOTUNE_STAGES]
-        else:
-            configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=2)
-                       for bm, bn, w in AUTOTUNE_TILES]
-        _AUTOTUNED[key] = triton.autotune(configs=configs, key=["N", "HEAD_D", "CAUSAL"])(
+    if step.tuned_stages:  # the tiles are fixed (the descriptors' blocks): search the stages
+        bm, bn, warps, _ = TUNED[(n >= 2048, d <= 64, causal)]
+        key = (step.number, bm, bn, warps)
+        configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=s)
+                   for s in AUTOTUNE_STAGES]
+    else:
+        key = (step.number,)
+        configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=2)
+                   for bm, bn, w in AUTOTUNE_TILES]
+    if key not in _TUNERS:
+        _TUNERS[key] = triton.autotune(configs=configs, key=["N", "HEAD_D", "CAUSAL"])(
             attn_fwd_kernel)
-    return _AUTOTUNED[key]
+    _AUTOTUNED[step.number] = _TUNERS[key]  # best_config() reports the last one used
+    return _TUNERS[key]
 
 
 def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=None,
@@ -544,9 +562,9 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
         kernel[(triton.cdiv(N, bm), B * H)](*args, HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn,
                                             CAUSAL=causal, num_warps=warps, num_stages=stages)
         return o, lse
-    use_tma = step.tma and _tma_ok(k, v)
-    if use_tma:
-        _ensure_allocator()
+    use_tma = step.tma and _tma_ok(q, k, v, o)
+    if use_tma:  # the kernel reads the tensors through these; strides stay as arguments
+        args[:4] = _descriptors(q, k, v, o, bm, bn)
     switches = dict(HEAD_D=D, CAUSAL=causal, USE_EXP2=step.use_exp2, SPLIT=step.split,
                     USE_TMA=use_tma, WARP_SPEC=step.warp_spec)
     interpreter = runtime.current().interpreter

@@ -1,0 +1,441 @@
+"""Explore forward-kernel variants of the reference FlashAttention on a CUDA GPU.
+
+    python gpu/explore_fwd.py [--out DIR] [--n 16384] [--variants a,b] [--bwd]
+
+Compiles every (variant, config, case) in parallel worker processes first (Triton's cache is
+shared), then checks each one on ragged inputs and on the timing case against an fp32
+reference, and times it beside SDPA's cuDNN and flash backends (fp16, B * N = 32k tokens).
+
+What it found on an H200 with Triton 3.6 (assets/results/07-explore-fwd.csv): the fused scale
+and the MMA accumulating into acc help a little everywhere; host-built (B, H, N, d) descriptors
+for Q, K, V and O beat device-built ones at d = 128; lazy rescaling (a CTA-wide branch) and a
+rotated loop that issues the next Q K^T before this softmax were slower; warp_specialize failed
+to compile with 4 warps and changed nothing with 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover
+    TensorDescriptor = None
+
+
+@triton.jit
+def load_kv(src, bh, b, h, start, offs, offs_d, stride_n, N, MASK: tl.constexpr,
+            TMA: tl.constexpr, BLOCK: tl.constexpr, HEAD_D: tl.constexpr):
+    if TMA == 1:
+        x = src.load([start, 0])
+    elif TMA == 3:
+        x = src.load([bh, start, 0]).reshape(BLOCK, HEAD_D)
+    elif TMA == 4:
+        x = src.load([b, h, start, 0]).reshape(BLOCK, HEAD_D)
+    else:
+        ptrs = src + (start + offs)[:, None] * stride_n + offs_d[None, :]
+        if MASK:
+            x = tl.load(ptrs, mask=(start + offs)[:, None] < N, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
+def update_lazy(s, m_i, l_i, acc, v, qk_scale):
+    """Rescale only when some row's maximum grew by more than 2^8 (CTA-uniform branch)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    if tl.max(m_new - m_i, 0) > 8.0:
+        alpha = tl.exp2(m_i - m_new)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha
+        m_i = m_new
+    p = tl.exp2(s * qk_scale - m_i[:, None])
+    l_i = l_i + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def update(s, m_i, l_i, acc, v, qk_scale, FMA: tl.constexpr, DOT_ACC: tl.constexpr):
+    if FMA:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
+    else:
+        s = s * qk_scale
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if DOT_ACC:
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def inner(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn, offs_m, offs_d,
+          lo, hi, N, qk_scale, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
+          MASKED: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr, FMA: tl.constexpr,
+          DOT_ACC: tl.constexpr, WS: tl.constexpr, LAZY: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+        k = load_kv(k_src, bh, b, h, start_n, offs_n, offs_d, stride_kn, N, MASKED, TMA,
+                    BLOCK_N, HEAD_D)
+        s = tl.dot(q, tl.trans(k))
+        if MASKED:
+            keep = (start_n + offs_n)[None, :] < N
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= (start_n + offs_n)[None, :])
+            s = tl.where(keep, s, float("-inf"))
+        v = load_kv(v_src, bh, b, h, start_n, offs_n, offs_d, stride_vn, N, MASKED, TMA,
+                    BLOCK_N, HEAD_D)
+        if LAZY and not MASKED:
+            acc, l_i, m_i = update_lazy(s, m_i, l_i, acc, v, qk_scale)
+        else:
+            acc, l_i, m_i = update(s, m_i, l_i, acc, v, qk_scale, FMA, DOT_ACC)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def inner_rotated(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn, offs_m,
+                  offs_d, lo, hi, N, qk_scale, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
+                  TMA: tl.constexpr, FMA: tl.constexpr, DOT_ACC: tl.constexpr):
+    """Unmasked blocks only: S of block j+1 is issued before the softmax of block j."""
+    offs_n = tl.arange(0, BLOCK_N)
+    if lo < hi:
+        k = load_kv(k_src, bh, b, h, lo, offs_n, offs_d, stride_kn, N, False, TMA, BLOCK_N,
+                    HEAD_D)
+        s = tl.dot(q, tl.trans(k))
+        for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
+            k = load_kv(k_src, bh, b, h, start_n + BLOCK_N, offs_n, offs_d, stride_kn, N,
+                        False, TMA, BLOCK_N, HEAD_D)
+            s_next = tl.dot(q, tl.trans(k))
+            v = load_kv(v_src, bh, b, h, start_n, offs_n, offs_d, stride_vn, N, False, TMA,
+                        BLOCK_N, HEAD_D)
+            acc, l_i, m_i = update(s, m_i, l_i, acc, v, qk_scale, FMA, DOT_ACC)
+            s = s_next
+        v = load_kv(v_src, bh, b, h, hi - BLOCK_N, offs_n, offs_d, stride_vn, N, False, TMA,
+                    BLOCK_N, HEAD_D)
+        acc, l_i, m_i = update(s, m_i, l_i, acc, v, qk_scale, FMA, DOT_ACC)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def fwd(Q, K, V, O, LSE, sm_scale, stride_qb, stride_qh, stride_qn, stride_kb, stride_kh,
+        stride_kn, stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_on, H, N,
+        HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        CAUSAL: tl.constexpr, TMA: tl.constexpr, FMA: tl.constexpr, DOT_ACC: tl.constexpr,
+        ROTATE: tl.constexpr, WS: tl.constexpr, LAZY: tl.constexpr):
+    start_m = tl.program_id(0)
+    if CAUSAL:
+        start_m = tl.num_programs(0) - 1 - start_m
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    b64 = b.to(tl.int64)
+    h64 = h.to(tl.int64)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    if TMA >= 3:
+        k_src = K
+        v_src = V
+        if TMA == 3:
+            q = Q.load([bh, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_D)
+        else:
+            q = Q.load([b, h, start_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_D)
+    else:
+        q = tl.load(Q + b64 * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qn
+                    + offs_d[None, :], mask=offs_m[:, None] < N, other=0.0)
+        k_base = K + b64 * stride_kb + h64 * stride_kh
+        v_base = V + b64 * stride_vb + h64 * stride_vh
+        if TMA == 1:
+            k_src = tl.make_tensor_descriptor(k_base, shape=[N, HEAD_D], strides=[stride_kn, 1],
+                                              block_shape=[BLOCK_N, HEAD_D])
+            v_src = tl.make_tensor_descriptor(v_base, shape=[N, HEAD_D], strides=[stride_vn, 1],
+                                              block_shape=[BLOCK_N, HEAD_D])
+        else:
+            k_src = k_base
+            v_src = v_base
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
+    diag = start_m * BLOCK_M
+    if CAUSAL:
+        free_hi = diag
+        masked_hi = tl.minimum(diag + BLOCK_M, N)
+    else:
+        free_hi = (N // BLOCK_N) * BLOCK_N
+        masked_hi = N
+    if ROTATE:
+        acc, l_i, m_i = inner_rotated(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn,
+                                      stride_vn, offs_m, offs_d, 0, free_hi, N, qk_scale,
+                                      BLOCK_N, HEAD_D, TMA, FMA, DOT_ACC)
+    else:
+        acc, l_i, m_i = inner(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn,
+                              offs_m, offs_d, 0, free_hi, N, qk_scale, BLOCK_N, HEAD_D, False,
+                              CAUSAL, TMA, FMA, DOT_ACC, WS, LAZY)
+    acc, l_i, m_i = inner(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn,
+                          offs_m, offs_d, free_hi, masked_hi, N, qk_scale, BLOCK_N, HEAD_D, True,
+                          CAUSAL, TMA, FMA, DOT_ACC, False, False)
+    acc = acc / l_i[:, None]
+    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
+    tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
+    out = acc.to(q.dtype)
+    if TMA == 3:
+        O.store([bh, start_m * BLOCK_M, 0], out.reshape(1, BLOCK_M, HEAD_D))
+    elif TMA == 4:
+        O.store([b, h, start_m * BLOCK_M, 0], out.reshape(1, 1, BLOCK_M, HEAD_D))
+    else:
+        tl.store(O + b64 * stride_ob + h64 * stride_oh + offs_m[:, None] * stride_on
+                 + offs_d[None, :], out, mask=(offs_m < N)[:, None])
+
+
+VARIANTS = {  # name: (TMA, FMA, DOT_ACC, ROTATE, WS, LAZY)
+    "cur-dev-tma": (1, False, False, False, False, False),  # the ladder before this search
+    "fma-dev-tma": (1, True, True, False, False, False),
+    "fma-ptr": (0, True, True, False, False, False),
+    "fma-host3": (3, True, True, False, False, False),
+    "fma-host4": (4, True, True, False, False, False),  # what flash_ref's steps 4-5 became
+    "rot-host3": (3, True, True, True, False, False),
+    "ws-host3": (3, True, True, False, True, False),
+    "lazy-ptr": (0, True, True, False, False, True),
+    "lazy-host4": (4, True, True, False, False, True),
+}
+CONFIGS = {  # (BLOCK_M, BLOCK_N, num_warps, num_stages); BLOCK_N <= d pays on Hopper
+    64: [(64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 4, 3), (128, 64, 4, 2),
+         (128, 64, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4), (128, 32, 4, 3), (128, 32, 8, 3),
+         (128, 128, 8, 3), (256, 64, 8, 3)],
+    128: [(64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 4, 2), (128, 64, 4, 3),
+          (128, 64, 8, 3), (128, 64, 8, 4), (128, 32, 4, 2), (128, 32, 4, 3),
+          (128, 128, 8, 3), (256, 64, 16, 2)],
+}
+CASES = [(64, False), (64, True), (128, False), (128, True)]
+
+
+def launch(variant, cfg, q, k, v, causal, o=None, lse=None):
+    tma, fma, dot_acc, rotate, ws, lazy = VARIANTS[variant]
+    bm, bn, warps, stages = cfg
+    B, H, N, D = q.shape
+    o = torch.empty_like(q) if o is None else o
+    lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32) if lse is None else lse
+    if tma == 3:
+        args = [TensorDescriptor.from_tensor(x.view(B * H, N, D), [1, blk, D])
+                for x, blk in ((q, bm), (k, bn), (v, bn), (o, bm))]
+    elif tma == 4:
+        args = [TensorDescriptor.from_tensor(x, [1, 1, blk, D])
+                for x, blk in ((q, bm), (k, bn), (v, bn), (o, bm))]
+    else:
+        args = [q, k, v, o]
+    strides = [s for x in (q, k, v, o) for s in x.stride()[:3]]
+    fwd[(triton.cdiv(N, bm), B * H)](*args, lse, D ** -0.5, *strides, H, N, HEAD_D=D,
+                                     BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, TMA=tma, FMA=fma,
+                                     DOT_ACC=dot_acc, ROTATE=rotate, WS=ws, LAZY=lazy,
+                                     num_warps=warps,
+                                     num_stages=stages)
+    return o, lse
+
+
+def set_allocator():
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
+                                                                  device="cuda"))
+
+
+def warm(jobs):
+    """Worker: compile each job on a small input with the same specialisation."""
+    set_allocator()
+    failures = {}
+    for variant, cfg, d, causal, dtype in jobs:
+        heads = 32 if d == 64 else 16
+        q, k, v = (torch.randn(1, heads, 512, d, device="cuda", dtype=dtype) for _ in range(3))
+        try:
+            launch(variant, cfg, q, k, v, causal)
+            torch.cuda.synchronize()
+        except Exception as err:  # noqa: BLE001
+            failures[(variant, cfg, d, causal, str(dtype))] = \
+                f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[-1][:150]}"
+    return failures
+
+
+def reference(q, k, v, causal):
+    from flashcourse.kernels import flash_ref
+
+    return flash_ref.reference_attention(q, k, v, causal)
+
+
+def check(variant, cfg, d, causal, dtype, big=None):
+    from flashcourse.kernels import flash_ref
+
+    shapes = [(2, 3, 333, d), (1, 2, 1000, d)]
+    for B, H, N, D in shapes:
+        q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dtype) for _ in range(3))
+        o, lse = launch(variant, cfg, q, k, v, causal)
+        ref, ref_lse = reference(q, k, v, causal)
+        err, ok = flash_ref.max_error(o, ref, 2e-2)
+        lerr, lok = flash_ref.max_error(lse, ref_lse, 2e-2)
+        if not (ok and lok):
+            return f"N={N}: max error {err:.3g} lse {lerr:.3g}"
+    if big is not None:
+        q, k, v, ref = big
+        o, _ = launch(variant, cfg, q, k, v, causal)
+        err, ok = flash_ref.max_error(o, ref, 2e-2)
+        if not ok:
+            return f"big: max error {err:.3g}"
+    return ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=Path("explore-results"))
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--workers", type=int, default=14)
+    parser.add_argument("--bwd", action="store_true")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("gpu/explore_fwd.py times kernels on a CUDA GPU; there is none here.")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from flashcourse import runtime
+
+    runtime.setup()
+    set_allocator()
+    print(torch.__version__, triton.__version__, torch.cuda.get_device_name(), flush=True)
+    variants = args.variants.split(",")
+    dtype = torch.float16
+    jobs = [(var, cfg, d, causal, dtype) for var in variants for d, causal in CASES
+            for cfg in CONFIGS[d]]
+    start = time.time()
+    chunks = [jobs[i::args.workers] for i in range(args.workers)]
+    with mp.get_context("spawn").Pool(args.workers) as pool:
+        failures = {}
+        for part in pool.map(warm, chunks):
+            failures.update(part)
+    print(f"compiled {len(jobs)} kernels in {time.time() - start:.0f} s, "
+          f"{len(failures)} failed", flush=True)
+    for key, why in sorted(failures.items(), key=str)[:40]:
+        print("  compile failure", key, why)
+    rows = []
+    for d, causal in CASES:
+        heads = 32 if d == 64 else 16
+        n = args.n
+        batch = max(1, 32768 // n)
+        q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=dtype)
+                   for _ in range(3))
+        flops = 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+        with torch.no_grad():
+            ref, _ = reference(q, k, v, causal)
+        sdpa = {}
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                              ("flash", SDPBackend.FLASH_ATTENTION)):
+            def run(backend=backend, q=q, k=k, v=v, causal=causal):
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            run()
+            sdpa[name] = triton.testing.do_bench(run, warmup=10, rep=40, return_mode="median")
+        best = None
+        for variant in variants:
+            for cfg in CONFIGS[d]:
+                key = (variant, cfg, d, causal, str(dtype))
+                row = {"d": d, "causal": causal, "N": n, "variant": variant,
+                       "config": "x".join(map(str, cfg)), "tflops": "", "vs_cudnn": "",
+                       "vs_flash": "", "status": ""}
+                rows.append(row)
+                if key in failures:
+                    row["status"] = "compile failed: " + failures[key]
+                    continue
+                try:
+                    problem = check(variant, cfg, d, causal, dtype, (q, k, v, ref))
+                    if problem:
+                        row["status"] = "WRONG " + problem
+                        continue
+                    ms = triton.testing.do_bench(
+                        lambda variant=variant, cfg=cfg, q=q, k=k, v=v, causal=causal:
+                        launch(variant, cfg, q, k, v, causal),
+                        warmup=10, rep=40, return_mode="median")
+                except Exception as err:  # noqa: BLE001
+                    row["status"] = f"error {type(err).__name__}: {str(err)[:120]}"
+                    continue
+                row["tflops"] = round(flops / ms / 1e9, 1)
+                row["vs_cudnn"] = round(sdpa["cudnn"] / ms, 3)
+                row["vs_flash"] = round(sdpa["flash"] / ms, 3)
+                row["status"] = "ok"
+                if best is None or row["tflops"] > best["tflops"]:
+                    best = row
+        print(f"d={d} causal={causal} N={n}: cudnn {flops / sdpa['cudnn'] / 1e9:.1f} "
+              f"flash {flops / sdpa['flash'] / 1e9:.1f} TFLOP/s", flush=True)
+        for row in rows:
+            if row["d"] == d and row["causal"] == causal:
+                print(f"  {row['variant']:12s} {row['config']:12s} {row['tflops']!s:>7s} "
+                      f"cudnn x{row['vs_cudnn']!s:6s} flash x{row['vs_flash']!s:6s} "
+                      f"{row['status'][:100]}", flush=True)
+        if best:
+            print("  BEST", best, flush=True)
+        torch.cuda.empty_cache()
+    with open(args.out / "explore-fwd.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    if args.bwd:
+        time_backward()
+    print(f"total {time.time() - start:.0f} s")
+    return 0
+
+
+def time_backward():
+    """fwd+bwd of the course kernel (flash_attention) against SDPA's flash backend."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from flashcourse.kernels import flash_ref
+
+    for d, causal in CASES:
+        heads, n = (32 if d == 64 else 16), 4096
+        batch = 32768 // n
+        q, k, v, do = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.float16)
+                       for _ in range(4))
+        q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+        flops = 3.5 * 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+        times = {}
+        for name in ("flash", "cudnn", "course"):
+            def run(name=name, q=q, k=k, v=v, do=do, causal=causal):
+                if name == "course":
+                    o = flash_ref.flash_attention(q, k, v, causal)
+                else:
+                    backend = (SDPBackend.FLASH_ATTENTION if name == "flash"
+                               else SDPBackend.CUDNN_ATTENTION)
+                    with sdpa_kernel(backend):
+                        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return torch.autograd.grad(o, (q, k, v), do)
+            try:
+                run()
+                times[name] = triton.testing.do_bench(run, warmup=10, rep=40,
+                                                      grad_to_none=[q, k, v],
+                                                      return_mode="median")
+            except Exception as err:  # noqa: BLE001
+                print(f"  fwdbwd {name} failed: {err}"[:200])
+        line = " ".join(f"{name} {flops / ms / 1e9:.1f}" for name, ms in times.items())
+        ratio = times["flash"] / times["course"] if "course" in times else float("nan")
+        print(f"fwd+bwd d={d} causal={causal} N={n} TFLOP/s: {line}; course/flash x{ratio:.3f}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
