@@ -29,27 +29,20 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-try:
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover
-    TensorDescriptor = None
+from flashcourse.kernels.flash_ref import TensorDescriptor, load_rows  # noqa: E402
 
 
 @triton.jit
 def load_kv(src, bh, b, h, start, offs, offs_d, stride_n, N, MASK: tl.constexpr,
             TMA: tl.constexpr, BLOCK: tl.constexpr, HEAD_D: tl.constexpr):
+    """Pointer loads (TMA 0) and 4D host descriptors (4) are the course kernel's own; 1 is a
+    per-head descriptor built in the kernel, 3 a host descriptor of the (B * H, N, d) view."""
     if TMA == 1:
         x = src.load([start, 0])
     elif TMA == 3:
         x = src.load([bh, start, 0]).reshape(BLOCK, HEAD_D)
-    elif TMA == 4:
-        x = src.load([b, h, start, 0]).reshape(BLOCK, HEAD_D)
     else:
-        ptrs = src + (start + offs)[:, None] * stride_n + offs_d[None, :]
-        if MASK:
-            x = tl.load(ptrs, mask=(start + offs)[:, None] < N, other=0.0)
-        else:
-            x = tl.load(ptrs)
+        x = load_rows(src, b, h, start, offs, offs_d, stride_n, 1, N, MASK, TMA == 4)
     return x
 
 
