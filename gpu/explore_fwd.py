@@ -10,7 +10,8 @@ What it found on an H200 with Triton 3.6 (assets/results/07-explore-fwd.csv): th
 and the MMA accumulating into acc help a little everywhere; host-built (B, H, N, d) descriptors
 for Q, K, V and O beat device-built ones at d = 128; lazy rescaling (a CTA-wide branch) and a
 rotated loop that issues the next Q K^T before this softmax were slower; warp_specialize failed
-to compile with 4 warps and changed nothing with 8.
+to compile with 4 warps and changed nothing with 8. Not yet run: exp16-host4, exponentials as
+fp16 pairs (ex2.approx.f16x2), which halves the special-function-unit work per score.
 """
 
 from __future__ import annotations
@@ -62,6 +63,25 @@ def update_lazy(s, m_i, l_i, acc, v, qk_scale):
 
 
 @triton.jit
+def exp2_f16(x):
+    """2^x for fp32 x, computed as fp16 pairs by ex2.approx.f16x2: two results per special-
+    function-unit op instead of one (compiled only: the interpreter runs no inline PTX)."""
+    return tl.inline_asm_elementwise("ex2.approx.f16x2 $0, $1;", "=r,r", [x.to(tl.float16)],
+                                     dtype=tl.float16, is_pure=True, pack=2)
+
+
+@triton.jit
+def update_exp16(s, m_i, l_i, acc, v, qk_scale):
+    """P in fp16 straight from the SFU; the row sum and the rescale stay in fp32."""
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    p = exp2_f16(s * qk_scale - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p.to(tl.float32), 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return acc, l_i, m_new
+
+
+@triton.jit
 def update(s, m_i, l_i, acc, v, qk_scale, FMA: tl.constexpr, DOT_ACC: tl.constexpr):
     if FMA:
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
@@ -83,7 +103,7 @@ def update(s, m_i, l_i, acc, v, qk_scale, FMA: tl.constexpr, DOT_ACC: tl.constex
 def inner(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn, offs_m, offs_d,
           lo, hi, N, qk_scale, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
           MASKED: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr, FMA: tl.constexpr,
-          DOT_ACC: tl.constexpr, WS: tl.constexpr, LAZY: tl.constexpr):
+          DOT_ACC: tl.constexpr, WS: tl.constexpr, SOFTMAX: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         k = load_kv(k_src, bh, b, h, start_n, offs_n, offs_d, stride_kn, N, MASKED, TMA,
@@ -96,8 +116,10 @@ def inner(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn, offs_m
             s = tl.where(keep, s, float("-inf"))
         v = load_kv(v_src, bh, b, h, start_n, offs_n, offs_d, stride_vn, N, MASKED, TMA,
                     BLOCK_N, HEAD_D)
-        if LAZY and not MASKED:
+        if SOFTMAX == 1 and not MASKED:
             acc, l_i, m_i = update_lazy(s, m_i, l_i, acc, v, qk_scale)
+        elif SOFTMAX == 2 and not MASKED:
+            acc, l_i, m_i = update_exp16(s, m_i, l_i, acc, v, qk_scale)
         else:
             acc, l_i, m_i = update(s, m_i, l_i, acc, v, qk_scale, FMA, DOT_ACC)
     return acc, l_i, m_i
@@ -132,7 +154,7 @@ def fwd(Q, K, V, O, LSE, sm_scale, stride_qb, stride_qh, stride_qn, stride_kb, s
         stride_kn, stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_on, H, N,
         HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr, TMA: tl.constexpr, FMA: tl.constexpr, DOT_ACC: tl.constexpr,
-        ROTATE: tl.constexpr, WS: tl.constexpr, LAZY: tl.constexpr):
+        ROTATE: tl.constexpr, WS: tl.constexpr, SOFTMAX: tl.constexpr):
     start_m = tl.program_id(0)
     if CAUSAL:
         start_m = tl.num_programs(0) - 1 - start_m
@@ -181,7 +203,7 @@ def fwd(Q, K, V, O, LSE, sm_scale, stride_qb, stride_qh, stride_qn, stride_kb, s
     else:
         acc, l_i, m_i = inner(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn,
                               offs_m, offs_d, 0, free_hi, N, qk_scale, BLOCK_N, HEAD_D, False,
-                              CAUSAL, TMA, FMA, DOT_ACC, WS, LAZY)
+                              CAUSAL, TMA, FMA, DOT_ACC, WS, SOFTMAX)
     acc, l_i, m_i = inner(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn,
                           offs_m, offs_d, free_hi, masked_hi, N, qk_scale, BLOCK_N, HEAD_D, True,
                           CAUSAL, TMA, FMA, DOT_ACC, False, False)
@@ -198,17 +220,19 @@ def fwd(Q, K, V, O, LSE, sm_scale, stride_qb, stride_qh, stride_qn, stride_kb, s
                  + offs_d[None, :], out, mask=(offs_m < N)[:, None])
 
 
-VARIANTS = {  # name: (TMA, FMA, DOT_ACC, ROTATE, WS, LAZY)
-    "cur-dev-tma": (1, False, False, False, False, False),  # the ladder before this search
-    "fma-dev-tma": (1, True, True, False, False, False),
-    "fma-ptr": (0, True, True, False, False, False),
-    "fma-host3": (3, True, True, False, False, False),
-    "fma-host4": (4, True, True, False, False, False),  # what flash_ref's steps 4-5 became
-    "rot-host3": (3, True, True, True, False, False),
-    "ws-host3": (3, True, True, False, True, False),
-    "lazy-ptr": (0, True, True, False, False, True),
-    "lazy-host4": (4, True, True, False, False, True),
+VARIANTS = {  # name: (TMA, FMA, DOT_ACC, ROTATE, WS, SOFTMAX: 0 plain, 1 lazy, 2 fp16 exp2)
+    "cur-dev-tma": (1, False, False, False, False, 0),  # the ladder before this search
+    "fma-dev-tma": (1, True, True, False, False, 0),
+    "fma-ptr": (0, True, True, False, False, 0),
+    "fma-host3": (3, True, True, False, False, 0),
+    "fma-host4": (4, True, True, False, False, 0),  # what flash_ref's steps 4-5 became
+    "rot-host3": (3, True, True, True, False, 0),
+    "ws-host3": (3, True, True, False, True, 0),
+    "lazy-ptr": (0, True, True, False, False, 1),
+    "lazy-host4": (4, True, True, False, False, 1),
+    "exp16-host4": (4, True, True, False, False, 2),  # not yet run on a GPU
 }
+COMPILED_ONLY = {"exp16-host4"}  # inline PTX: no interpreter
 CONFIGS = {  # (BLOCK_M, BLOCK_N, num_warps, num_stages); BLOCK_N <= d pays on Hopper
     64: [(64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 4, 3), (128, 64, 4, 2),
          (128, 64, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4), (128, 32, 4, 3), (128, 32, 8, 3),
@@ -221,7 +245,7 @@ CASES = [(64, False), (64, True), (128, False), (128, True)]
 
 
 def launch(variant, cfg, q, k, v, causal, o=None, lse=None):
-    tma, fma, dot_acc, rotate, ws, lazy = VARIANTS[variant]
+    tma, fma, dot_acc, rotate, ws, softmax = VARIANTS[variant]
     bm, bn, warps, stages = cfg
     B, H, N, D = q.shape
     o = torch.empty_like(q) if o is None else o
@@ -237,7 +261,7 @@ def launch(variant, cfg, q, k, v, causal, o=None, lse=None):
     strides = [s for x in (q, k, v, o) for s in x.stride()[:3]]
     fwd[(triton.cdiv(N, bm), B * H)](*args, lse, D ** -0.5, *strides, H, N, HEAD_D=D,
                                      BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, TMA=tma, FMA=fma,
-                                     DOT_ACC=dot_acc, ROTATE=rotate, WS=ws, LAZY=lazy,
+                                     DOT_ACC=dot_acc, ROTATE=rotate, WS=ws, SOFTMAX=softmax,
                                      num_warps=warps,
                                      num_stages=stages)
     return o, lse

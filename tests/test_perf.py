@@ -177,6 +177,26 @@ def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script):
     assert "CUDA GPU" in result.stdout
 
 
+def test_explored_forward_variants_match_attention(root):
+    # gpu/explore_fwd.py's variants (the search behind flash_ref.TUNED) run in the interpreter
+    spec = importlib.util.spec_from_file_location("explore_fwd", root / "gpu" / "explore_fwd.py")
+    explore = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(explore)
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (2 * torch.randn(2, 3, 77, 16, generator=gen) for _ in range(3))
+    tried = 0
+    for variant in explore.VARIANTS:
+        if variant in explore.COMPILED_ONLY:
+            continue
+        for causal in (False, True):
+            out, lse = explore.launch(variant, (32, 16, 4, 1), q, k, v, causal)
+            ref, ref_lse = flash_ref.reference_attention(q, k, v, causal)
+            torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, msg=variant)
+            torch.testing.assert_close(lse, ref_lse, atol=1e-4, rtol=1e-4, msg=variant)
+            tried += 1
+    assert tried == 2 * (len(explore.VARIANTS) - len(explore.COMPILED_ONLY))
+
+
 def test_benchmark_flop_count_and_cases():
     from flashcourse import benchmark
 
