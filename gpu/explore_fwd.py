@@ -1,10 +1,12 @@
 """Explore forward-kernel variants of the reference FlashAttention on a CUDA GPU.
 
-    python gpu/explore_fwd.py [--out DIR] [--n 16384] [--variants a,b] [--bwd]
+    python gpu/explore_fwd.py [--out DIR] [--n 16384] [--variants a,b]
 
 Compiles every (variant, config, case) in parallel worker processes first (Triton's cache is
 shared), then checks each one on ragged inputs and on the timing case against an fp32
-reference, and times it beside SDPA's cuDNN and flash backends (fp16, B * N = 32k tokens).
+reference, and times it beside SDPA's cuDNN and flash backends (fp16, B * N = 32k tokens) with
+the harness's own timer and SDPA calls (flashcourse.benchmark). Forward+backward against the
+backends is the harness's job: python -m flashcourse bench --modes fwdbwd.
 
 What it found on an H200 with Triton 3.6 (assets/results/07-explore-fwd.csv): the fused scale
 and the MMA accumulating into acc help a little everywhere; host-built (B, H, N, d) descriptors
@@ -17,7 +19,6 @@ fp16 pairs (ex2.approx.f16x2), which halves the special-function-unit work per s
 from __future__ import annotations
 
 import argparse
-import csv
 import multiprocessing as mp
 import sys
 import time
@@ -30,6 +31,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from flashcourse import benchmark  # noqa: E402
+from flashcourse.kernels import flash_ref  # noqa: E402
 from flashcourse.kernels.flash_ref import TensorDescriptor, load_rows  # noqa: E402
 
 
@@ -288,20 +291,13 @@ def warm(jobs):
     return failures
 
 
-def reference(q, k, v, causal):
-    from flashcourse.kernels import flash_ref
-
-    return flash_ref.reference_attention(q, k, v, causal)
-
-
 def check(variant, cfg, d, causal, dtype, big=None):
-    from flashcourse.kernels import flash_ref
-
+    """'' or what is wrong: two ragged shapes, then the timing case `big` = (q, k, v, ref)."""
     shapes = [(2, 3, 333, d), (1, 2, 1000, d)]
     for B, H, N, D in shapes:
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dtype) for _ in range(3))
         o, lse = launch(variant, cfg, q, k, v, causal)
-        ref, ref_lse = reference(q, k, v, causal)
+        ref, ref_lse = flash_ref.reference_attention(q, k, v, causal)
         err, ok = flash_ref.max_error(o, ref, 2e-2)
         lerr, lok = flash_ref.max_error(lse, ref_lse, 2e-2)
         if not (ok and lok):
@@ -321,15 +317,10 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--workers", type=int, default=14)
-    parser.add_argument("--bwd", action="store_true")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("gpu/explore_fwd.py times kernels on a CUDA GPU; there is none here.")
         return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     from flashcourse import runtime
 
     runtime.setup()
@@ -351,22 +342,16 @@ def main() -> int:
         print("  compile failure", key, why)
     rows = []
     for d, causal in CASES:
-        heads = 32 if d == 64 else 16
-        n = args.n
-        batch = max(1, 32768 // n)
-        q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=dtype)
-                   for _ in range(3))
-        flops = 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+        case = benchmark.Case("fwd", "fp16", d, args.n, causal)  # B * N = 32k tokens
+        n, flops = case.n, case.flops()
+        q, k, v, _ = benchmark.make_inputs(case)
         with torch.no_grad():
-            ref, _ = reference(q, k, v, causal)
+            ref, _ = flash_ref.reference_attention(q, k, v, causal)
         sdpa = {}
-        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
-                              ("flash", SDPBackend.FLASH_ATTENTION)):
-            def run(backend=backend, q=q, k=k, v=v, causal=causal):
-                with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            run()
-            sdpa[name] = triton.testing.do_bench(run, warmup=10, rep=40, return_mode="median")
+        for name in ("cudnn", "flash"):
+            call = benchmark.make_call(f"sdpa-{name}", causal, d ** -0.5)
+            sdpa[name] = benchmark.time_ms(lambda call=call, q=q, k=k, v=v: call(q, k, v),
+                                           rep_ms=40, warmup_ms=10)
         best = None
         for variant in variants:
             for cfg in CONFIGS[d]:
@@ -383,10 +368,9 @@ def main() -> int:
                     if problem:
                         row["status"] = "WRONG " + problem
                         continue
-                    ms = triton.testing.do_bench(
+                    ms = benchmark.time_ms(
                         lambda variant=variant, cfg=cfg, q=q, k=k, v=v, causal=causal:
-                        launch(variant, cfg, q, k, v, causal),
-                        warmup=10, rep=40, return_mode="median")
+                        launch(variant, cfg, q, k, v, causal), rep_ms=40, warmup_ms=10)
                 except Exception as err:  # noqa: BLE001
                     row["status"] = f"error {type(err).__name__}: {str(err)[:120]}"
                     continue
@@ -406,52 +390,9 @@ def main() -> int:
         if best:
             print("  BEST", best, flush=True)
         torch.cuda.empty_cache()
-    with open(args.out / "explore-fwd.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    if args.bwd:
-        time_backward()
+    benchmark.write_csv(args.out / "explore-fwd.csv", rows)
     print(f"total {time.time() - start:.0f} s")
     return 0
-
-
-def time_backward():
-    """fwd+bwd of the course kernel (flash_attention) against SDPA's flash backend."""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from flashcourse.kernels import flash_ref
-
-    for d, causal in CASES:
-        heads, n = (32 if d == 64 else 16), 4096
-        batch = 32768 // n
-        q, k, v, do = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.float16)
-                       for _ in range(4))
-        q, k, v = (x.requires_grad_(True) for x in (q, k, v))
-        flops = 3.5 * 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
-        times = {}
-        for name in ("flash", "cudnn", "course"):
-            def run(name=name, q=q, k=k, v=v, do=do, causal=causal):
-                if name == "course":
-                    o = flash_ref.flash_attention(q, k, v, causal)
-                else:
-                    backend = (SDPBackend.FLASH_ATTENTION if name == "flash"
-                               else SDPBackend.CUDNN_ATTENTION)
-                    with sdpa_kernel(backend):
-                        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                return torch.autograd.grad(o, (q, k, v), do)
-            try:
-                run()
-                times[name] = triton.testing.do_bench(run, warmup=10, rep=40,
-                                                      grad_to_none=[q, k, v],
-                                                      return_mode="median")
-            except Exception as err:  # noqa: BLE001
-                print(f"  fwdbwd {name} failed: {err}"[:200])
-        line = " ".join(f"{name} {flops / ms / 1e9:.1f}" for name, ms in times.items())
-        ratio = times["flash"] / times["course"] if "course" in times else float("nan")
-        print(f"fwd+bwd d={d} causal={causal} N={n} TFLOP/s: {line}; course/flash x{ratio:.3f}",
-              flush=True)
 
 
 if __name__ == "__main__":

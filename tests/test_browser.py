@@ -102,16 +102,15 @@ def _idle(page):
 
 
 def test_student_fills_the_blanks_in_jupyterlab(sync_api, lab, root):
-    from flashcourse import notebooks
+    from flashcourse import lesson_cells
 
     url, work = lab
     shots = root / "test-artifacts"
     shots.mkdir(exist_ok=True)
     for old in shots.glob("browser-*.png"):  # keep only this run's screenshots
         old.unlink()
-    lesson = notebooks.parse(root / "lessons" / f"{SLUG}.qmd")
-    answer = next(c for c in lesson.cells if c.options.get("id") == "exercise-flash-attention")
-    solution = notebooks._solution_source(answer)
+    solution = lesson_cells.solution_source(root / "lessons" / f"{SLUG}.qmd",
+                                            "exercise-flash-attention")
 
     with sync_api.sync_playwright() as play:
         browser = play.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)

@@ -1,10 +1,7 @@
 """Lesson 6's grader: the lesson's kernels pass; known-wrong kernels, built by editing the
 solution's source, are rejected with the message that names their mistake."""
 
-import importlib.util
-import itertools
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,7 +14,7 @@ from flashcourse import (
     attention,
     check,
     grading,
-    notebooks,
+    lesson_cells,
     runtime,
 )
 
@@ -29,18 +26,10 @@ LESSON = ROOT / "lessons" / "06-flash-attention.qmd"
 KERNEL_CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq",
                 "exercise-skipped")
 HEADER = "import triton\nimport triton.language as tl\n\n\n"
-_TMP = Path(tempfile.mkdtemp(prefix="flash_triton_"))
-_COUNTER = itertools.count()
 REJECTED = []
 
 
-def _solution() -> str:
-    lesson = notebooks.parse(LESSON)
-    cells = {c.options.get("id"): c for c in lesson.cells}
-    return HEADER + "\n\n\n".join(notebooks._solution_source(cells[i]) for i in KERNEL_CELLS)
-
-
-SOLUTION = _solution()
+SOLUTION = "\n\n\n".join(lesson_cells.solution_source(LESSON, i) for i in KERNEL_CELLS)
 
 
 def student_module(*edits):
@@ -54,12 +43,7 @@ def student_module(*edits):
             count = source.count(old)
             source = source.replace(old, new)
         assert count >= 1, old
-    path = _TMP / f"student_{next(_COUNTER)}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return lesson_cells.load(source, prelude=HEADER)
 
 
 @pytest.fixture(scope="module")

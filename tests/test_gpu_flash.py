@@ -10,15 +10,13 @@ from flashcourse import (
     WrongAnswer,
     check,
     grading,
-    notebooks,
+    lesson_cells,
 )
 from flashcourse.checks import gpu_flash
 
 
 def _solution_source(root, cell_id="exercise-flash-attention"):
-    lesson = notebooks.parse(root / "lessons" / "01-gpu-flash.qmd")
-    cell = next(c for c in lesson.cells if c.options.get("id") == cell_id)
-    return notebooks._solution_source(cell)
+    return lesson_cells.solution_source(root / "lessons" / "01-gpu-flash.qmd", cell_id)
 
 
 def student_answer(root, **lines):

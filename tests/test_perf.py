@@ -3,7 +3,6 @@ ladder exercise's grader against known-wrong answers, the benchmark CLI on a CPU
 C++ source compiling with nvcc."""
 
 import importlib.util
-import re
 import shutil
 import sys
 
@@ -11,7 +10,7 @@ import pytest
 import torch
 
 import flashcourse as fc
-from flashcourse import BlankNotFilled, check
+from flashcourse import BlankNotFilled, check, lesson_cells
 from flashcourse.blanks import ______
 
 fc.setup(verbose=False)
@@ -83,38 +82,23 @@ def test_bf16_is_refused_in_the_interpreter():
 # ---------------------------------------------------------------- the ladder exercise
 
 
-def _solution_source(root) -> str:
-    text = (root / "lessons" / "07-performance.qmd").read_text()
-    cell = re.search(r"```\{python\}\n#\| id: exercise-ladder\n(.*?)```", text, re.S).group(1)
-    return "\n".join(line for line in cell.splitlines() if not line.startswith("#|"))
+PRELUDE = lesson_cells.PRELUDE + "from flashcourse.kernels.flash_ref import attn_fwd_inner\n"
 
 
-def _load_kernel(source: str, tmp_path, name: str):
-    """Write the cell to a .py file and import it: @triton.jit reads its source from a file."""
-    path = tmp_path / f"{name}.py"
-    path.write_text("import triton\nimport triton.language as tl\n"
-                    "from flashcourse.kernels.flash_ref import attn_fwd_inner\n\n" + source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+def ladder_kernel(root, *replace):
+    """The lesson's ladder kernel, each (old, new) replacing text that occurs exactly once."""
+    module = lesson_cells.load_cells(root / "lessons" / "07-performance.qmd", ["exercise-ladder"],
+                                     replace=replace, prelude=PRELUDE)
     return module.ladder_kernel
 
 
-def _variant(root, tmp_path, name, old, new):
-    source = _solution_source(root)
-    assert old in source, old
-    return _load_kernel(source.replace(old, new, 1), tmp_path, name)
-
-
-def test_solution_passes(root, tmp_path):
-    kernel = _load_kernel(_solution_source(root), tmp_path, "ladder_solution")
+def test_solution_passes(root):
+    kernel = ladder_kernel(root)
     check(LADDER, kernel)
 
 
-def test_blank_is_refused(root, tmp_path):
-    kernel = _variant(root, tmp_path, "ladder_blank", "qk_scale = sm_scale * 1.4426950408889634",
-                      "qk_scale = ______")
+def test_blank_is_refused(root):
+    kernel = ladder_kernel(root, ("qk_scale = sm_scale * 1.4426950408889634", "qk_scale = ______"))
     with pytest.raises(BlankNotFilled):
         check(LADDER, kernel)
     with pytest.raises(BlankNotFilled):
@@ -136,9 +120,8 @@ WRONG = [
 
 
 @pytest.mark.parametrize("mistake, old, new, message", WRONG, ids=[w[0] for w in WRONG])
-def test_known_wrong_ladder_answers_are_rejected(root, tmp_path, known_wrong, mistake, old,
-                                                 new, message):
-    kernel = _variant(root, tmp_path, "ladder_" + re.sub(r"\W", "_", mistake), old, new)
+def test_known_wrong_ladder_answers_are_rejected(root, known_wrong, mistake, old, new, message):
+    kernel = ladder_kernel(root, (old, new))
     with known_wrong(LADDER, mistake, match=message):
         check(LADDER, kernel)
 

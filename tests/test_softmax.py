@@ -2,9 +2,7 @@
 built by editing the lesson's own solution cells) are rejected with the message that names the
 mistake, blanks say "Fill in the blank", questions and misconceptions are checked."""
 
-import importlib.util
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +12,7 @@ from flashcourse import (
     ______,
     check,
     grading,
-    notebooks,
+    lesson_cells,
     runtime,
 )
 
@@ -26,9 +24,7 @@ KERNEL_HEADER = "import triton\nimport triton.language as tl\nfrom flashcourse i
 
 
 def solution_source(root, cell_id):
-    lesson = notebooks.parse(root / "lessons" / "05-softmax.qmd")
-    cell = next(c for c in lesson.cells if c.options.get("id") == cell_id)
-    return notebooks._solution_source(cell)
+    return lesson_cells.solution_source(root / "lessons" / "05-softmax.qmd", cell_id)
 
 
 def edited(source, lines=None, replace=()):
@@ -51,18 +47,11 @@ def numpy_answer(root, cell_id, name, lines=None, replace=()):
     return namespace[name]
 
 
-def kernel_answer(root, tmp_path, cell_id, name, lines=None, replace=()):
+def kernel_answer(root, cell_id, name, lines=None, replace=()):
     """A student's kernel: @triton.jit reads the source file, so write a real module."""
     runtime.setup(verbose=False)  # the interpreter must be chosen before @triton.jit runs
     source = edited(solution_source(root, cell_id), lines, replace)
-    module_name = f"student_{name}_{len(list(tmp_path.iterdir()))}"
-    path = tmp_path / f"{module_name}.py"
-    path.write_text(KERNEL_HEADER + source + "\n")
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return getattr(module, name)
+    return getattr(lesson_cells.load(source, prelude=KERNEL_HEADER), name)
 
 
 EXERCISES = {  # exercise id: (solution cell id, function name, kind)
@@ -74,10 +63,10 @@ EXERCISES = {  # exercise id: (solution cell id, function name, kind)
 }
 
 
-def answer(root, tmp_path, exercise_id, lines=None, replace=()):
+def answer(root, exercise_id, lines=None, replace=()):
     cell_id, name, kind = EXERCISES[exercise_id]
     if kind == "kernel":
-        return kernel_answer(root, tmp_path, cell_id, name, lines, replace)
+        return kernel_answer(root, cell_id, name, lines, replace)
     return numpy_answer(root, cell_id, name, lines, replace)
 
 
@@ -85,8 +74,8 @@ def answer(root, tmp_path, exercise_id, lines=None, replace=()):
 
 
 @pytest.mark.parametrize("exercise_id", list(EXERCISES))
-def test_solution_passes(root, tmp_path, capsys, exercise_id):
-    check(exercise_id, answer(root, tmp_path, exercise_id))
+def test_solution_passes(root, capsys, exercise_id):
+    check(exercise_id, answer(root, exercise_id))
     out = capsys.readouterr().out
     assert out.startswith(f"\u2713 {exercise_id}: ")
     assert "(graders also run hidden cases)" in out
@@ -96,9 +85,9 @@ def test_solution_passes(root, tmp_path, capsys, exercise_id):
 @pytest.mark.parametrize("exercise_id", ["softmax/stable-softmax", "softmax/row-kernel",
                                          "softmax/online-kernel", "softmax/merge-states",
                                          "softmax/online-stats"])
-def test_hidden_cases_run_in_grading_mode(root, tmp_path, capsys, monkeypatch, exercise_id):
+def test_hidden_cases_run_in_grading_mode(root, capsys, monkeypatch, exercise_id):
     monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
-    check(exercise_id, answer(root, tmp_path, exercise_id))
+    check(exercise_id, answer(root, exercise_id))
     out = capsys.readouterr().out
     count = int(re.search(r": (\d+) cases", out).group(1))
     assert count >= 8 and "hidden" not in out, out
@@ -179,10 +168,10 @@ WRONG = {
 
 
 @pytest.mark.parametrize("exercise_id, mistake", list(WRONG))
-def test_known_wrong_answer_is_rejected_with_its_message(root, tmp_path, known_wrong,
+def test_known_wrong_answer_is_rejected_with_its_message(root, known_wrong,
                                                          exercise_id, mistake):
     edits, message = WRONG[exercise_id, mistake]
-    wrong = answer(root, tmp_path, exercise_id, **edits)
+    wrong = answer(root, exercise_id, **edits)
     with known_wrong(exercise_id, mistake, match=re.escape(message)) as caught:
         check(exercise_id, wrong)
     text = str(caught.value)
@@ -191,8 +180,8 @@ def test_known_wrong_answer_is_rejected_with_its_message(root, tmp_path, known_w
     assert exercise_id not in grading.RESULTS
 
 
-def test_failure_message_says_where_and_how_much(root, tmp_path, known_wrong):
-    wrong = answer(root, tmp_path, "softmax/online-kernel",
+def test_failure_message_says_where_and_how_much(root, known_wrong):
+    wrong = answer(root, "softmax/online-kernel",
                    replace=[("l = l * tl.exp(m - m_new) + ", "l = l + ", 1)])
     with known_wrong("softmax/online-kernel", "sum not rescaled") as caught:
         check("softmax/online-kernel", wrong)
@@ -201,8 +190,8 @@ def test_failure_message_says_where_and_how_much(root, tmp_path, known_wrong):
     assert "BLOCK=16" in text and "fp32" in text
 
 
-def test_kernel_crash_names_the_case(root, tmp_path, known_wrong):
-    wrong = answer(root, tmp_path, "softmax/row-kernel",
+def test_kernel_crash_names_the_case(root, known_wrong):
+    wrong = answer(root, "softmax/row-kernel",
                    lines={"row_max": "tl.max(x, axis=1)"})
     with known_wrong("softmax/row-kernel", "max over an axis the row lacks (crash)",
                      match=r"case 1/\d+ .*your code raised"):
@@ -217,16 +206,16 @@ def test_kernel_crash_names_the_case(root, tmp_path, known_wrong):
     ("softmax/row-kernel", "y_ptrs"), ("softmax/online-stats", "scale"),
     ("softmax/online-kernel", "m_new"), ("softmax/online-kernel", "y"),
     ("softmax/merge-states", "a2")])
-def test_blank_says_fill_in_the_blank(root, tmp_path, exercise_id, target):
-    blank = answer(root, tmp_path, exercise_id, lines={target: "______"})
+def test_blank_says_fill_in_the_blank(root, exercise_id, target):
+    blank = answer(root, exercise_id, lines={target: "______"})
     with pytest.raises(BlankNotFilled, match="Fill in the blank") as caught:
         check(exercise_id, blank)
     if EXERCISES[exercise_id][2] == "kernel":  # kernels live in files: the line is shown
         assert re.search(rf"line \d+: {target} = ______", str(caught.value)), caught.value
 
 
-def test_passing_something_else_than_a_kernel(root, tmp_path, known_wrong):
-    kernel = answer(root, tmp_path, "softmax/row-kernel")
+def test_passing_something_else_than_a_kernel(root, known_wrong):
+    kernel = answer(root, "softmax/row-kernel")
     with known_wrong("softmax/row-kernel", "kernel.fn, not the kernel",
                      match="pass the kernel itself"):
         check("softmax/row-kernel", kernel.fn)
@@ -251,15 +240,15 @@ def test_stats_must_return_a_pair(known_wrong):
         check("softmax/online-stats", lambda x, block_size: x.max(axis=-1))
 
 
-def test_launchers_match_the_lesson(root, tmp_path):
+def test_launchers_match_the_lesson(root):
     import torch
 
-    kernel = answer(root, tmp_path, "softmax/online-kernel")
+    kernel = answer(root, "softmax/online-kernel")
     x = torch.randn(3, 50) * 4
     for block in (16, 64):
         y = softmax.online_softmax(kernel, x, block=block)
         assert torch.allclose(y, torch.softmax(x, dim=-1), atol=1e-6)
-    row = answer(root, tmp_path, "softmax/row-kernel")
+    row = answer(root, "softmax/row-kernel")
     assert torch.allclose(softmax.row_softmax(row, x), torch.softmax(x, dim=-1), atol=1e-6)
 
 

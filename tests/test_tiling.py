@@ -13,9 +13,7 @@ import os
 os.environ.setdefault("FLASHCOURSE_INTERPRET", "1")
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import importlib.util  # noqa: E402
 import re  # noqa: E402
-import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -26,7 +24,7 @@ from flashcourse import (  # noqa: E402
     ______,
     check,
     grading,
-    notebooks,
+    lesson_cells,
 )
 from flashcourse.checks import tiling  # noqa: E402
 
@@ -37,9 +35,7 @@ REJECTED = []  # (exercise id, mistake) pairs a test saw rejected, counted at th
 
 
 def _solution_source(root, cell_id):
-    lesson = notebooks.parse(root / "lessons" / "04-tiling-matmul.qmd")
-    cell = next(c for c in lesson.cells if c.options.get("id") == cell_id)
-    return notebooks._solution_source(cell)
+    return lesson_cells.solution_source(root / "lessons" / "04-tiling-matmul.qmd", cell_id)
 
 
 def _substitute(source, replacements):
@@ -49,21 +45,14 @@ def _substitute(source, replacements):
     return source
 
 
-def student_kernel(root, tmp_path, **replacements):
+def student_kernel(root, **replacements):
     """The lesson's kernel with some text replaced, imported from a real file."""
-    source = _substitute(_solution_source(root, KERNEL_CELL), replacements)
-    name = f"student_kernel_{len(list(tmp_path.iterdir()))}"
-    return _import_kernel(tmp_path, name, source)
+    return _import_kernel(_substitute(_solution_source(root, KERNEL_CELL), replacements))
 
 
-def _import_kernel(tmp_path, name, source):
-    path = tmp_path / f"{name}.py"
-    path.write_text("import triton\nimport triton.language as tl\n\n" + source + "\n")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module.matmul_kernel
+def _import_kernel(source):
+    return lesson_cells.load(source, prelude="import triton\nimport triton.language as tl\n"
+                             ).matmul_kernel
 
 
 def student_function(root, cell_id, name, **replacements):
@@ -76,16 +65,16 @@ def student_function(root, cell_id, name, **replacements):
 # ---------------------------------------------------------------- the Triton kernel
 
 
-def test_solution_kernel_passes(root, tmp_path, capsys):
-    check("tiling/matmul-kernel", student_kernel(root, tmp_path))
+def test_solution_kernel_passes(root, capsys):
+    check("tiling/matmul-kernel", student_kernel(root))
     out = capsys.readouterr().out
     assert out == ("\u2713 tiling/matmul-kernel: 6 cases match A @ B (ragged shapes, fp32 and "
                    "fp16) (1 bf16 case(s) run only on a GPU; graders also run hidden cases)\n")
 
 
-def test_hidden_kernel_cases_run_in_grading_mode(root, tmp_path, capsys, monkeypatch):
+def test_hidden_kernel_cases_run_in_grading_mode(root, capsys, monkeypatch):
     monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
-    check("tiling/matmul-kernel", student_kernel(root, tmp_path))
+    check("tiling/matmul-kernel", student_kernel(root))
     assert "9 cases match" in capsys.readouterr().out
 
 
@@ -127,9 +116,9 @@ WRONG_KERNELS = {
 
 
 @pytest.mark.parametrize("mistake", list(WRONG_KERNELS))
-def test_known_wrong_kernel_is_rejected_with_its_message(root, tmp_path, known_wrong, mistake):
+def test_known_wrong_kernel_is_rejected_with_its_message(root, known_wrong, mistake):
     replacements, message = WRONG_KERNELS[mistake]
-    kernel = student_kernel(root, tmp_path, **replacements)
+    kernel = student_kernel(root, **replacements)
     with known_wrong("tiling/matmul-kernel", mistake, match=re.escape(message)) as caught:
         check("tiling/matmul-kernel", kernel)
     text = str(caught.value)
@@ -141,11 +130,11 @@ def test_known_wrong_kernel_is_rejected_with_its_message(root, tmp_path, known_w
     REJECTED.append(("tiling/matmul-kernel", mistake))
 
 
-def test_fp16_accumulator_fails_the_long_k_case(root, tmp_path, known_wrong):
+def test_fp16_accumulator_fails_the_long_k_case(root, known_wrong):
     """fp16 inputs with fp32 accumulation pass; the same kernel with an fp16 accumulator fails,
     and the long-K fp16 case alone is enough to catch it."""
     replacements, _ = WRONG_KERNELS["fp16 accumulator"]
-    kernel = student_kernel(root, tmp_path, **replacements)
+    kernel = student_kernel(root, **replacements)
     long_k = [c for c in tiling.KERNEL_CASES if c[2] >= 1024]
     assert long_k and long_k[0][3] == "float16" and long_k[0][4] == "float32"
     original = tiling.KERNEL_CASES
@@ -154,23 +143,22 @@ def test_fp16_accumulator_fails_the_long_k_case(root, tmp_path, known_wrong):
         with known_wrong("tiling/matmul-kernel", "fp16 accumulator",
                          match="the accumulator is fp16"):
             check("tiling/matmul-kernel", kernel)
-        check("tiling/matmul-kernel", student_kernel(root, tmp_path))
+        check("tiling/matmul-kernel", student_kernel(root))
     finally:
         tiling.KERNEL_CASES = original
 
 
-def test_stub_kernel_says_implement(root, tmp_path, known_wrong):
+def test_stub_kernel_says_implement(root, known_wrong):
     source = _solution_source(root, KERNEL_CELL)
     head, _, _ = source.partition("    # which output tile")
-    kernel = _import_kernel(tmp_path, "stub_kernel",
-                            head + '    raise NotImplementedError("write this function")')
+    kernel = _import_kernel(head + '    raise NotImplementedError("write this function")')
     with known_wrong("tiling/matmul-kernel", "stub still raises NotImplementedError",
                      match="NotImplementedError"):
         check("tiling/matmul-kernel", kernel)
 
 
-def test_blank_kernel_says_fill_in_the_blank(root, tmp_path):
-    kernel = student_kernel(root, tmp_path, **{"acc = tl.dot(a, b, acc)": "acc = ______"})
+def test_blank_kernel_says_fill_in_the_blank(root):
+    kernel = student_kernel(root, **{"acc = tl.dot(a, b, acc)": "acc = ______"})
     kernel.fn.__globals__["______"] = ______
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
         check("tiling/matmul-kernel", kernel)

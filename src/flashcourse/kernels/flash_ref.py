@@ -398,13 +398,11 @@ STEPS = [
 # (BLOCK_M, BLOCK_N, num_warps, num_stages)
 BASELINE = (64, 32, 4, 2)  # a first guess, before any tuning
 # Measured best on an H200 with Triton 3.6 (gpu/explore_fwd.py, fp16, N = 4096 and 16384),
-# keyed on (N >= 2048, head dim <= 64, causal). BLOCK_M % BLOCK_N == 0 always. d = 128 wants one
-# warpgroup per 128 query rows so that two CTAs share an SM and hide each other's softmax;
-# d = 64 wants two warpgroups and four K/V tiles in flight.
-TUNED = {
-    (big_n, small_d, causal): (128, 64, 8, 4) if small_d else (128, 64, 4, 2)
-    for big_n in (False, True) for small_d in (False, True) for causal in (False, True)
-}
+# keyed on head dim <= 64: the best config did not depend on N or on causal masking.
+# BLOCK_M % BLOCK_N == 0 always. d = 128 wants one warpgroup per 128 query rows so that two CTAs
+# share an SM and hide each other's softmax; d = 64 wants two warpgroups and four K/V tiles in
+# flight.
+TUNED = {True: (128, 64, 8, 4), False: (128, 64, 4, 2)}
 AUTOTUNE_TILES = [(64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 32, 4)]  # step 3 search
 AUTOTUNE_STAGES = [2, 3, 4]  # step 5 search
 INTERPRETER_CONFIG = (16, 16, 4, 1)  # small tiles: the interpreter's cost grows with tile area
@@ -440,7 +438,7 @@ def config_for(step, n: int, d: int, causal: bool) -> tuple[int, int, int, int]:
         return INTERPRETER_CONFIG
     if not step.tuned:
         return BASELINE
-    bm, bn, warps, stages = TUNED[(n >= 2048, d <= 64, causal)]
+    bm, bn, warps, stages = TUNED[d <= 64]
     if step.warp_spec:  # Hopper's warp specialisation wants two consumer warpgroups
         bm, warps = 128, 8
     return bm, bn, warps, stages if step.tuned_stages else 2
@@ -514,11 +512,11 @@ _AUTOTUNED: dict[int, object] = {}
 _TUNERS: dict[tuple, object] = {}
 
 
-def _autotuned(step: Step, n: int, d: int, causal: bool):
+def _autotuned(step: Step, d: int):
     """The forward kernel under @triton.autotune for step 3 (tiles) or 5 (stages): compiled
     only; the interpreter has no driver to time configs with."""
     if step.tuned_stages:  # the tiles are fixed (the descriptors' blocks): search the stages
-        bm, bn, warps, _ = TUNED[(n >= 2048, d <= 64, causal)]
+        bm, bn, warps, _ = TUNED[d <= 64]
         key = (step.number, bm, bn, warps)
         configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=s)
                    for s in AUTOTUNE_STAGES]
@@ -569,7 +567,7 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
                     USE_TMA=use_tma, WARP_SPEC=step.warp_spec)
     interpreter = runtime.current().interpreter
     if autotune and not interpreter and config is None and step.number in (3, 5):
-        tuned = _autotuned(step, N, D, causal)
+        tuned = _autotuned(step, D)
 
         def grid(meta):
             return (triton.cdiv(N, meta["BLOCK_M"]), B * H)
