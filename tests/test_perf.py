@@ -174,8 +174,9 @@ def test_explored_forward_variants_match_attention(root):
         for causal in (False, True):
             out, lse = explore.launch(variant, (32, 16, 4, 1), q, k, v, causal)
             ref, ref_lse = flash_ref.reference_attention(q, k, v, causal)
-            torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, msg=variant)
-            torch.testing.assert_close(lse, ref_lse, atol=1e-4, rtol=1e-4, msg=variant)
+            tol = 1e-3 if variant in explore.APPROXIMATE_EXP else 1e-4
+            torch.testing.assert_close(out, ref, atol=tol, rtol=tol, msg=variant)
+            torch.testing.assert_close(lse, ref_lse, atol=tol, rtol=tol, msg=variant)
             tried += 1
     assert tried == 2 * (len(explore.VARIANTS) - len(explore.COMPILED_ONLY))
 

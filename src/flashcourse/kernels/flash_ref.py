@@ -197,6 +197,13 @@ def attn_fwd_kernel(Q, K, V, O, LSE, sm_scale,
 
 
 @triton.jit
+def head_rows(X, b, h, stride_b, stride_h, stride_n, stride_d, offs, offs_d):
+    """Pointers to rows offs of head (b, h) of a (B, H, N, HEAD_D) tensor: (len(offs), HEAD_D).
+    b and h are int64, so that b * stride_b cannot overflow on large tensors."""
+    return X + b * stride_b + h * stride_h + offs[:, None] * stride_n + offs_d[None, :] * stride_d
+
+
+@triton.jit
 def attn_bwd_delta_kernel(O, DO, DELTA,
                           stride_ob, stride_oh, stride_on, stride_od,
                           stride_dob, stride_doh, stride_don, stride_dod,
@@ -208,10 +215,10 @@ def attn_bwd_delta_kernel(O, DO, DELTA,
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     rows = offs_m < N
-    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on
-                + offs_d[None, :] * stride_od, mask=rows[:, None], other=0.0)
-    do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_don
-                 + offs_d[None, :] * stride_dod, mask=rows[:, None], other=0.0)
+    o = tl.load(head_rows(O, b, h, stride_ob, stride_oh, stride_on, stride_od, offs_m, offs_d),
+                mask=rows[:, None], other=0.0)
+    do = tl.load(head_rows(DO, b, h, stride_dob, stride_doh, stride_don, stride_dod, offs_m,
+                           offs_d), mask=rows[:, None], other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + bh.to(tl.int64) * N + offs_m, delta, mask=rows)
 
@@ -263,10 +270,10 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_D)
     keys = offs_n < N
-    k = tl.load(K + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn
-                + offs_d[None, :] * stride_kd, mask=keys[:, None], other=0.0)
-    v = tl.load(V + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn
-                + offs_d[None, :] * stride_vd, mask=keys[:, None], other=0.0)
+    k = tl.load(head_rows(K, b, h, stride_kb, stride_kh, stride_kn, stride_kd, offs_n, offs_d),
+                mask=keys[:, None], other=0.0)
+    v = tl.load(head_rows(V, b, h, stride_vb, stride_vh, stride_vn, stride_vd, offs_n, offs_d),
+                mask=keys[:, None], other=0.0)
     q_base = Q + b * stride_qb + h * stride_qh
     do_base = DO + b * stride_dob + h * stride_doh
     lse_base = LSE + bh.to(tl.int64) * N
@@ -287,10 +294,10 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
                                      stride_qn, stride_qd, stride_don, stride_dod, offs_n,
                                      offs_d, 0, N, N, qk_scale, BLOCK_M, False)
     dk = dk * sm_scale  # S = sm_scale * Q K^T: the scale comes back once in dK
-    tl.store(DK + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dkn
-             + offs_d[None, :] * stride_dkd, dk.to(DK.dtype.element_ty), mask=keys[:, None])
-    tl.store(DV + b * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvn
-             + offs_d[None, :] * stride_dvd, dv.to(DV.dtype.element_ty), mask=keys[:, None])
+    tl.store(head_rows(DK, b, h, stride_dkb, stride_dkh, stride_dkn, stride_dkd, offs_n,
+                       offs_d), dk.to(DK.dtype.element_ty), mask=keys[:, None])
+    tl.store(head_rows(DV, b, h, stride_dvb, stride_dvh, stride_dvn, stride_dvd, offs_n,
+                       offs_d), dv.to(DV.dtype.element_ty), mask=keys[:, None])
 
 
 @triton.jit
@@ -333,10 +340,10 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     rows = offs_m < N
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn
-                + offs_d[None, :] * stride_qd, mask=rows[:, None], other=0.0)
-    do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_don
-                 + offs_d[None, :] * stride_dod, mask=rows[:, None], other=0.0)
+    q = tl.load(head_rows(Q, b, h, stride_qb, stride_qh, stride_qn, stride_qd, offs_m, offs_d),
+                mask=rows[:, None], other=0.0)
+    do = tl.load(head_rows(DO, b, h, stride_dob, stride_doh, stride_don, stride_dod, offs_m,
+                           offs_d), mask=rows[:, None], other=0.0)
     lse2 = tl.load(LSE + bh.to(tl.int64) * N + offs_m, mask=rows, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + bh.to(tl.int64) * N + offs_m, mask=rows, other=0.0)
     k_base = K + b * stride_kb + h * stride_kh
@@ -355,8 +362,8 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
                                stride_vn, stride_vd, offs_m, offs_d, 0, N, N, qk_scale,
                                BLOCK_N, False)
     dq = dq * sm_scale
-    tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqn
-             + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty), mask=rows[:, None])
+    tl.store(head_rows(DQ, b, h, stride_dqb, stride_dqh, stride_dqn, stride_dqd, offs_m,
+                       offs_d), dq.to(DQ.dtype.element_ty), mask=rows[:, None])
 
 
 # ---------------------------------------------------------------- the ladder
