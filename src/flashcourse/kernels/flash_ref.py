@@ -11,6 +11,8 @@ every step of the ladder is the same source compiled differently:
   step 4  K and V loaded through tensor descriptors (TMA on Hopper), where Triton has them
   step 5  pipelining depth: num_stages from the table (swept by autotune when compiled)
   step 6  warp specialisation of the key loop (tl.range(..., warp_specialize=True))
+  step 7  step 5 with the query tile as two row halves, so that the softmax of one overlaps
+          the matmuls of the other (a kernel of its own: attn_fwd_halves_kernel)
 
 Backward (FA2): a delta pre-pass (rowsum(dO * O)), a dK/dV kernel (one program per key block,
 looping over query blocks) and a dQ kernel (one program per query block), both recomputing P
@@ -48,6 +50,13 @@ LN2 = 0.6931471805599453  # log(x) == log2(x) * LN2
 
 
 @triton.jit
+def head_rows(X, b, h, stride_b, stride_h, stride_n, stride_d, offs, offs_d):
+    """Pointers to rows offs of head (b, h) of a (B, H, N, HEAD_D) tensor: (len(offs), HEAD_D).
+    b and h are int64, so that b * stride_b cannot overflow on large tensors."""
+    return X + b * stride_b + h * stride_h + offs[:, None] * stride_n + offs_d[None, :] * stride_d
+
+
+@triton.jit
 def load_rows(src, b, h, start, offs, offs_d, stride_n, stride_d, N,
               MASK_ROWS: tl.constexpr, USE_TMA: tl.constexpr):
     """Rows start..start+len(offs) of head (b, h), an (N, HEAD_D) matrix; rows >= N read as 0.
@@ -69,6 +78,30 @@ def load_rows(src, b, h, start, offs, offs_d, stride_n, stride_d, N,
 
 
 @triton.jit
+def softmax_update(s, acc, l_i, m_i, v, offs_m, offs_n, N, qk_scale, MASKED: tl.constexpr,
+                   CAUSAL: tl.constexpr, USE_EXP2: tl.constexpr):
+    """One online-softmax step on raw scores s (BLOCK_M, BLOCK_N) of keys offs_n: mask them
+    (MASKED), rescale acc and l_i to the new row max, then acc += P V."""
+    if MASKED:
+        keep = offs_n[None, :] < N
+        if CAUSAL:
+            keep = keep & (offs_m[:, None] >= offs_n[None, :])
+        s = tl.where(keep, s, float("-inf"))
+    if USE_EXP2:  # scale and subtract in one FMA, then ex2.approx: the SFU's instruction
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # qk_scale > 0: max commutes
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
+    else:  # exp(x) compiles to exp2(x * log2e): an extra multiply per score
+        s = s * qk_scale
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])  # the MMA adds into acc
+    return acc, l_i, m_new
+
+
+@triton.jit
 def attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn,
                    stride_vd, offs_m, offs_d, lo, hi, N, qk_scale,
                    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
@@ -83,26 +116,98 @@ def attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, s
         k = load_rows(k_src, b, h, start_n, offs_n, offs_d, stride_kn, stride_kd, N, MASKED,
                       USE_TMA)
         s = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) raw scores, not yet scaled
-        if MASKED:
-            keep = (start_n + offs_n)[None, :] < N
-            if CAUSAL:
-                keep = keep & (offs_m[:, None] >= (start_n + offs_n)[None, :])
-            s = tl.where(keep, s, float("-inf"))
-        if USE_EXP2:  # scale and subtract in one FMA, then ex2.approx: the SFU's instruction
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # qk_scale > 0: max commutes
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s * qk_scale - m_new[:, None])
-        else:  # exp(x) compiles to exp2(x * log2e): an extra multiply per score
-            s = s * qk_scale
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
         v = load_rows(v_src, b, h, start_n, offs_n, offs_d, stride_vn, stride_vd, N, MASKED,
                       USE_TMA)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])  # the MMA adds into acc
-        m_i = m_new
+        acc, l_i, m_i = softmax_update(s, acc, l_i, m_i, v, offs_m, start_n + offs_n, N,
+                                       qk_scale, MASKED, CAUSAL, USE_EXP2)
     return acc, l_i, m_i
+
+
+@triton.jit
+def attn_fwd_inner_halves(acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn,
+                          stride_kd, stride_vn, stride_vd, offs_m0, offs_m1, offs_d, lo, hi, N,
+                          qk_scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                          CAUSAL: tl.constexpr, USE_TMA: tl.constexpr):
+    """attn_fwd_inner for a query tile held as two independent halves (step 7).
+
+    Both halves' Q K^T are issued before either softmax: the tensor cores work on half 1's
+    scores while half 0's softmax runs, then on half 0's P V while half 1's softmax runs.
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        k = load_rows(k_src, b, h, start_n, offs_n, offs_d, stride_kn, stride_kd, N, MASKED,
+                      USE_TMA)
+        v = load_rows(v_src, b, h, start_n, offs_n, offs_d, stride_vn, stride_vd, N, MASKED,
+                      USE_TMA)
+        s0 = tl.dot(q0, tl.trans(k))
+        s1 = tl.dot(q1, tl.trans(k))
+        acc0, l0, m0 = softmax_update(s0, acc0, l0, m0, v, offs_m0, start_n + offs_n, N,
+                                      qk_scale, MASKED, CAUSAL, True)
+        acc1, l1, m1 = softmax_update(s1, acc1, l1, m1, v, offs_m1, start_n + offs_n, N,
+                                      qk_scale, MASKED, CAUSAL, True)
+    return acc0, l0, m0, acc1, l1, m1
+
+
+@triton.jit
+def load_query_rows(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
+                    ROWS: tl.constexpr, USE_TMA: tl.constexpr):
+    """Query rows start..start+ROWS of head (b, h), (ROWS, HEAD_D); rows >= N read as 0."""
+    offs = tl.arange(0, ROWS)
+    if USE_TMA:  # the copy engine moves whole tiles; the descriptor carries shape and strides
+        q = load_rows(Q, b, h, start, offs, offs_d, 0, 0, N, True, True)
+    else:
+        q = load_rows(Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh, b, h, start,
+                      offs, offs_d, stride_qn, stride_qd, N, True, False)
+    return q
+
+
+@triton.jit
+def key_value_sources(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh,
+                      USE_TMA: tl.constexpr):
+    """What load_rows reads K and V of head (b, h) from: the descriptors, or the head's first
+    row."""
+    if USE_TMA:
+        k_src = K
+        v_src = V
+    else:
+        k_src = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+        v_src = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+    return k_src, v_src
+
+
+@triton.jit
+def key_ranges(start, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """(free_hi, masked_lo, masked_hi) of the split loop for query rows start..start+BLOCK_M:
+    keys [0, free_hi) need no mask, keys [masked_lo, masked_hi) do."""
+    if CAUSAL:  # keys < start are left of every row of this block: no mask needed
+        free_hi = start
+        masked_hi = tl.minimum(start + BLOCK_M, N)
+    else:  # full key blocks, then the ragged tail (if any)
+        free_hi = (N // BLOCK_N) * BLOCK_N
+        masked_hi = N
+    return free_hi, free_hi, masked_hi
+
+
+@triton.jit
+def store_rows(O, LSE, acc, l_i, m_i, b, h, bh, start, offs_d, stride_ob, stride_oh, stride_on,
+               stride_od, N, ROWS: tl.constexpr, HEAD_D: tl.constexpr,
+               USE_EXP2: tl.constexpr, USE_TMA: tl.constexpr):
+    """O = acc / l_i and the natural-log LSE for query rows start..start+ROWS; rows >= N are
+    not written."""
+    acc = acc / l_i[:, None]
+    if USE_EXP2:
+        lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # back to natural log for backward
+    else:
+        lse = m_i + tl.log(l_i)
+    offs_m = start + tl.arange(0, ROWS)
+    rows = offs_m < N
+    if USE_TMA:  # rows >= N fall outside the descriptor's shape and are dropped
+        O.store([b, h, start, 0], acc.to(O.dtype).reshape(1, 1, ROWS, HEAD_D))
+    else:
+        tl.store(head_rows(O, b.to(tl.int64), h.to(tl.int64), stride_ob, stride_oh, stride_on,
+                           stride_od, offs_m, offs_d), acc.to(O.dtype.element_ty),
+                 mask=rows[:, None])
+    tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=rows)
 
 
 @triton.jit
@@ -126,21 +231,13 @@ def attn_fwd_kernel(Q, K, V, O, LSE, sm_scale,
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    start = start_m * BLOCK_M
+    offs_m = start + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
-    if USE_TMA:  # the copy engine moves whole tiles; the descriptors carry shape and strides
-        q = load_rows(Q, b, h, start_m * BLOCK_M, offs_m, offs_d, 0, 0, N, True, True)
-        k_src = K
-        v_src = V
-    else:
-        b64 = b.to(tl.int64)
-        h64 = h.to(tl.int64)
-        q = load_rows(Q + b64 * stride_qb + h64 * stride_qh, b, h, start_m * BLOCK_M,
-                      tl.arange(0, BLOCK_M), offs_d, stride_qn, stride_qd, N, True, False)
-        k_src = K + b64 * stride_kb + h64 * stride_kh
-        v_src = V + b64 * stride_vb + h64 * stride_vh
-    # q: (BLOCK_M, HEAD_D), read once and kept for the whole loop
-
+    q = load_query_rows(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
+                        BLOCK_M, USE_TMA)  # (BLOCK_M, HEAD_D), read once, kept for the loop
+    k_src, v_src = key_value_sources(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh,
+                                     USE_TMA)
     if USE_EXP2:
         qk_scale = sm_scale * 1.4426950408889634  # exp(x * sm_scale) == exp2(x * qk_scale)
     else:
@@ -149,16 +246,8 @@ def attn_fwd_kernel(Q, K, V, O, LSE, sm_scale,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
 
-    diag = start_m * BLOCK_M  # first key of the diagonal block
     if SPLIT:
-        if CAUSAL:  # keys < diag are left of every row of this block: no mask needed
-            free_hi = diag
-            masked_lo = diag
-            masked_hi = tl.minimum(diag + BLOCK_M, N)
-        else:  # full key blocks, then the ragged tail (if any)
-            free_hi = (N // BLOCK_N) * BLOCK_N
-            masked_lo = free_hi
-            masked_hi = N
+        free_hi, masked_lo, masked_hi = key_ranges(start, N, BLOCK_M, BLOCK_N, CAUSAL)
         acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn,
                                        stride_kd, stride_vn, stride_vd, offs_m, offs_d, 0,
                                        free_hi, N, qk_scale, BLOCK_N, False, CAUSAL, USE_EXP2,
@@ -169,38 +258,69 @@ def attn_fwd_kernel(Q, K, V, O, LSE, sm_scale,
                                        USE_EXP2, USE_TMA, False)  # one or two blocks
     else:  # one loop, every block masked
         if CAUSAL:
-            hi = tl.minimum(diag + BLOCK_M, N)
+            hi = tl.minimum(start + BLOCK_M, N)
         else:
             hi = N
         acc, l_i, m_i = attn_fwd_inner(acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn,
                                        stride_kd, stride_vn, stride_vd, offs_m, offs_d, 0, hi,
                                        N, qk_scale, BLOCK_N, True, CAUSAL, USE_EXP2, USE_TMA,
                                        WARP_SPEC)
-
-    acc = acc / l_i[:, None]
-    if USE_EXP2:
-        lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # back to natural log for backward
-    else:
-        lse = m_i + tl.log(l_i)
-    rows = offs_m < N
-    out = acc.to(q.dtype)
-    if USE_TMA:  # rows >= N fall outside the descriptor's shape and are not written
-        O.store([b, h, start_m * BLOCK_M, 0], out.reshape(1, 1, BLOCK_M, HEAD_D))
-    else:
-        tl.store(O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
-                 + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od, out,
-                 mask=rows[:, None])
-    tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=rows)
-
-
-# ---------------------------------------------------------------- backward kernels
+    store_rows(O, LSE, acc, l_i, m_i, b, h, bh, start, offs_d, stride_ob, stride_oh, stride_on,
+               stride_od, N, BLOCK_M, HEAD_D, USE_EXP2, USE_TMA)
 
 
 @triton.jit
-def head_rows(X, b, h, stride_b, stride_h, stride_n, stride_d, offs, offs_d):
-    """Pointers to rows offs of head (b, h) of a (B, H, N, HEAD_D) tensor: (len(offs), HEAD_D).
-    b and h are int64, so that b * stride_b cannot overflow on large tensors."""
-    return X + b * stride_b + h * stride_h + offs[:, None] * stride_n + offs_d[None, :] * stride_d
+def attn_fwd_halves_kernel(Q, K, V, O, LSE, sm_scale,
+                           stride_qb, stride_qh, stride_qn, stride_qd,
+                           stride_kb, stride_kh, stride_kn, stride_kd,
+                           stride_vb, stride_vh, stride_vn, stride_vd,
+                           stride_ob, stride_oh, stride_on, stride_od,
+                           H, N,
+                           HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           CAUSAL: tl.constexpr, USE_TMA: tl.constexpr):
+    """Step 7: step 5's kernel with its query tile held as two halves of BLOCK_M // 2 rows, each
+    with its own acc, l_i and m_i, so that one half's softmax overlaps the other's matmuls.
+    With USE_TMA the Q and O descriptors' blocks are BLOCK_M // 2 rows."""
+    HALF: tl.constexpr = BLOCK_M // 2
+    start_m = tl.program_id(0)
+    if CAUSAL:
+        start_m = tl.num_programs(0) - 1 - start_m
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    start = start_m * BLOCK_M
+    offs_m0 = start + tl.arange(0, HALF)
+    offs_m1 = offs_m0 + HALF
+    offs_d = tl.arange(0, HEAD_D)
+    q0 = load_query_rows(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
+                         HALF, USE_TMA)
+    q1 = load_query_rows(Q, b, h, start + HALF, offs_d, stride_qb, stride_qh, stride_qn,
+                         stride_qd, N, HALF, USE_TMA)
+    k_src, v_src = key_value_sources(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh,
+                                     USE_TMA)
+    qk_scale = sm_scale * 1.4426950408889634
+    m0 = tl.full([HALF], float("-inf"), dtype=tl.float32)
+    l0 = tl.zeros([HALF], dtype=tl.float32)
+    acc0 = tl.zeros([HALF, HEAD_D], dtype=tl.float32)
+    m1 = tl.full([HALF], float("-inf"), dtype=tl.float32)
+    l1 = tl.zeros([HALF], dtype=tl.float32)
+    acc1 = tl.zeros([HALF, HEAD_D], dtype=tl.float32)
+    free_hi, masked_lo, masked_hi = key_ranges(start, N, BLOCK_M, BLOCK_N, CAUSAL)
+    acc0, l0, m0, acc1, l1, m1 = attn_fwd_inner_halves(
+        acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
+        stride_vn, stride_vd, offs_m0, offs_m1, offs_d, 0, free_hi, N, qk_scale, BLOCK_N,
+        False, CAUSAL, USE_TMA)
+    acc0, l0, m0, acc1, l1, m1 = attn_fwd_inner_halves(
+        acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
+        stride_vn, stride_vd, offs_m0, offs_m1, offs_d, masked_lo, masked_hi, N, qk_scale,
+        BLOCK_N, True, CAUSAL, USE_TMA)
+    store_rows(O, LSE, acc0, l0, m0, b, h, bh, start, offs_d, stride_ob, stride_oh, stride_on,
+               stride_od, N, HALF, HEAD_D, True, USE_TMA)
+    store_rows(O, LSE, acc1, l1, m1, b, h, bh, start + HALF, offs_d, stride_ob, stride_oh,
+               stride_on, stride_od, N, HALF, HEAD_D, True, USE_TMA)
+
+
+# ---------------------------------------------------------------- backward kernels
 
 
 @triton.jit
@@ -380,6 +500,7 @@ class Step:
     tma: bool
     tuned_stages: bool  # num_stages from TUNED (else 2)
     warp_spec: bool
+    halves: bool = False  # the query tile as two halves (attn_fwd_halves_kernel)
 
 
 STEPS = [
@@ -400,6 +521,9 @@ STEPS = [
          "flight hide HBM latency", True, True, True, True, True, False),
     Step(6, "warp specialisation", "tl.range(..., warp_specialize=True): producer warps load, "
          "consumer warps compute", True, True, True, True, True, True),
+    Step(7, "two row halves", "step 5 with the query tile as two halves issued back to back: "
+         "one half's softmax overlaps the other's matmuls (d <= 64; at d = 128 it runs step 5)",
+         True, True, True, True, True, False, True),
 ]
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages)
@@ -410,6 +534,9 @@ BASELINE = (64, 32, 4, 2)  # a first guess, before any tuning
 # share an SM and hide each other's softmax; d = 64 wants two warpgroups and four K/V tiles in
 # flight.
 TUNED = {True: (128, 64, 8, 4), False: (128, 64, 4, 2)}
+# Step 7 where the halves paid (d <= 64: one warpgroup, two 64-row halves); at d = 128 the second
+# half's scores and acc do not fit in the registers beside the first's and step 5 is faster.
+HALVES = {True: (128, 64, 4, 3), False: None}
 AUTOTUNE_TILES = [(64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 32, 4)]  # step 3 search
 AUTOTUNE_STAGES = [2, 3, 4]  # step 5 search
 INTERPRETER_CONFIG = (16, 16, 4, 1)  # small tiles: the interpreter's cost grows with tile area
@@ -419,11 +546,11 @@ BACKWARD = {
     False: ((64, 128, 8, 2), (128, 64, 8, 2)),
 }
 BACKWARD_FALLBACK = ((32, 64, 4, 2), (64, 32, 4, 2))
-DEFAULT_STEP = 5  # what flash_attention() runs unless told otherwise
+DEFAULT_STEP = 7  # what flash_attention() runs unless told otherwise
 
 
 def ladder_steps() -> list[Step]:
-    """The optimisation ladder, step 0 (plain FA2) to step 6 (warp specialisation)."""
+    """The optimisation ladder, step 0 (plain FA2) to step 7 (two row halves)."""
     return list(STEPS)
 
 
@@ -445,6 +572,8 @@ def config_for(step, n: int, d: int, causal: bool) -> tuple[int, int, int, int]:
         return INTERPRETER_CONFIG
     if not step.tuned:
         return BASELINE
+    if step.halves and HALVES[d <= 64]:
+        return HALVES[d <= 64]
     bm, bn, warps, stages = TUNED[d <= 64]
     if step.warp_spec:  # Hopper's warp specialisation wants two consumer warpgroups
         bm, warps = 128, 8
@@ -568,11 +697,21 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
                                             CAUSAL=causal, num_warps=warps, num_stages=stages)
         return o, lse
     use_tma = step.tma and _tma_ok(q, k, v, o)
+    interpreter = runtime.current().interpreter
+    if step.halves and (interpreter or HALVES[D <= 64]):
+        if bm < 32 and not interpreter:
+            raise CourseInputError(f"step 7 splits BLOCK_M={bm} into two halves of at least 16 "
+                                   "rows (the smallest tl.dot): use BLOCK_M >= 32.")
+        if use_tma:
+            args[:4] = _descriptors(q, k, v, o, bm // 2, bn)
+        attn_fwd_halves_kernel[(triton.cdiv(N, bm), B * H)](
+            *args, HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, USE_TMA=use_tma,
+            num_warps=warps, num_stages=stages)
+        return o, lse
     if use_tma:  # the kernel reads the tensors through these; strides stay as arguments
         args[:4] = _descriptors(q, k, v, o, bm, bn)
     switches = dict(HEAD_D=D, CAUSAL=causal, USE_EXP2=step.use_exp2, SPLIT=step.split,
                     USE_TMA=use_tma, WARP_SPEC=step.warp_spec)
-    interpreter = runtime.current().interpreter
     if autotune and not interpreter and config is None and step.number in (3, 5):
         tuned = _autotuned(step, D)
 
