@@ -15,6 +15,8 @@ rotated loop that issues the next Q K^T before this softmax were slower; warp_sp
 to compile with 4 warps and changed nothing with 8. Run 4: halving the special-function-unit
 work was slower too, with exponentials as fp16 pairs (exp16, ex2.approx.f16x2: 0.92-0.97x the
 fma-host4 kernel) or every second one as a polynomial on the FMA pipe (poly: 0.83-0.91x).
+Run 5: the query tile as two row halves (split-early, flash_ref's step 7) gave 1.03-1.04x at
+d = 64 (128 x 64 tiles, 4 warps, 3 stages) and nothing at d = 128 (0.96-1.02x).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Nsight Compute summary of the course kernel's forward (step 5), d = 64 and 128, N = 4096.
+"""Nsight Compute summary of the course kernel's default forward, d = 64 and 128, N = 4096.
 
 Run from the repository root on a CUDA machine with ncu:  python gpu/ncu_summary.py [OUT_FILE]
 """
