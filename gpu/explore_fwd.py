@@ -16,7 +16,10 @@ to compile with 4 warps and changed nothing with 8. Run 4: halving the special-f
 work was slower too, with exponentials as fp16 pairs (exp16, ex2.approx.f16x2: 0.92-0.97x the
 fma-host4 kernel) or every second one as a polynomial on the FMA pipe (poly: 0.83-0.91x).
 Run 5: the query tile as two row halves (split-early, flash_ref's step 7) gave 1.03-1.04x at
-d = 64 (128 x 64 tiles, 4 warps, 3 stages) and nothing at d = 128 (0.96-1.02x).
+d = 64 (128 x 64 tiles, 4 warps, 3 stages) and nothing at d = 128 (0.96-1.02x). Run 5 also
+timed split-late, a kernel not kept here that issued half 1's Q K^T after half 0's softmax:
+1.06-1.07x at d = 64 but 0.89-0.98x at d = 128; at d = 64 that is within one run's noise of
+the early order, so the course kept the early order, the better one at d = 128.
 """
 
 from __future__ import annotations
@@ -255,95 +258,6 @@ def fwd(Q, K, V, O, LSE, sm_scale, stride_qb, stride_qh, stride_qn, stride_kb, s
                  + offs_d[None, :], out, mask=(offs_m < N)[:, None])
 
 
-@triton.jit
-def softmax_pv(s, acc, l_i, m_i, v, offs_m, start_n, offs_n, N, qk_scale, MASKED: tl.constexpr,
-               CAUSAL: tl.constexpr):
-    """One online-softmax step for scores s already computed: rescale, P, then P V into acc."""
-    if MASKED:
-        keep = (start_n + offs_n)[None, :] < N
-        if CAUSAL:
-            keep = keep & (offs_m[:, None] >= (start_n + offs_n)[None, :])
-        s = tl.where(keep, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-    p = tl.exp2(s * qk_scale - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-    return acc, l_i, m_new
-
-
-@triton.jit
-def inner_split(acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, offs_m0, offs_m1,
-                lo, hi, N, qk_scale, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
-                MASKED: tl.constexpr, CAUSAL: tl.constexpr, EARLY_S1: tl.constexpr):
-    """Two independent row halves per key block: the matmuls of one half can run on the
-    tensor cores while the other half's softmax runs (EARLY_S1: both Q K^T issued first)."""
-    offs_n = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(lo, hi, BLOCK_N):
-        k = load_rows(k_src, b, h, start_n, offs_n, offs_n, 0, 1, N, False, True)  # TMA
-        v = load_rows(v_src, b, h, start_n, offs_n, offs_n, 0, 1, N, False, True)
-        s0 = tl.dot(q0, tl.trans(k))
-        if EARLY_S1:
-            s1 = tl.dot(q1, tl.trans(k))
-            acc0, l0, m0 = softmax_pv(s0, acc0, l0, m0, v, offs_m0, start_n, offs_n, N,
-                                      qk_scale, MASKED, CAUSAL)
-        else:
-            acc0, l0, m0 = softmax_pv(s0, acc0, l0, m0, v, offs_m0, start_n, offs_n, N,
-                                      qk_scale, MASKED, CAUSAL)
-            s1 = tl.dot(q1, tl.trans(k))
-        acc1, l1, m1 = softmax_pv(s1, acc1, l1, m1, v, offs_m1, start_n, offs_n, N, qk_scale,
-                                  MASKED, CAUSAL)
-    return acc0, l0, m0, acc1, l1, m1
-
-
-@triton.jit
-def store_half(O, LSE, acc, l_i, m_i, b, h, bh, start, offs_m, N, HALF: tl.constexpr,
-               HEAD_D: tl.constexpr):
-    out = (acc / l_i[:, None]).to(O.dtype)
-    O.store([b, h, start, 0], out.reshape(1, 1, HALF, HEAD_D))
-    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
-    tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
-
-
-@triton.jit
-def fwd_split(Q, K, V, O, LSE, sm_scale, H, N, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, EARLY_S1: tl.constexpr):
-    """fwd with 4D host descriptors whose query tile is two halves of BLOCK_M // 2 rows."""
-    HALF: tl.constexpr = BLOCK_M // 2
-    start_m = tl.program_id(0)
-    if CAUSAL:
-        start_m = tl.num_programs(0) - 1 - start_m
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    start = start_m * BLOCK_M
-    offs_m0 = start + tl.arange(0, HALF)
-    offs_m1 = start + HALF + tl.arange(0, HALF)
-    q0 = Q.load([b, h, start, 0]).reshape(HALF, HEAD_D)
-    q1 = Q.load([b, h, start + HALF, 0]).reshape(HALF, HEAD_D)
-    qk_scale = sm_scale * 1.4426950408889634
-    m0 = tl.full([HALF], float("-inf"), dtype=tl.float32)
-    l0 = tl.zeros([HALF], dtype=tl.float32)
-    acc0 = tl.zeros([HALF, HEAD_D], dtype=tl.float32)
-    m1 = tl.full([HALF], float("-inf"), dtype=tl.float32)
-    l1 = tl.zeros([HALF], dtype=tl.float32)
-    acc1 = tl.zeros([HALF, HEAD_D], dtype=tl.float32)
-    if CAUSAL:
-        free_hi = start
-        masked_hi = tl.minimum(start + BLOCK_M, N)
-    else:
-        free_hi = (N // BLOCK_N) * BLOCK_N
-        masked_hi = N
-    acc0, l0, m0, acc1, l1, m1 = inner_split(acc0, l0, m0, acc1, l1, m1, q0, q1, K, V, b, h,
-                                             offs_m0, offs_m1, 0, free_hi, N, qk_scale,
-                                             BLOCK_N, HEAD_D, False, CAUSAL, EARLY_S1)
-    acc0, l0, m0, acc1, l1, m1 = inner_split(acc0, l0, m0, acc1, l1, m1, q0, q1, K, V, b, h,
-                                             offs_m0, offs_m1, free_hi, masked_hi, N, qk_scale,
-                                             BLOCK_N, HEAD_D, True, CAUSAL, EARLY_S1)
-    store_half(O, LSE, acc0, l0, m0, b, h, bh, start, offs_m0, N, HALF, HEAD_D)
-    store_half(O, LSE, acc1, l1, m1, b, h, bh, start + HALF, offs_m1, N, HALF, HEAD_D)
-
-
 VARIANTS = {  # (TMA, FMA, DOT_ACC, ROTATE, WS, SOFTMAX: 0 plain, 1 lazy, 2 fp16 exp2, 3 poly)
     "cur-dev-tma": (1, False, False, False, False, 0),  # the ladder before this search
     "fma-dev-tma": (1, True, True, False, False, 0),
@@ -357,8 +271,7 @@ VARIANTS = {  # (TMA, FMA, DOT_ACC, ROTATE, WS, SOFTMAX: 0 plain, 1 lazy, 2 fp16
     "exp16-host4": (4, True, True, False, False, 2),
     "poly-host4": (4, True, True, False, False, 3),
     "poly-ptr": (0, True, True, False, False, 3),
-    "split-early": None,  # fwd_split, both halves' Q K^T issued before either softmax
-    "split-late": None,  # fwd_split, half 1's Q K^T issued after half 0's softmax
+    "split-early": None,  # flash_ref's step-7 kernel: the query tile as two row halves
 }
 COMPILED_ONLY = {"exp16-host4"}  # inline PTX: no interpreter
 APPROXIMATE_EXP = {"exp16-host4", "poly-host4", "poly-ptr"}  # relative error ~1e-4 per score
@@ -388,13 +301,13 @@ def launch(variant, cfg, q, k, v, causal, o=None, lse=None):
     B, H, N, D = q.shape
     o = torch.empty_like(q) if o is None else o
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32) if lse is None else lse
-    if VARIANTS[variant] is None:
+    if VARIANTS[variant] is None:  # the course kernel itself, at any head dim
         args = [TensorDescriptor.from_tensor(x, [1, 1, blk, D])
                 for x, blk in ((q, bm // 2), (k, bn), (v, bn), (o, bm // 2))]
-        fwd_split[(triton.cdiv(N, bm), B * H)](*args, lse, D ** -0.5, H, N, HEAD_D=D,
-                                               BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal,
-                                               EARLY_S1=variant == "split-early",
-                                               num_warps=warps, num_stages=stages)
+        strides = [s for x in (q, k, v, o) for s in x.stride()]
+        flash_ref.attn_fwd_halves_kernel[(triton.cdiv(N, bm), B * H)](
+            *args, lse, D ** -0.5, *strides, H, N, HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn,
+            CAUSAL=causal, USE_TMA=True, num_warps=warps, num_stages=stages)
         return o, lse
     tma, fma, dot_acc, rotate, ws, softmax = VARIANTS[variant]
     if tma == 3:
