@@ -33,17 +33,10 @@ SOLUTION = "\n\n\n".join(lesson_cells.solution_source(LESSON, i) for i in KERNEL
 
 
 def student_module(*edits):
-    """The lesson's kernels with textual edits (old, new) applied, imported from a real file
-    (@triton.jit reads the source with inspect)."""
-    source = SOLUTION
-    for old, new in edits:
-        if old.startswith("re:"):
-            source, count = re.subn(old[3:], new, source)
-        else:
-            count = source.count(old)
-            source = source.replace(old, new)
-        assert count >= 1, old
-    return lesson_cells.load(source, prelude=HEADER)
+    """The lesson's kernels with textual edits applied (lesson_cells.edit: (old, new) matches
+    once, (old, new, count) count times), imported from a real file (@triton.jit reads the
+    source with inspect)."""
+    return lesson_cells.load(SOLUTION, edits, prelude=HEADER)
 
 
 @pytest.fixture(scope="module")
@@ -83,14 +76,14 @@ WRONG_FORWARD = {
         [("(offs_m[:, None] >= cols[None, :])", "(offs_m[:, None] > cols[None, :])")],
         "off by one"),
     "no tail mask on the K/V loads": (
-        [(",\n                    mask=cols[:, None] < N, other=0.0)", ")")],
+        [(",\n                    mask=cols[:, None] < N, other=0.0)", ")", 4)],
         "reads past N"),
     "padded keys not masked to -inf": (
         [("keep = cols[None, :] < N ", "keep = cols[None, :] >= 0 ")], "Keys past N"),
     "batch offset ignores the batch stride": (
-        [(r"re:b \* s([qkv])b \+ h \* s\1h", r"bh * s\1h")], "batch 0 is right"),
+        [(r"re:b \* s([qkv])b \+ h \* s\1h", r"bh * s\1h", 9)], "batch 0 is right"),
     "batch offset of L ignores its strides": (
-        [("L + b * slb + h * slh", "L + bh * slh")], "batch and head offsets"),
+        [("L + b * slb + h * slh", "L + bh * slh", 3)], "batch and head offsets"),
     "normalising every block instead of at the end": (
         [(ACC, "acc = (acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)) / l_i[:, None]"),
          ("acc = acc / l_i[:, None]", "acc = acc")], "defers the normalisation"),
@@ -127,8 +120,8 @@ WRONG_BACKWARD = {
         [("ds_t = p_t * (dp_t - delta[None, :])", "ds_t = p_t * dp_t")], "delta is missing"),
     "dK/dV kernel ignores the batch stride": (
         "backward-dkdv", "flash_dkdv_kernel",
-        [("k = tl.load(K + b * skb + h * skh", "k = tl.load(K + bh * skh"),
-         ("v = tl.load(V + b * svb + h * svh", "v = tl.load(V + bh * svh")],
+        [("k = tl.load(K + b * skb + h * skh", "k = tl.load(K + bh * skh", 2),
+         ("v = tl.load(V + b * svb + h * svh", "v = tl.load(V + bh * svh", 2)],
         "batch 0 is right"),
     "no mask on the dV store": (
         "backward-dkdv", "flash_dkdv_kernel",
@@ -139,7 +132,7 @@ WRONG_BACKWARD = {
         "delta is missing"),
     "dQ kernel ignores the batch stride": (
         "backward-dq", "flash_dq_kernel",
-        [("q = tl.load(Q + b * sqb + h * sqh + rows", "q = tl.load(Q + bh * sqh + rows")],
+        [("q = tl.load(Q + b * sqb + h * sqh + rows", "q = tl.load(Q + bh * sqh + rows", 2)],
         "batch 0 is right"),
     "dQ without sm_scale": (
         "backward-dq", "flash_dq_kernel", [("dq = dq * sm_scale", "dq = dq")],
@@ -178,7 +171,7 @@ def test_a_python_function_is_not_a_kernel(known_wrong):
 
 
 def test_a_kernel_with_the_wrong_signature_names_the_case(known_wrong):
-    module = student_module(("sqb, sqh, sqn, skb,", "sqb, sqh, skb,"))
+    module = student_module(("sqb, sqh, sqn, skb,", "sqb, sqh, skb,", 3))
     with known_wrong("flash-triton/forward", "wrong kernel signature",
                      match=r"case 1/6 .*launching your kernel raised"):
         check("flash-triton/forward", module.flash_forward_kernel)

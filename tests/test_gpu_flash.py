@@ -3,7 +3,6 @@ names the mistake, questions and misconceptions are checked."""
 
 import re
 
-import numpy as np
 import pytest
 
 from flashcourse import (
@@ -15,24 +14,13 @@ from flashcourse import (
 from flashcourse.checks import gpu_flash
 
 
-def _solution_source(root, cell_id="exercise-flash-attention"):
-    return lesson_cells.solution_source(root / "lessons" / "01-gpu-flash.qmd", cell_id)
-
-
 def student_answer(root, **lines):
-    """The lesson's solution with some lines replaced, as a student would write them."""
-    source = _solution_source(root)
-    for target, replacement in lines.items():
-        if target == "return":
-            pattern = r"^(\s*)return .*$"
-            source, count = re.subn(pattern, rf"\1return {replacement}", source, flags=re.M)
-        else:
-            pattern = rf"^( {{12}}){target} = .*$"  # the inner loop holds the blanks
-            source, count = re.subn(pattern, rf"\1{target} = {replacement}", source, flags=re.M)
-        assert count == 1, target
-    namespace = {"np": np}
-    exec(compile(source, "<student>", "exec"), namespace)
-    return namespace["flash_attention"]
+    """The lesson's solution with some lines rewritten ({target: value}; "return" for the
+    return line), as a student would write them."""
+    source = lesson_cells.solution_source(root / "lessons" / "01-gpu-flash.qmd",
+                                          "exercise-flash-attention")
+    inner = {t if t == "return" else " " * 12 + t: v for t, v in lines.items()}  # the loop
+    return lesson_cells.load(lesson_cells.edit(source, assign=inner)).flash_attention
 
 
 def test_solution_passes(root, capsys):

@@ -20,54 +20,27 @@ runtime.setup(verbose=False)  # before triton is imported or any kernel defined:
 
 from flashcourse.checks import softmax  # noqa: E402
 
-KERNEL_HEADER = "import triton\nimport triton.language as tl\nfrom flashcourse import ______\n\n"
-
 
 def solution_source(root, cell_id):
     return lesson_cells.solution_source(root / "lessons" / "05-softmax.qmd", cell_id)
 
 
-def edited(source, lines=None, replace=()):
-    """The source with assignments `target = ...` rewritten (lines) and substrings replaced
-    (replace: (old, new, expected count))."""
-    for target, value in (lines or {}).items():
-        pattern = rf"^(\s*){re.escape(target)} = .*$"
-        source, count = re.subn(pattern, rf"\1{target} = {value}", source, flags=re.M)
-        assert count == 1, target
-    for old, new, times in replace:
-        assert source.count(old) == times, (old, source.count(old))
-        source = source.replace(old, new)
-    return source
-
-
-def numpy_answer(root, cell_id, name, lines=None, replace=()):
-    source = edited(solution_source(root, cell_id), lines, replace)
-    namespace = {"np": np, "______": ______}
-    exec(compile(source, "<student>", "exec"), namespace)
-    return namespace[name]
-
-
-def kernel_answer(root, cell_id, name, lines=None, replace=()):
-    """A student's kernel: @triton.jit reads the source file, so write a real module."""
-    runtime.setup(verbose=False)  # the interpreter must be chosen before @triton.jit runs
-    source = edited(solution_source(root, cell_id), lines, replace)
-    return getattr(lesson_cells.load(source, prelude=KERNEL_HEADER), name)
-
-
-EXERCISES = {  # exercise id: (solution cell id, function name, kind)
-    "softmax/stable-softmax": ("exercise-stable-softmax", "stable_softmax", "numpy"),
-    "softmax/row-kernel": ("exercise-row-kernel", "softmax_row_kernel", "kernel"),
-    "softmax/online-stats": ("exercise-online-stats", "online_softmax_stats", "numpy"),
-    "softmax/online-kernel": ("exercise-online-kernel", "online_softmax_kernel", "kernel"),
-    "softmax/merge-states": ("exercise-merge-states", "merge_states", "numpy"),
+EXERCISES = {  # exercise id: (solution cell id, function name)
+    "softmax/stable-softmax": ("exercise-stable-softmax", "stable_softmax"),
+    "softmax/row-kernel": ("exercise-row-kernel", "softmax_row_kernel"),
+    "softmax/online-stats": ("exercise-online-stats", "online_softmax_stats"),
+    "softmax/online-kernel": ("exercise-online-kernel", "online_softmax_kernel"),
+    "softmax/merge-states": ("exercise-merge-states", "merge_states"),
 }
 
 
 def answer(root, exercise_id, lines=None, replace=()):
-    cell_id, name, kind = EXERCISES[exercise_id]
-    if kind == "kernel":
-        return kernel_answer(root, cell_id, name, lines, replace)
-    return numpy_answer(root, cell_id, name, lines, replace)
+    """The solution of an exercise with lines rewritten (lines: {target: value}) and text
+    replaced (replace: (old, new, expected count)), imported from a real file."""
+    cell_id, name = EXERCISES[exercise_id]
+    runtime.setup(verbose=False)  # the interpreter must be chosen before @triton.jit runs
+    source = lesson_cells.edit(solution_source(root, cell_id), replace, lines)
+    return getattr(lesson_cells.load(source), name)
 
 
 # ---------------------------------------------------------------- right answers
@@ -210,8 +183,7 @@ def test_blank_says_fill_in_the_blank(root, exercise_id, target):
     blank = answer(root, exercise_id, lines={target: "______"})
     with pytest.raises(BlankNotFilled, match="Fill in the blank") as caught:
         check(exercise_id, blank)
-    if EXERCISES[exercise_id][2] == "kernel":  # kernels live in files: the line is shown
-        assert re.search(rf"line \d+: {target} = ______", str(caught.value)), caught.value
+    assert re.search(rf"line \d+: {target} = ______", str(caught.value)), caught.value
 
 
 def test_passing_something_else_than_a_kernel(root, known_wrong):

@@ -15,13 +15,11 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import re  # noqa: E402
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import flashcourse  # noqa: E402
 from flashcourse import (  # noqa: E402
     BlankNotFilled,
-    ______,
     check,
     grading,
     lesson_cells,
@@ -34,32 +32,19 @@ KERNEL_CELL = "exercise-matmul-kernel"
 REJECTED = []  # (exercise id, mistake) pairs a test saw rejected, counted at the end
 
 
-def _solution_source(root, cell_id):
-    return lesson_cells.solution_source(root / "lessons" / "04-tiling-matmul.qmd", cell_id)
-
-
-def _substitute(source, replacements):
-    for old, new in replacements.items():
-        assert source.count(old) == 1, old
-        source = source.replace(old, new)
-    return source
+def student_source(root, cell_id, replacements=None):
+    """A solution cell of the lesson with some text replaced (each must match once)."""
+    source = lesson_cells.solution_source(root / "lessons" / "04-tiling-matmul.qmd", cell_id)
+    return lesson_cells.edit(source, (replacements or {}).items())
 
 
 def student_kernel(root, **replacements):
     """The lesson's kernel with some text replaced, imported from a real file."""
-    return _import_kernel(_substitute(_solution_source(root, KERNEL_CELL), replacements))
-
-
-def _import_kernel(source):
-    return lesson_cells.load(source, prelude="import triton\nimport triton.language as tl\n"
-                             ).matmul_kernel
+    return lesson_cells.load(student_source(root, KERNEL_CELL, replacements)).matmul_kernel
 
 
 def student_function(root, cell_id, name, **replacements):
-    source = _substitute(_solution_source(root, cell_id), replacements)
-    namespace = {"np": np}
-    exec(compile(source, "<student>", "exec"), namespace)
-    return namespace[name]
+    return getattr(lesson_cells.load(student_source(root, cell_id, replacements)), name)
 
 
 # ---------------------------------------------------------------- the Triton kernel
@@ -149,9 +134,9 @@ def test_fp16_accumulator_fails_the_long_k_case(root, known_wrong):
 
 
 def test_stub_kernel_says_implement(root, known_wrong):
-    source = _solution_source(root, KERNEL_CELL)
-    head, _, _ = source.partition("    # which output tile")
-    kernel = _import_kernel(head + '    raise NotImplementedError("write this function")')
+    head, _, _ = student_source(root, KERNEL_CELL).partition("    # which output tile")
+    kernel = lesson_cells.load(head + '    raise NotImplementedError("write this function")'
+                               ).matmul_kernel
     with known_wrong("tiling/matmul-kernel", "stub still raises NotImplementedError",
                      match="NotImplementedError"):
         check("tiling/matmul-kernel", kernel)
@@ -159,7 +144,6 @@ def test_stub_kernel_says_implement(root, known_wrong):
 
 def test_blank_kernel_says_fill_in_the_blank(root):
     kernel = student_kernel(root, **{"acc = tl.dot(a, b, acc)": "acc = ______"})
-    kernel.fn.__globals__["______"] = ______
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
         check("tiling/matmul-kernel", kernel)
 

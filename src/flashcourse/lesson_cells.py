@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import re
 import tempfile
 from pathlib import Path
 
@@ -45,14 +46,37 @@ def exercise_source(lesson_path: Path, cell_id: str) -> str:
     raise KeyError(f"{lesson_path} has no code cell with id {cell_id!r}")
 
 
+def edit(source: str, replace=(), assign: dict[str, str] | None = None) -> str:
+    """`source` with text replaced, as a student might have written it.
+
+    replace: (old, new) pairs that must match exactly once, or (old, new, count) that must
+    match exactly count times; an old starting with "re:" is a regular expression.
+    assign: {target: value} rewrites the one line `target = ...` to `target = value` (indent
+    kept); the target "return" rewrites the one `return ...` line.
+    """
+    for old, new, *count in replace:
+        expected = count[0] if count else 1
+        if old.startswith("re:"):
+            source, found = re.subn(old[3:], new, source)
+        else:
+            found = source.count(old)
+            source = source.replace(old, new)
+        if found != expected:
+            raise ValueError(f"{old!r} occurs {found} times in the cell, expected {expected}")
+    for target, value in (assign or {}).items():
+        head = "return " if target == "return" else f"{target} = "
+        new_line = head + value
+        source, found = re.subn(rf"^(\s*){re.escape(head)}.*$",
+                                lambda match, new_line=new_line: match.group(1) + new_line,
+                                source, flags=re.M)
+        if found != 1:
+            raise ValueError(f"{found} lines assign {target!r} in the cell, expected one")
+    return source
+
+
 def load(source: str, replace: list[tuple[str, str]] | tuple = (), prelude: str = PRELUDE):
-    """Import `source` (after exact text replacements, each of which must match exactly once)
-    as a fresh module and return it."""
-    for old, new in replace:
-        count = source.count(old)
-        if count != 1:
-            raise ValueError(f"{old!r} occurs {count} times in the cell, expected once")
-        source = source.replace(old, new)
+    """Import `source` (after `edit(source, replace)`) as a fresh module and return it."""
+    source = edit(source, replace)
     name = f"flashcourse_cell_{next(_counter)}"
     path = _TMP / f"{name}.py"
     path.write_text(prelude + "\n" + source + "\n", encoding="utf-8")
