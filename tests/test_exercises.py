@@ -8,6 +8,7 @@ import pytest
 from nbclient import NotebookClient
 
 from flashcourse import notebooks
+from flashcourse.grade_tamper import CHECK_PREFIX
 
 ROOT_LESSONS = sorted(p.stem for p in notebooks.lesson_paths(
     __import__("pathlib").Path(__file__).resolve().parents[1]))
@@ -20,7 +21,7 @@ def test_untouched_exercise_fails_every_check(root, slug, tmp_path):
     client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(root / "exercises")}})
     client.execute()
-    check_cells = [c for c in nb.cells if c.cell_type == "code" and c.id.startswith("check-")]
+    check_cells = [c for c in nb.cells if c.cell_type == "code" and c.id.startswith(CHECK_PREFIX)]
     assert check_cells, f"{slug} has no grading cells (ids starting with 'check-')"
     for cell in check_cells:
         errors = [o for o in cell.outputs if o.output_type == "error"]

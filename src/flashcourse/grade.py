@@ -145,11 +145,6 @@ def load_exercises(root: Path) -> dict[str, dict]:
             for p in sorted((root / "exercises").glob("*.ipynb"))}
 
 
-def _source(cell: dict) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else str(source)
-
-
 def match_exercise(name: str, cells: list[dict], exercises: dict[str, dict]) -> str | None:
     """The slug of the exercise notebook this submission answers: by file name, else by the
     grading cell ids it shares."""
@@ -159,8 +154,8 @@ def match_exercise(name: str, cells: list[dict], exercises: dict[str, dict]) -> 
     ids = {c.get("id") for c in cells}
     best, best_score = None, 0
     for slug, nb in exercises.items():
-        grading_ids = {c.get("id") for c in nb["cells"] if tamper.is_grading_id(c.get("id"))
-                       and c.get("id") != "setup" and c.get("id") != "scorecard"}
+        grading_ids = {c.get("id") for c in nb["cells"]
+                       if (c.get("id") or "").startswith(tamper.CHECK_PREFIX)}
         score = len(grading_ids & ids)
         if score > best_score:
             best, best_score = slug, score
@@ -258,10 +253,10 @@ def build_run_notebook(submitted: dict, pristine: dict, nonce: str, name: str = 
             continue
         cell_id = cell.get("id")
         if cell_id in grading and cell_id not in placed:
-            new = dict(grading[cell_id], source=_source(grading[cell_id]))
+            new = dict(grading[cell_id], source=tamper.cell_source(grading[cell_id]))
             placed.add(cell_id)
         else:
-            new = {"cell_type": "code", "metadata": {}, "source": _source(cell)}
+            new = {"cell_type": "code", "metadata": {}, "source": tamper.cell_source(cell)}
             if not cell_id or cell_id in used_ids or cell_id in grading or \
                     cell_id in (SNAPSHOT_ID, RESULTS_ID):
                 cell_id = f"student-{number:03d}"
@@ -273,15 +268,14 @@ def build_run_notebook(submitted: dict, pristine: dict, nonce: str, name: str = 
         cell_id = cell.get("id")
         if cell_id not in grading or cell_id in placed:
             continue
-        new = dict(cell, source=_source(cell), outputs=[], execution_count=None, metadata={})
-        position = len(out)
+        new = dict(cell, source=tamper.cell_source(cell), outputs=[], execution_count=None,
+                   metadata={})
+        ids = [c["id"] for c in out]
+        position = 0  # after the nearest earlier pristine cell still present, else first
         for before in reversed(pristine_cells[:index]):
-            ids = [c["id"] for c in out]
             if before.get("id") in ids:
                 position = ids.index(before["id"]) + 1
                 break
-        else:
-            position = 0
         out.insert(position, new)
         placed.add(cell_id)
     cells = [_snapshot_cell(), *out, _results_cell(nonce, name)]
@@ -368,7 +362,7 @@ def prepare(work: Path, number: int, path: Path, label: str,
         pristine = exercises[slug]
         check_cells: dict[str, str] = {}
         for cell in pristine["cells"]:
-            found = CHECK_CALL.search(_source(cell))
+            found = CHECK_CALL.search(tamper.cell_source(cell))
             if tamper.is_grading_id(cell.get("id")) and found:
                 check_cells[found.group(1)] = cell["id"]
         lesson_ids = {ex.split("/")[0] for ex in check_cells}
@@ -667,11 +661,6 @@ def grade_pairs(pairs: list[tuple[Path, str]], exercises: dict[str, dict], timeo
         return subs
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def grade_one(path: Path, label: str, exercises: dict[str, dict], timeout: float,
-              out: Path | None = None) -> Submission:
-    return grade_pairs([(path, label)], exercises, timeout, 1, out)[0]
 
 
 # ---------------------------------------------------------------- many submissions

@@ -12,8 +12,6 @@ from pathlib import Path
 
 from .grade import PASS, Submission, as_dict
 
-MARKS = {"pass": "\u2713", "veto": "VETO", "blank": "\u2717", "wrong": "\u2717"}
-
 
 def _item_line(item) -> str:
     if item.kind == "veto":

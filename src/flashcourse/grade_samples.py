@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+from .grade_tamper import cell_source
+
 # Known-wrong answers of lesson 1: cell id -> (pattern, replacement) applied to the solution.
 LESSON1_MISTAKES = {
     "no-rescale": ("exercise-flash-attention", r"^(\s*)scale = .*$",
@@ -19,27 +21,22 @@ LESSON1_MISTAKES = {
 }
 
 
-def _text(cell: dict) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else source
-
-
 def filled_notebook(root: Path, slug: str = "01-gpu-flash", mistakes: tuple[str, ...] = (),
                     unfilled: tuple[str, ...] = ()) -> dict:
     """The exercise notebook with its blanks and stubs replaced by the solution's cells, except
     the cells named in `unfilled`; then each named mistake applied."""
     exercise = json.loads((root / "exercises" / f"{slug}.ipynb").read_text(encoding="utf-8"))
     solution = json.loads((root / "solutions" / f"{slug}.ipynb").read_text(encoding="utf-8"))
-    answers = {c["id"]: _text(c) for c in solution["cells"]}
+    answers = {c["id"]: cell_source(c) for c in solution["cells"]}
     for cell in exercise["cells"]:
-        text = _text(cell)
+        text = cell_source(cell)
         if cell["cell_type"] == "code" and cell["id"] not in unfilled and (
                 "______" in text or "NotImplementedError" in text) and cell["id"] != "setup":
             cell["source"] = answers[cell["id"]]
     by_id = {c["id"]: c for c in exercise["cells"]}
     for name in mistakes:
         cell_id, pattern, replacement = LESSON1_MISTAKES[name]
-        new, count = re.subn(pattern, replacement, _text(by_id[cell_id]), flags=re.M)
+        new, count = re.subn(pattern, replacement, cell_source(by_id[cell_id]), flags=re.M)
         if count != 1:
             raise ValueError(f"mistake {name!r} matched {count} lines of {cell_id}")
         by_id[cell_id]["source"] = new

@@ -290,13 +290,14 @@ def compare_grading_cells(pristine: list[dict], submitted: list[dict]) -> list[s
         elif mine.get("cell_type") != "code":
             problems.append(f"grading cell `{cell_id}` was turned into a {mine.get('cell_type')} "
                             "cell")
-        elif _normalise(_text(mine)) != _normalise(_text(cell)):
+        elif _normalise(cell_source(mine)) != _normalise(cell_source(cell)):
             problems.append(f"grading cell `{cell_id}` was edited: expected "
-                            f"{_short(_text(cell))!r}, found {_short(_text(mine))!r}")
+                            f"{_short(cell_source(cell))!r}, found {_short(cell_source(mine))!r}")
     return problems
 
 
-def _text(cell: dict) -> str:
+def cell_source(cell: dict) -> str:
+    """A notebook cell's source as one string (nbformat JSON may hold a list of lines)."""
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
 
@@ -308,7 +309,7 @@ def _short(text: str, limit: int = 80) -> str:
 
 def scan_student_cells(cells: list[dict]) -> list[Finding]:
     """Scan every code cell that is not a grading cell."""
-    student = [(c.get("id") or f"cell {n}", _text(c)) for n, c in enumerate(cells)
+    student = [(c.get("id") or f"cell {n}", cell_source(c)) for n, c in enumerate(cells)
                if c.get("cell_type") == "code" and not is_grading_id(c.get("id"))]
     imported = imported_names([source for _, source in student])
     findings: list[Finding] = []

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from . import buffers, grading, runtime
-from .blanks import BlankNotFilled, refuse_blanks
+from . import attention, buffers, grading, runtime
+from .blanks import BlankNotFilled, refuse_blanks, source_of
 
 TOLERANCE = {torch.float32: 0.0, torch.float16: 0.0, torch.bfloat16: 0.0}  # copies are exact
 
@@ -36,6 +36,23 @@ def require_kernel(kernel, exercise_id: str, name: str) -> None:
             f"{exercise_id}: pass the kernel itself, the function decorated with @triton.jit "
             f"(check(\"{exercise_id}\", {name})), not the result of calling it.")
     refuse_blanks(kernel, name)
+
+
+def require_jit_kernel(kernel, exercise_id: str) -> None:
+    """Refuse anything but a @triton.jit kernel, and a kernel that, or whose @triton.jit
+    helpers, still hold a blank or still raise NotImplementedError."""
+    from triton.runtime.jit import KernelInterface
+
+    if not isinstance(kernel, KernelInterface):
+        raise grading.WrongAnswer(
+            f"{exercise_id}: pass the @triton.jit kernel itself (got {type(kernel).__name__}); "
+            "the grader launches it.")
+    for name, obj in [(kernel.fn.__name__, kernel), *attention.kernel_helpers(kernel)]:
+        refuse_blanks(obj, name)
+        if "raise NotImplementedError" in (source_of(obj) or ""):
+            raise grading.WrongAnswer(
+                f"{exercise_id}: {name} still raises NotImplementedError. Replace the "
+                "`raise NotImplementedError` line with your implementation.")
 
 
 def padded_vector(values: torch.Tensor, pad: int) -> torch.Tensor:

@@ -9,7 +9,6 @@ import torch
 import triton
 
 from .. import buffers, grading, kernel_grading, memory_model, runtime
-from ..blanks import BlankNotFilled
 
 LESSON = grading.lesson("coalescing", "Lesson 3: Coalescing, divergence and transposes",
                         pass_line=8)
@@ -75,8 +74,6 @@ def _check_sectors(sectors_and_lines) -> str:
         try:
             got = tuple(int(v) for v in got)
         except (TypeError, ValueError) as err:
-            if isinstance(err, BlankNotFilled):
-                raise
             raise grading.WrongAnswer(f"{case}: return a pair (sectors, lines), not "
                                       f"{got!r}.") from err
         if got != want:
@@ -133,8 +130,6 @@ def _check_warp_efficiency(warp_efficiency) -> str:
         try:
             results.append(float(got))
         except (TypeError, ValueError) as err:
-            if isinstance(err, BlankNotFilled):
-                raise
             raise grading.WrongAnswer(f"{case}: return one number, not {got!r}.") from err
     for number, ((what, predicate), value) in enumerate(zip(cases, results, strict=True), 1):
         want = memory_model.warp_efficiency(predicate)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .. import attention, buffers, grading, kernel_grading, runtime
-from ..blanks import BLANK_TOKEN, BlankNotFilled, is_blank, refuse_blanks, source_of
+from ..blanks import BlankNotFilled, is_blank
 
 LESSON = grading.lesson("flash-triton", "Lesson 6: FlashAttention forward and backward in Triton",
                         pass_line=8)
@@ -75,27 +75,6 @@ def _tolerance(table: dict, dtype) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _require_kernel(kernel, exercise_id: str) -> None:
-    """Refuse a non-kernel, blanks in the kernel or its helpers, and unwritten stubs."""
-    from triton.runtime.jit import KernelInterface
-
-    if is_blank(kernel):
-        raise BlankNotFilled(f"Fill in the blank: the answer to {exercise_id} is still ______.")
-    if not isinstance(kernel, KernelInterface):
-        raise grading.WrongAnswer(
-            f"{exercise_id}: pass the @triton.jit kernel itself (got {type(kernel).__name__}); "
-            "the grader launches it.")
-    for name, obj in [("kernel", kernel), *attention.kernel_helpers(kernel)]:
-        refuse_blanks(obj, name)
-        source = source_of(obj) or ""
-        if "raise NotImplementedError" in source:
-            raise grading.WrongAnswer(
-                f"{exercise_id}: {name} still raises NotImplementedError. Replace the "
-                "`raise NotImplementedError` line with your implementation.")
-        if BLANK_TOKEN in source:  # pragma: no cover  (refuse_blanks raised already)
-            raise BlankNotFilled(f"Fill in the blank in {name}.")
 
 
 def _place(x: torch.Tensor, layout: str, pad: int) -> torch.Tensor:
@@ -262,7 +241,7 @@ def _run_forward(kernel, case: Case, label: str):
 
 @grading.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 3)
 def _check_forward(kernel) -> str:
-    _require_kernel(kernel, "flash-triton/forward")
+    kernel_grading.require_jit_kernel(kernel, "flash-triton/forward")
     cases = FORWARD_CASES + (FORWARD_HIDDEN if grading.grading_mode() else [])
     for number, case in enumerate(cases, 1):
         case = _for_device(case)
@@ -374,7 +353,7 @@ def _backward_inputs(case: Case):
 
 
 def _check_backward(kernel, exercise_id: str, which: str) -> str:
-    _require_kernel(kernel, exercise_id)
+    kernel_grading.require_jit_kernel(kernel, exercise_id)
     cases = BACKWARD_CASES + (BACKWARD_HIDDEN if grading.grading_mode() else [])
     for number, case in enumerate(cases, 1):
         label = case.label(number, len(cases))

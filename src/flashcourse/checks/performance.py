@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from .. import attention, buffers, grading, kernel_grading, runtime
-from ..blanks import BLANK_TOKEN, BlankNotFilled, is_blank, refuse_blanks, source_of
 from ..traffic import attention_flops
 
 LESSON = grading.lesson("performance", "Lesson 7: Performance engineering", pass_line=8)
@@ -40,22 +39,6 @@ HIDDEN_CASES = [
     Case(1, 2, 97, 16, True, seed=103, block_m=64, block_n=16),
 ]
 TOLERANCES = {torch.float32: (2e-4, 1e-3), torch.float16: (4e-3, 8e-3)}
-
-
-def _require_kernel(kernel) -> None:
-    from triton.runtime.jit import KernelInterface
-
-    if is_blank(kernel):
-        raise BlankNotFilled(f"Fill in the blank: the answer to {LADDER_ID} is still ______.")
-    if not isinstance(kernel, KernelInterface):
-        raise grading.WrongAnswer(f"{LADDER_ID}: pass the @triton.jit kernel itself (got "
-                                  f"{type(kernel).__name__}); the grader launches it.")
-    refuse_blanks(kernel, "ladder_kernel")
-    source = source_of(kernel) or ""
-    if "raise NotImplementedError" in source:
-        raise grading.WrongAnswer(f"{LADDER_ID}: the kernel still raises NotImplementedError.")
-    if BLANK_TOKEN in source:  # pragma: no cover  (refuse_blanks raised already)
-        raise BlankNotFilled("Fill in the blanks of ladder_kernel.")
 
 
 def _place(x: torch.Tensor, layout: str, pad: int) -> torch.Tensor:
@@ -155,7 +138,7 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
 
 @grading.exercise(LADDER_ID, "ladder kernel: exp2 scale folding and the split causal loop", 4)
 def _check_ladder(kernel) -> str:
-    _require_kernel(kernel)
+    kernel_grading.require_jit_kernel(kernel, LADDER_ID)
     cases = CASES + (HIDDEN_CASES if grading.grading_mode() else [])
     for number, case in enumerate(cases, 1):
         _run_case(kernel, case, number, len(cases))

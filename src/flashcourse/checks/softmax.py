@@ -16,8 +16,8 @@ import math
 import numpy as np
 import torch
 
-from .. import buffers, grading, runtime
-from ..blanks import BlankNotFilled, is_blank, refuse_blanks
+from .. import buffers, grading, kernel_grading, runtime
+from ..blanks import BlankNotFilled, is_blank
 from ..reference import softmax as reference_softmax
 
 LESSON = grading.lesson(
@@ -201,17 +201,9 @@ def launch_online_softmax(kernel, x: torch.Tensor, y: torch.Tensor, block: int) 
                       num_warps=num_warps_for(block))
 
 
-def _require_kernel(kernel, exercise_id: str, name: str) -> None:
-    if not (callable(kernel) and hasattr(kernel, "fn") and hasattr(kernel, "__getitem__")):
-        raise grading.WrongAnswer(
-            f"{exercise_id}: pass the kernel itself, the function decorated with @triton.jit: "
-            f"check(\"{exercise_id}\", {name}).")
-    refuse_blanks(kernel, name)
-
-
 def row_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
     """Run a fused row-softmax kernel on a (rows, n_cols) tensor; returns a new tensor."""
-    _require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
+    kernel_grading.require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
     runtime.check_tensors(x, names=("x",))
     y = torch.empty_like(x)
     launch_row_softmax(kernel, x, y)
@@ -220,7 +212,7 @@ def row_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
 
 def online_softmax(kernel, x: torch.Tensor, block: int = 128) -> torch.Tensor:
     """Run an online-softmax kernel on a (rows, n_cols) tensor; returns a new tensor."""
-    _require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
+    kernel_grading.require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
     runtime.check_tensors(x, names=("x",))
     y = torch.empty_like(x)
     launch_online_softmax(kernel, x, y, block)
@@ -415,7 +407,7 @@ def _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, se
 
 @grading.exercise("softmax/row-kernel", "fused row-softmax Triton kernel", 2)
 def _check_row_kernel(kernel) -> str:
-    _require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
+    kernel_grading.require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
     cases = ROW_CASES + (ROW_HIDDEN if grading.grading_mode() else [])
     for number, (rows, n, dtype_name, scale, kind, seed) in enumerate(cases, 1):
         block = 1 << max(0, (n - 1).bit_length())
@@ -499,7 +491,7 @@ def _check_online_stats(online_softmax_stats) -> str:
 
 @grading.exercise("softmax/online-kernel", "online-softmax Triton kernel over a long row", 2)
 def _check_online_kernel(kernel) -> str:
-    _require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
+    kernel_grading.require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
     cases = ONLINE_CASES + (ONLINE_HIDDEN if grading.grading_mode() else [])
     for number, (rows, n, block, dtype_name, scale, kind, seed) in enumerate(cases, 1):
         label = (f"case {number}/{len(cases)} "
