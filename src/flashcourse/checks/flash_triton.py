@@ -47,10 +47,6 @@ BACKWARD_HIDDEN = [
     Case(1, 1, 1, 16, True, seed=111),
     Case(2, 1, 50, 32, False, torch.float16, seed=112, layout="bnhd", large=True),
 ]
-TOLERANCES = {  # dtype -> (atol, rtol) of outputs; L is always float32
-    torch.float32: (2e-4, 1e-3),
-    torch.float16: (4e-3, 8e-3),
-}
 GRAD_TOLERANCES = {torch.float32: (2e-4, 1e-3), torch.float16: (1e-2, 1e-2)}
 
 
@@ -67,20 +63,7 @@ def _for_device(case: Case) -> Case:
     return case
 
 
-def _tolerance(table: dict, dtype) -> tuple[float, float]:
-    """On a GPU, tl.dot on float32 runs in TF32 (10-bit mantissa): grade it like float16."""
-    if dtype == torch.float32 and _device() != "cpu":
-        return table[torch.float16]
-    return table[dtype]
-
-
 # ---------------------------------------------------------------- helpers
-
-
-def _place(x: torch.Tensor, layout: str, pad: int) -> torch.Tensor:
-    """x on the kernel's device inside NaN padding of at least `pad` rows (a whole block), so
-    an unmasked block load stays inside the buffer and reads NaN."""
-    return buffers.poisoned_heads(x, layout, pad, _device())
 
 
 def _pad(case: Case) -> int:
@@ -226,7 +209,7 @@ def _diagnose_forward(out: np.ndarray, case: Case, q, k, v) -> str:
 
 def _run_forward(kernel, case: Case, label: str):
     q, k, v = _inputs(case)
-    qp, kp, vp = (_place(x, case.layout, _pad(case)) for x in (q, k, v))
+    qp, kp, vp = (kernel_grading.place_heads(x, case.layout, _pad(case)) for x in (q, k, v))
     out = buffers.Canaried((case.B, case.H, case.N, case.D), case.dtype, _device(),
                            pad_rows=_pad(case))
     lse = buffers.Canaried((case.B, case.H, case.N), torch.float32, _device(),
@@ -250,7 +233,7 @@ def _check_forward(kernel) -> str:
         ref, ref_lse = attention.standard_attention(
             *(x.to(torch.float64) for x in (q, k, v)), causal=case.causal,
             sm_scale=case.scale(), return_lse=True)
-        atol, rtol = _tolerance(TOLERANCES, case.dtype)
+        atol, rtol = kernel_grading.dot_tolerance(kernel_grading.ATTENTION_TOLERANCES, case.dtype)
         out64 = out.to(torch.float64).numpy()
         try:
             grading.compare(out64, ref.numpy(), label + ", output O", atol=atol, rtol=rtol,
@@ -359,7 +342,7 @@ def _check_backward(kernel, exercise_id: str, which: str) -> str:
         label = case.label(number, len(cases))
         q, k, v, do, lse, delta = _backward_inputs(case)
         pad = _pad(case)
-        placed = [_place(x, case.layout, pad) for x in (q, k, v, do)]
+        placed = [kernel_grading.place_heads(x, case.layout, pad) for x in (q, k, v, do)]
         lse_p, delta_p = (buffers.poisoned(x.to(_device()), pad_cols=pad) for x in (lse, delta))
         shape = (case.B, case.H, case.N, case.D)
         if which == "dkdv":
@@ -376,7 +359,7 @@ def _check_backward(kernel, exercise_id: str, which: str) -> str:
             outputs = {"dQ": dq}
         ref_dq, ref_dk, ref_dv = reference_grads(q, k, v, do, case.causal, case.scale())
         refs = {"dQ": ref_dq, "dK": ref_dk, "dV": ref_dv}
-        atol, rtol = _tolerance(GRAD_TOLERANCES, case.dtype)
+        atol, rtol = kernel_grading.dot_tolerance(GRAD_TOLERANCES, case.dtype)
         for name, buffer in outputs.items():
             _verify(buffer, f"{label}, {name}")
             got = buffer.tensor.detach().cpu().to(torch.float64).numpy()

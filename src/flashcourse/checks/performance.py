@@ -38,18 +38,6 @@ HIDDEN_CASES = [
     Case(2, 1, 45, 32, False, torch.float16, seed=102, layout="bnhd", block_m=32, block_n=32),
     Case(1, 2, 97, 16, True, seed=103, block_m=64, block_n=16),
 ]
-TOLERANCES = {torch.float32: (2e-4, 1e-3), torch.float16: (4e-3, 8e-3)}
-
-
-def _place(x: torch.Tensor, layout: str, pad: int) -> torch.Tensor:
-    """x on the kernel's device inside NaN padding of at least `pad` rows (a whole block)."""
-    return buffers.poisoned_heads(x, layout, pad, runtime.current().device)
-
-
-def _inputs(case: Case):
-    gen = torch.Generator().manual_seed(case.seed)
-    return [torch.randn(case.B, case.H, case.N, case.D, generator=gen, dtype=torch.float64)
-            for _ in range(3)]
 
 
 def _attention64(q, k, v, causal: bool, sm_scale: float, left_bonus: int = 0):
@@ -106,14 +94,15 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
     from ..kernels import flash_ref
 
     label = case.label(number, total)
-    q64, k64, v64 = _inputs(case)
+    q64, k64, v64 = attention.make_inputs(case.B, case.H, case.N, case.D, torch.float64,
+                                          seed=case.seed)
     pad = max(case.block_m, case.block_n)
-    q, k, v = (_place(x.to(case.dtype), case.layout, pad) for x in (q64, k64, v64))
+    q, k, v = (kernel_grading.place_heads(x.to(case.dtype), case.layout, pad)
+               for x in (q64, k64, v64))
     device = runtime.current().device
     out = buffers.Canaried((case.B, case.H, case.N, case.D), case.dtype, device)
     lse = buffers.Canaried((case.B, case.H, case.N), torch.float32, device, pad_rows=0,
                            pad_cols=0)
-    runtime.check_tensors(q, k, v, names=("q", "k", "v"), dot=True)
     kernel_grading.guarded(
         label, lambda: flash_ref.forward(q, k, v, case.causal, case.sm_scale, kernel=kernel,
                                          out=out.tensor, lse=lse.tensor,
@@ -125,9 +114,7 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
     qr, kr, vr = (x.to(case.dtype).to(torch.float64) for x in (q64, k64, v64))
     expected, expected_lse = _attention64(qr, kr, vr, case.causal, case.scale())
     actual = grading.to_numpy(out.tensor).astype(np.float64)
-    # on a GPU, tl.dot runs float32 as TF32 (10-bit mantissa): grade it like float16
-    gpu_fp32 = case.dtype == torch.float32 and device != "cpu"
-    atol, rtol = TOLERANCES[torch.float16 if gpu_fp32 else case.dtype]
+    atol, rtol = kernel_grading.dot_tolerance(kernel_grading.ATTENTION_TOLERANCES, case.dtype)
     try:
         grading.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=case.block_m)
         grading.compare(lse.tensor, expected_lse, label + ", logsumexp", atol=atol * 10,
