@@ -37,7 +37,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from flashcourse import benchmark  # noqa: E402
+from flashcourse import bench, benchmark  # noqa: E402
 from flashcourse.kernels import flash_ref  # noqa: E402
 from flashcourse.kernels.flash_ref import TensorDescriptor, load_rows  # noqa: E402
 
@@ -407,7 +407,7 @@ def main() -> int:
         sdpa = {}
         for name in ("cudnn", "flash"):
             call = benchmark.make_call(f"sdpa-{name}", causal, d ** -0.5)
-            sdpa[name] = benchmark.time_ms(lambda call=call, q=q, k=k, v=v: call(q, k, v),
+            sdpa[name] = bench.median_ms(lambda call=call, q=q, k=k, v=v: call(q, k, v),
                                            rep_ms=40, warmup_ms=10)
         best = None
         for variant in variants:
@@ -425,7 +425,7 @@ def main() -> int:
                     if problem:
                         row["status"] = "WRONG " + problem
                         continue
-                    ms = benchmark.time_ms(
+                    ms = bench.median_ms(
                         lambda variant=variant, cfg=cfg, q=q, k=k, v=v, causal=causal:
                         launch(variant, cfg, q, k, v, causal), rep_ms=40, warmup_ms=10)
                 except Exception as err:  # noqa: BLE001
@@ -447,7 +447,7 @@ def main() -> int:
         if best:
             print("  BEST", best, flush=True)
         torch.cuda.empty_cache()
-    benchmark.write_csv(args.out / "explore-fwd.csv", rows)
+    bench.write_csv(args.out / "explore-fwd.csv", rows)
     print(f"total {time.time() - start:.0f} s")
     return 0
 

@@ -33,12 +33,13 @@ def skip_message() -> str | None:
     return None if gpu_available() else CPU_MESSAGE
 
 
-def median_ms(fn, warmup_ms: int = 25, rep_ms: int = 100) -> float:
-    """Median time of `fn()` in milliseconds, with the L2 cache flushed between runs."""
+def median_ms(fn, warmup_ms: int = 25, rep_ms: int = 100, grad_to_none=None) -> float:
+    """Median time of `fn()` in milliseconds, with the L2 cache flushed between runs
+    (grad_to_none: tensors whose .grad is reset before each run, for backward passes)."""
     import triton.testing
 
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
-                                         return_mode="median"))
+                                         grad_to_none=grad_to_none, return_mode="median"))
 
 
 def tflops(flops: float, ms: float) -> float:
@@ -88,24 +89,29 @@ def _assets_results():
     return Path(__file__).resolve().parents[2] / "assets" / "results"
 
 
-def save_results(name: str, rows: list[dict]) -> None:
-    """Write a measured table as CSV to $FLASHCOURSE_RESULTS_DIR (when set), with the
-    environment in every row, so a GPU run can bring its numbers home into assets/results/."""
+def write_csv(path, rows: list[dict]) -> None:
+    """Write measured rows as CSV at `path`, with the date, GPU and versions in every row."""
     import csv
-    import os
-    from pathlib import Path
 
-    target = os.environ.get(RESULTS_DIR_ENV)
-    if not target or not rows:
+    if not rows:
         return
     env = environment()
     rows = [{**env, **row} for row in rows]
-    path = Path(target) / f"{name}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def save_results(name: str, rows: list[dict]) -> None:
+    """Write a measured table as CSV to $FLASHCOURSE_RESULTS_DIR (when set), so a GPU run
+    can bring its numbers home into assets/results/."""
+    from pathlib import Path
+
+    target = os.environ.get(RESULTS_DIR_ENV)
+    if target:
+        write_csv(Path(target) / f"{name}.csv", rows)
 
 
 _ENVIRONMENT_KEYS = ("date", "gpu", "torch", "triton", "cuda", "python")  # kept as text

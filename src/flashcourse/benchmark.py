@@ -18,12 +18,14 @@ Without CUDA it says why and exits 0.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import bench
+from .bench import median_ms
 
 TOKENS = 32 * 1024
 FULL_NS = (1024, 2048, 4096, 8192, 16384)
@@ -240,13 +242,6 @@ def check_course(case: Case, q, k, v, do, fn) -> str:
     return "; ".join(problems)
 
 
-def time_ms(fn, rep_ms: int, warmup_ms: int, grads=None) -> float:
-    import triton.testing
-
-    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grads,
-                                         return_mode="median"))
-
-
 def bench_case(case: Case, providers, rep_ms: int, warmup_ms: int) -> list[dict]:
     """One row per provider: ms, TFLOP/s, and the check status of the course kernel."""
     import torch
@@ -281,8 +276,8 @@ def bench_case(case: Case, providers, rep_ms: int, warmup_ms: int) -> list[dict]
                     continue
             run()  # compile / warm up; raises if the backend cannot take this case
             torch.cuda.synchronize()
-            ms = time_ms(run, rep_ms, warmup_ms, grads=[q, k, v] if case.mode == "fwdbwd"
-                         else None)
+            ms = median_ms(run, warmup_ms, rep_ms,
+                           grad_to_none=[q, k, v] if case.mode == "fwdbwd" else None)
             if provider == "course":
                 problem = check_course(case, q, k, v, do, call)
                 if problem:
@@ -339,7 +334,8 @@ def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = T
         try:
             cudnn = make_call("sdpa-cudnn", case.causal, 1.0 / math.sqrt(case.d))
             with torch.no_grad():
-                cudnn_ms = time_ms(lambda f=cudnn, q=q, k=k, v=v: f(q, k, v), rep_ms, warmup_ms)
+                cudnn_ms = median_ms(lambda f=cudnn, q=q, k=k, v=v: f(q, k, v), warmup_ms,
+                                     rep_ms)
         except RuntimeError:
             pass
         base_ms = None
@@ -374,7 +370,7 @@ def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = T
                 if problem:
                     row["status"] = f"WRONG before timing: {problem}"
                     continue
-                ms = time_ms(run, rep_ms, warmup_ms)
+                ms = median_ms(run, warmup_ms, rep_ms)
                 problem = _ladder_check(step, cfg, case, dtype, run, ref, small=False)
                 if problem:
                     row["status"] = f"WRONG after timing: {problem}"
@@ -418,27 +414,12 @@ def _ladder_check(step, cfg, case, dtype, run, ref, small: bool = True) -> str:
 # ---------------------------------------------------------------- output
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    from .bench import environment
-
-    if not rows:
-        return
-    env = environment()
-    rows = [{**env, **row} for row in rows]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def plot_sweep(path: Path, rows: list[dict], title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .bench import environment
 
     fp16 = [r for r in rows if r["dtype"] == "fp16"]
     panels = sorted({(r["d"], r["causal"]) for r in fp16})
@@ -459,7 +440,7 @@ def plot_sweep(path: Path, rows: list[dict], title: str) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("TFLOP/s")
     axes[0][-1].legend(fontsize=7)
-    env = environment()
+    env = bench.environment()
     fig.suptitle(f"{title} (fp16) - {env['gpu']}, torch {env['torch']}, Triton {env['triton']}",
                  fontsize=9)
     fig.tight_layout()
@@ -473,7 +454,6 @@ def plot_ladder(path: Path, rows: list[dict]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .bench import environment
 
     cases = sorted({(r["d"], r["causal"]) for r in rows})
     if not cases:
@@ -490,7 +470,7 @@ def plot_ladder(path: Path, rows: list[dict]) -> None:
     ax.set_xticklabels([f"{s}\n{names[s]}" for s in sorted(names)], fontsize=7)
     ax.set_ylabel("TFLOP/s (fp16, N=4096)")
     ax.legend(fontsize=7)
-    env = environment()
+    env = bench.environment()
     ax.set_title(f"Optimisation ladder - {env['gpu']}, Triton {env['triton']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -634,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
         progress = Progress(len(cases) * len(flash_ref.ladder_steps()), "ladder")
         rows = time_ladder(cases, args.rep_ms, args.warmup_ms, not args.no_autotune, progress)
         progress.close()
-        write_csv(out / "07-ladder.csv", rows)
+        bench.write_csv(out / "07-ladder.csv", rows)
         plot_ladder(out / "07-ladder.png", rows)
         failed |= any(r["status"].startswith("WRONG") for r in rows)
         for r in rows:
@@ -652,8 +632,8 @@ def main(argv: list[str] | None = None) -> int:
             progress.step(case.label())
         progress.close()
         name = "07-attention-fwd" if mode == "fwd" else "07-attention-fwdbwd"
-        write_csv(out / f"{name}.csv", wide_rows(rows))
-        write_csv(out / f"{name}-raw.csv", rows)
+        bench.write_csv(out / f"{name}.csv", wide_rows(rows))
+        bench.write_csv(out / f"{name}-raw.csv", rows)
         plot_sweep(out / f"{name}.png", rows, "forward" if mode == "fwd" else
                    "forward + backward")
         failed |= any(r["status"].startswith("WRONG") for r in rows)
