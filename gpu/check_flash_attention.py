@@ -7,9 +7,7 @@ temporary module (Triton reads kernel source with inspect) and compiled for the 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,23 +15,16 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from flashcourse import attention, notebooks, runtime  # noqa: E402
+from flashcourse import attention, lesson_cells, runtime  # noqa: E402
 
 CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq")
 TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 6e-2}  # max abs error, O(1) outputs
 
 
 def load_kernels():
-    lesson = notebooks.parse(ROOT / "lessons" / "06-flash-attention.qmd")
-    cells = {c.options.get("id"): c for c in lesson.cells}
-    source = "import triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(
-        notebooks._solution_source(cells[name]) for name in CELLS)
-    path = Path(tempfile.mkdtemp()) / "lesson06_kernels.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    lesson = ROOT / "lessons" / "06-flash-attention.qmd"
+    return lesson_cells.load_cells(lesson, list(CELLS),
+                                   prelude="import triton\nimport triton.language as tl\n")
 
 
 def main() -> int:

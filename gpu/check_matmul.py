@@ -1,7 +1,7 @@
 """Check lesson 4's solution kernels compiled on a CUDA GPU: fp16, bf16 and fp32, ragged shapes.
 
-The kernels and the launcher come from solutions/04-tiling-matmul.ipynb, by cell id, so this
-script tests exactly what students are shown. Exits 1 on any mismatch, 2 without a GPU.
+The kernels and the launcher are the solution cells of lessons/04-tiling-matmul.qmd, by cell id,
+so this script tests exactly what students are shown. Exits 1 on any mismatch, 2 without a GPU.
 
     python gpu/check_matmul.py            # from the repository root, on a machine with a GPU
 """
@@ -9,16 +9,15 @@ script tests exactly what students are shown. Exits 1 on any mismatch, 2 without
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
-import nbformat
 import torch
 
 import flashcourse as fc
+from flashcourse import lesson_cells
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "solutions" / "04-tiling-matmul.ipynb"
+LESSON = ROOT / "lessons" / "04-tiling-matmul.qmd"
 CELLS = ("exercise-matmul-kernel", "matmul-launcher", "naive-kernel")
 
 # (M, N, K): none is a multiple of any block size used by the GPU configs
@@ -27,22 +26,11 @@ SHAPES = [(37, 53, 29), (64, 16, 100), (129, 257, 65), (1000, 1001, 515), (1, 40
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 4e-3}
 
 
-def load_solution() -> dict:
-    """Run the kernel, launcher and naive-kernel cells of the solution notebook."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    by_id = {cell.id: cell.source for cell in nb.cells if cell.cell_type == "code"}
-    import triton
-    import triton.language as tl
-
-    namespace = {"torch": torch, "triton": triton, "tl": tl, "fc": fc,
-                 "device": fc.runtime.current().device, "np": __import__("numpy")}
-    folder = Path(tempfile.mkdtemp(prefix="check_matmul_"))
-    for cell_id in CELLS:
-        # @triton.jit needs real source: give each cell a file of its own
-        path = folder / f"{cell_id.replace('-', '_')}.py"
-        path.write_text(by_id[cell_id] + "\n")
-        exec(compile(by_id[cell_id], str(path), "exec"), namespace)
-    return namespace
+def load_solution():
+    """The kernel, launcher and naive-kernel cells of the solution, imported as one module."""
+    prelude = lesson_cells.PRELUDE + ("import flashcourse as fc\n"
+                                      "device = fc.runtime.current().device\n")
+    return lesson_cells.load_cells(LESSON, list(CELLS), prelude=prelude)
 
 
 def main() -> int:
@@ -53,7 +41,7 @@ def main() -> int:
     if runtime.interpreter:
         print("The interpreter was forced on: unset FLASHCOURSE_INTERPRET / TRITON_INTERPRET.")
         return 2
-    ns = load_solution()
+    solution = load_solution()
     failures = 0
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         for M, N, K in SHAPES:
@@ -62,9 +50,9 @@ def main() -> int:
             reference = a.double() @ b.double()
             scale = (a.double().abs() @ b.double().abs()).max().item()
             column_major_b = b.t().contiguous().t()
-            for name, result in [("tiled", ns["matmul"](a, b)),
-                                 ("tiled, B column-major", ns["matmul"](a, column_major_b)),
-                                 ("naive", ns["naive_matmul"](a, b))]:
+            for name, result in [("tiled", solution.matmul(a, b)),
+                                 ("tiled, B column-major", solution.matmul(a, column_major_b)),
+                                 ("naive", solution.naive_matmul(a, b))]:
                 error = (result.double() - reference).abs().max().item()
                 ok = error <= TOLERANCE[dtype] * scale and torch.isfinite(result).all().item()
                 failures += not ok
@@ -75,7 +63,7 @@ def main() -> int:
 
     os.environ["FLASHCOURSE_GRADING"] = "1"
     try:
-        fc.check("tiling/matmul-kernel", ns["matmul_kernel"])
+        fc.check("tiling/matmul-kernel", solution.matmul_kernel)
     except AssertionError as err:
         print(f"FAIL grader: {err}")
         failures += 1

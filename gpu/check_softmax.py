@@ -4,8 +4,8 @@
     python gpu/check_softmax.py --no-graders
     python gpu/check_softmax.py --interpreter   # smoke test of this script on a CPU (small rows)
 
-The kernels are taken from solutions/05-softmax.ipynb by cell id (no copy of their source lives
-here), written to a temporary module (@triton.jit needs a real source file) and imported. Every
+The kernels are the solution cells of lessons/05-softmax.qmd, taken by cell id (no copy of their
+source lives here) and imported from a real file by flashcourse.lesson_cells. Every
 shape, dtype (fp32, fp16, bf16) and logit scale is checked; inputs are non-contiguous views and
 outputs sit inside NaN padding that must stay untouched. Exits 1 on any mismatch, 2 without a GPU.
 """
@@ -13,15 +13,13 @@ outputs sit inside NaN padding that must stay untouched. Exits 1 on any mismatch
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "solutions" / "05-softmax.ipynb"
+sys.path.insert(0, str(ROOT / "src"))  # flashcourse is imported once Triton's mode is chosen
+LESSON = ROOT / "lessons" / "05-softmax.qmd"
 KERNEL_CELLS = {"exercise-row-kernel": "softmax_row_kernel",
                 "exercise-online-kernel": "online_softmax_kernel"}
 HEADER = "import triton\nimport triton.language as tl\n\n\n"
@@ -35,15 +33,9 @@ DEVICE = "cuda"  # "cpu" with --interpreter
 
 
 def load_kernels():
-    cells = {c.get("id"): c for c in json.loads(NOTEBOOK.read_text())["cells"]}
-    folder = Path(tempfile.mkdtemp(prefix="softmax_kernels_"))
-    path = folder / "softmax_kernels.py"
-    source = "\n\n\n".join("".join(cells[cell_id]["source"]) for cell_id in KERNEL_CELLS)
-    path.write_text(HEADER + source + "\n")
-    spec = importlib.util.spec_from_file_location("softmax_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["softmax_kernels"] = module
-    spec.loader.exec_module(module)
+    from flashcourse import lesson_cells  # after --interpreter has chosen Triton's mode
+
+    module = lesson_cells.load_cells(LESSON, list(KERNEL_CELLS), prelude=HEADER)
     return {name: getattr(module, name) for name in KERNEL_CELLS.values()}
 
 
@@ -113,7 +105,6 @@ def check_kernels(kernels, torch, triton, max_n=None) -> int:
 
 def check_graders(kernels) -> int:
     """The lesson's own graders, on the GPU (compiled kernels, poisoned inputs, canaries)."""
-    sys.path.insert(0, str(ROOT / "src"))
     from flashcourse import check, grading, runtime
 
     chosen = runtime.setup(verbose=True)
