@@ -27,6 +27,15 @@ def test_every_ladder_step_matches_attention():
         assert len(lines) == 4
 
 
+def test_forward_check_rejects_a_wrong_forward():
+    # check_forward (behind check_step and the harness's ladder check) must fail, not pass
+    def no_mask(q, k, v, causal):
+        return flash_ref.forward(q, k, v, False, step=5)
+
+    with pytest.raises(AssertionError, match=r"causal .*max error"):
+        flash_ref.check_forward(no_mask, causal_values=(True,))
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_reference_forward_backward_match_autograd(causal):
     gen = torch.Generator().manual_seed(7)

@@ -859,29 +859,38 @@ def make_qkv(B, H, N, D, dtype, device, seed=0, layout="bhnd"):
     return [x.transpose(1, 2) for x in xs]
 
 
-def check_step(step, dtype=None, shapes=None, causal_values=(False, True),
-               autotune: bool = False) -> list[str]:
-    """Run a ladder step on ragged, batched, multi-head and transposed inputs; return one
-    line per case; raise AssertionError on a mismatch."""
+def check_forward(launch, dtype=None, shapes=None, causal_values=(False, True),
+                  atol: float | None = None, name: str = "forward") -> list[str]:
+    """Run launch(q, k, v, causal) -> (o, lse) on ragged, batched, multi-head and transposed
+    inputs against the fp32 reference; return one line per case; raise AssertionError on a
+    mismatch (atol: tolerance(dtype) unless given)."""
     device = runtime.current().device
     dtype = dtype or (torch.float32 if runtime.current().interpreter else torch.float16)
     shapes = shapes or (CHECK_SHAPES if runtime.current().interpreter else GPU_CHECK_SHAPES)
+    atol = tolerance(dtype) if atol is None else atol
     lines = []
     for number, (B, H, N, D) in enumerate(shapes):
         for causal in causal_values:
             layout = "bnhd" if number % 2 else "bhnd"
             q, k, v = make_qkv(B, H, N, D, dtype, device, seed=number, layout=layout)
-            o, lse = forward(q, k, v, causal, step=step, autotune=autotune)
+            o, lse = launch(q, k, v, causal)
             ref, ref_lse = reference_attention(q, k, v, causal)
-            err, ok = max_error(o, ref, tolerance(dtype))
-            lse_err, lse_ok = max_error(lse, ref_lse, tolerance(dtype))
-            label = (f"step {_step(step).number} B={B} H={H} N={N} D={D} "
-                     f"{str(dtype).replace('torch.', '')} {'causal' if causal else 'full'} "
-                     f"{layout}")
+            err, ok = max_error(o, ref, atol)
+            lse_err, lse_ok = max_error(lse, ref_lse, atol)
+            label = (f"{name} B={B} H={H} N={N} D={D} {str(dtype).replace('torch.', '')} "
+                     f"{'causal' if causal else 'full'} {layout}")
             if not (ok and lse_ok):
                 raise AssertionError(f"{label}: max error {err:.3g} (lse {lse_err:.3g})")
             lines.append(f"{label}: ok (max error {err:.1e})")
     return lines
+
+
+def check_step(step, dtype=None, shapes=None, causal_values=(False, True),
+               autotune: bool = False) -> list[str]:
+    """check_forward of a ladder step."""
+    return check_forward(
+        lambda q, k, v, causal: forward(q, k, v, causal, step=step, autotune=autotune),
+        dtype, shapes, causal_values, name=f"step {_step(step).number}")
 
 
 def check_backward(dtype=None, shapes=None, causal_values=(False, True)) -> list[str]:
