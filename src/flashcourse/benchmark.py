@@ -351,7 +351,7 @@ def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = T
             if not ok:
                 row["status"] = f"unsupported: {why}"
                 continue
-            tune = autotune and step.number in (3, 5)
+            tune = autotune and step.number in flash_ref.AUTOTUNE_STEPS
             try:
                 config = None
                 if tune:  # tune at the timing size, then check that config everywhere
@@ -359,7 +359,7 @@ def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = T
                     best = flash_ref.best_config(step)
                     config = (best["BLOCK_M"], best["BLOCK_N"], best["num_warps"],
                               best["num_stages"])
-                cfg = config or flash_ref.config_for(step, case.n, case.d, case.causal)
+                cfg = config or flash_ref.config_for(step, case.d)
                 row["config"] = "BM{}xBN{} w{} s{}".format(*cfg) + (" (autotuned)" if tune
                                                                        else "")
 

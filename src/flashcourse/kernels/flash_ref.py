@@ -7,7 +7,8 @@ every step of the ladder is the same source compiled differently:
   step 0  plain FA2: exp, every key block masked (no split)
   step 1  exp2, with log2(e) folded into the softmax scale
   step 2  causal loop split: unmasked blocks left of the diagonal, one masked diagonal block
-  step 3  tuned tiles and warps, from a table keyed on (N, d, causal) (autotuned when compiled)
+  step 3  tuned tiles and warps, from a table keyed on d (autotuned per (N, d, causal) when
+          compiled)
   step 4  K and V loaded through tensor descriptors (TMA on Hopper), where Triton has them
   step 5  pipelining depth: num_stages from the table (swept by autotune when compiled)
   step 6  warp specialisation of the key loop (tl.range(..., warp_specialize=True))
@@ -512,8 +513,8 @@ STEPS = [
     Step(2, "causal split", "unmasked blocks left of the diagonal, one masked diagonal block: "
          "no bounds checks or -inf selects in the main loop", True, True, False, False, False,
          False),
-    Step(3, "tuned tiles", "BLOCK_M, BLOCK_N and warps from a table keyed on (N, d, causal) "
-         "(autotuned when compiled)", True, True, True, False, False, False),
+    Step(3, "tuned tiles", "BLOCK_M, BLOCK_N and warps from a table keyed on d (autotuned per "
+         "(N, d, causal) when compiled)", True, True, True, False, False, False),
     Step(4, "TMA loads", "Q, K, V and O through host-built tensor descriptors: on Hopper the TMA "
          "engine copies whole tiles, freeing registers and threads", True, True, True, True,
          False, False),
@@ -539,6 +540,7 @@ TUNED = {True: (128, 64, 8, 4), False: (128, 64, 4, 2)}
 HALVES = {True: (128, 64, 4, 3), False: None}
 AUTOTUNE_TILES = [(64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 32, 4)]  # step 3 search
 AUTOTUNE_STAGES = [2, 3, 4]  # step 5 search
+AUTOTUNE_STEPS = (3, 5)  # the steps forward(..., autotune=True) searches (compiled only)
 INTERPRETER_CONFIG = (16, 16, 4, 1)  # small tiles: the interpreter's cost grows with tile area
 # Backward configs keyed on head dim <= 64: dK/dV (BLOCK_M, BLOCK_N, warps, stages), dQ (...)
 BACKWARD = {
@@ -565,7 +567,7 @@ def _step(step) -> Step:
     return STEPS[int(step)]
 
 
-def config_for(step, n: int, d: int, causal: bool) -> tuple[int, int, int, int]:
+def config_for(step, d: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of a ladder step for this problem."""
     step = _step(step)
     if runtime.current().interpreter:
@@ -687,7 +689,7 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
     lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device) if lse is None else lse
     if lse.shape != (B, H, N) or not lse.is_contiguous():
         raise CourseInputError("lse must be a contiguous (B, H, N) float32 tensor.")
-    bm, bn, warps, stages = config or config_for(step, N, D, causal)
+    bm, bn, warps, stages = config or config_for(step, D)
     if bm % bn:
         raise CourseInputError(f"BLOCK_M={bm} must be a multiple of BLOCK_N={bn}.")
     args = [q, k, v, o, lse, sm_scale, *_strides(q), *_strides(k), *_strides(v), *_strides(o),
@@ -712,7 +714,7 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
         args[:4] = _descriptors(q, k, v, o, bm, bn)
     switches = dict(HEAD_D=D, CAUSAL=causal, USE_EXP2=step.use_exp2, SPLIT=step.split,
                     USE_TMA=use_tma, WARP_SPEC=step.warp_spec)
-    if autotune and not interpreter and config is None and step.number in (3, 5):
+    if autotune and not interpreter and config is None and step.number in AUTOTUNE_STEPS:
         tuned = _autotuned(step, D)
 
         def grid(meta):
