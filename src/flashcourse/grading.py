@@ -151,11 +151,11 @@ def scorecard(lesson_id: str) -> float:
             mark = "\u2713" if ex.id in RESULTS else "\u2717"
             lines.append(f"  {mark} {ex.points:g}/{ex.points:g} {ex.title}" if got else
                          f"  {mark} 0/{ex.points:g} {ex.title} (not passed: run its check)")
-    verdict = "PASS" if earned >= item.pass_line and not _vetoes(lesson_id) else "FAIL"
+    vetoes = _vetoes(lesson_id)
+    verdict = "PASS" if earned >= item.pass_line and not vetoes else "FAIL"
     lines.append(f"Total: {earned:g}/{item.total_points:g} (pass line {item.pass_line:g}): "
                  f"{verdict}")
     print("\n".join(lines))
-    vetoes = _vetoes(lesson_id)
     if vetoes:
         raise VetoMisconception("A veto misconception fails the lesson:\n" + "\n".join(vetoes))
     if earned < item.pass_line:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 class MemoryLevel:
     name: str  # level of the hierarchy
     capacity: str  # human-readable size and scope
-    capacity_bytes: float  # for plotting: per SM for on-chip levels, per chip otherwise
     bandwidth_tbs: tuple[float, float]  # whole-chip bandwidth, TB/s
     latency_cycles: tuple[float, float]  # load-to-use latency, clock cycles
     shared_by: str  # who can see the data
@@ -25,11 +24,11 @@ class MemoryLevel:
 # to three 32-lane fp32 operands per clock (4 x 384 B); 132 SMs at about 1.8 GHz give several
 # hundred TB/s.
 H100_MEMORY = (
-    MemoryLevel("Registers", "256 KB per SM", 256e3, (300, 400), (0.5, 1), "one thread"),
-    MemoryLevel("Shared memory / L1", "228 KB per SM", 228e3, (30, 33), (20, 30),
+    MemoryLevel("Registers", "256 KB per SM", (300, 400), (0.5, 1), "one thread"),
+    MemoryLevel("Shared memory / L1", "228 KB per SM", (30, 33), (20, 30),
                 "one thread block"),
-    MemoryLevel("L2 cache", "50 MB per chip", 50e6, (5, 8), (100, 200), "whole chip"),
-    MemoryLevel("HBM3", "80 GB per chip", 80e9, (3.35, 3.35), (400, 800), "whole chip + host"),
+    MemoryLevel("L2 cache", "50 MB per chip", (5, 8), (100, 200), "whole chip"),
+    MemoryLevel("HBM3", "80 GB per chip", (3.35, 3.35), (400, 800), "whole chip + host"),
 )
 
 H100_SMS = 132

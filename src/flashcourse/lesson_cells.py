@@ -28,22 +28,23 @@ _counter = itertools.count()
 _TMP = Path(tempfile.mkdtemp(prefix="flashcourse-cells-"))
 
 
-def solution_source(lesson_path: Path, cell_id: str) -> str:
-    """The solution text of the code cell with `#| id: cell_id` (markers removed)."""
+def _code_cell(lesson_path: Path, cell_id: str):
     lesson = notebooks.parse(Path(lesson_path))
     for cell in lesson.cells:
         if cell.kind == "code" and cell.options.get("id") == cell_id:
-            return notebooks._solution_source(cell)
+            return lesson, cell
     raise KeyError(f"{lesson_path} has no code cell with id {cell_id!r}")
+
+
+def solution_source(lesson_path: Path, cell_id: str) -> str:
+    """The solution text of the code cell with `#| id: cell_id` (markers removed)."""
+    return notebooks._solution_source(_code_cell(lesson_path, cell_id)[1])
 
 
 def exercise_source(lesson_path: Path, cell_id: str) -> str:
     """The student's text of the same cell (blanks and stubs in place)."""
-    lesson = notebooks.parse(Path(lesson_path))
-    for cell in lesson.cells:
-        if cell.kind == "code" and cell.options.get("id") == cell_id:
-            return notebooks._exercise_source(cell, lesson.path)
-    raise KeyError(f"{lesson_path} has no code cell with id {cell_id!r}")
+    lesson, cell = _code_cell(lesson_path, cell_id)
+    return notebooks._exercise_source(cell, lesson.path)
 
 
 def edit(source: str, replace=(), assign: dict[str, str] | None = None) -> str:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .hardware import H100_SMS, WARP_SIZE
+
 SECTOR_BYTES = 32
 LINE_BYTES = 128
-WARP_SIZE = 32
 
 
 def sectors_and_lines(addresses, access_bytes: int = 4) -> tuple[int, int]:
@@ -43,12 +44,6 @@ def warp_addresses(pattern: str, element_bytes: int = 4, stride: int = 2, offset
     raise ValueError(f"unknown pattern {pattern!r}")
 
 
-def load_efficiency(addresses, access_bytes: int = 4) -> float:
-    """Bytes the threads asked for over bytes the sectors moved."""
-    sectors, _ = sectors_and_lines(addresses, access_bytes)
-    return len(np.asarray(addresses)) * access_bytes / (sectors * SECTOR_BYTES)
-
-
 def warp_efficiency(predicate) -> float:
     """Useful lane slots over issued lane slots for `if predicate: A else: B`, A and B of equal
     cost: a warp whose lanes disagree runs both paths, each with the other lanes masked off."""
@@ -59,7 +54,7 @@ def warp_efficiency(predicate) -> float:
 
 
 def coarsening_table(elements: int, factors=(1, 2, 4, 8, 16, 32), overhead: int = 6,
-                     work: int = 2, resident_threads: int = 132 * 2048) -> list[dict]:
+                     work: int = 2, resident_threads: int = H100_SMS * 2048) -> list[dict]:
     """Instructions per element when each thread handles `factor` elements: a fixed
     per-thread overhead (index arithmetic, bounds check) is shared by more elements, as long as
     enough threads remain to fill every SM (`resident_threads`, an H100's 132 SMs x 2048)."""

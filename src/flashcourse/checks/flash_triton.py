@@ -214,9 +214,8 @@ def _run_forward(kernel, case: Case, label: str):
                            pad_rows=_pad(case))
     lse = buffers.Canaried((case.B, case.H, case.N), torch.float32, _device(),
                            pad_cols=_pad(case))
-    _launch(attention.flash_forward, label, kernel, qp, kp, vp, case.causal, case.sm_scale
-            if case.sm_scale is not None else None, block_m=case.block_m,
-            block_n=case.block_n, out=out.tensor, lse=lse.tensor)
+    _launch(attention.flash_forward, label, kernel, qp, kp, vp, case.causal, case.sm_scale,
+            block_m=case.block_m, block_n=case.block_n, out=out.tensor, lse=lse.tensor)
     for buffer, name in ((out, "output O"), (lse, "logsumexp L")):
         _verify(buffer, f"{label}, {name}")
     return q, k, v, out.tensor.detach().cpu(), lse.tensor.detach().cpu()
