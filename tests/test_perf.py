@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import flashcourse as fc
-from flashcourse import BlankNotFilled, check, lesson_cells
+from flashcourse import BlankNotFilled, check, grading, lesson_cells
 from flashcourse.blanks import ______
 
 fc.setup(verbose=False)
@@ -102,9 +102,16 @@ def ladder_kernel(root, *replace):
     return module.ladder_kernel
 
 
-def test_solution_passes(root):
+def test_solution_passes(root, capsys, monkeypatch):
     kernel = ladder_kernel(root)
     check(LADDER, kernel)
+    out = capsys.readouterr().out
+    assert out.startswith(f"\u2713 {LADDER}: 5 cases match")
+    assert out.endswith("(graders also run hidden cases)\n")
+    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")  # the grader adds the hidden cases
+    check(LADDER, kernel)
+    out = capsys.readouterr().out
+    assert out.startswith(f"\u2713 {LADDER}: 8 cases match") and "hidden" not in out
 
 
 def test_blank_is_refused(root):

@@ -88,6 +88,16 @@ def grading_mode() -> bool:
     return os.environ.get(GRADING_MODE_ENV, "").strip() in {"1", "true", "yes"}
 
 
+def with_hidden(visible: list, hidden: list) -> list:
+    """The visible cases, plus the hidden ones when a grader runs the check."""
+    return visible + (hidden if grading_mode() else [])
+
+
+def hidden_note() -> str:
+    """What a passing check tells a student: the grader will run more cases."""
+    return "" if grading_mode() else " (graders also run hidden cases)"
+
+
 def _load_checks() -> None:
     from . import checks  # noqa: F401  (importing registers every lesson's exercises)
 

@@ -14,10 +14,6 @@ LESSON = grading.lesson("coalescing", "Lesson 3: Coalescing, divergence and tran
                         pass_line=8)
 
 
-def _hidden_note() -> str:
-    return "" if grading.grading_mode() else " (graders also run hidden cases)"
-
-
 # ---------------------------------------------------------------- sectors and lines
 
 # (description, addresses, access bytes)
@@ -83,7 +79,7 @@ def _check_sectors(sectors_and_lines) -> str:
                         "distinct values of byte // 32 (sectors) and byte // 128 (lines).")
             raise grading.WrongAnswer(f"{case}: you returned (sectors, lines) = {got}, "
                                       f"expected {want}. {hint}")
-    return f"{len(cases)} access patterns right{_hidden_note()}"
+    return f"{len(cases)} access patterns right{grading.hidden_note()}"
 
 
 # ---------------------------------------------------------------- warp efficiency
@@ -146,7 +142,7 @@ def _check_warp_efficiency(warp_efficiency) -> str:
                 break
         raise grading.WrongAnswer(f"{case}: you returned {value:.4g}, expected {want:.4g}. "
                                   f"{hint}")
-    return f"{len(cases)} predicates right{_hidden_note()}"
+    return f"{len(cases)} predicates right{grading.hidden_note()}"
 
 
 # ---------------------------------------------------------------- strided copy
@@ -173,7 +169,7 @@ def run_strided_copy(kernel, n, stride, block, dtype, case, seed=0):
 def _check_strided(strided_copy_kernel) -> str:
     kernel_grading.require_kernel(strided_copy_kernel, "coalescing/strided-copy",
                                   "strided_copy_kernel")
-    cases = STRIDED_CASES + (STRIDED_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(STRIDED_CASES, STRIDED_HIDDEN)
     dtypes = kernel_grading.graded_dtypes()
     total, number = len(cases) * len(dtypes), 0
     for dtype in dtypes:
@@ -202,7 +198,7 @@ def _check_strided(strided_copy_kernel) -> str:
             grading.compare(got, want.cpu(), case, atol=0,
                             hint="y[i] must be x[i * stride]; a masked-off load without "
                                  "`other` gives undefined values.")
-    return f"{total} cases right, canaries intact{_hidden_note()}"
+    return f"{total} cases right, canaries intact{grading.hidden_note()}"
 
 
 # ---------------------------------------------------------------- transposes
@@ -254,9 +250,9 @@ def _transpose_mistake(got, x, values, m, n) -> str:
 def _check_transpose(kernel, exercise_id, name, tiled) -> str:
     kernel_grading.require_kernel(kernel, exercise_id, name)
     if tiled:
-        cases = TILED_CASES + (TILED_HIDDEN if grading.grading_mode() else [])
+        cases = grading.with_hidden(TILED_CASES, TILED_HIDDEN)
     else:
-        cases = NAIVE_CASES + (NAIVE_HIDDEN if grading.grading_mode() else [])
+        cases = grading.with_hidden(NAIVE_CASES, NAIVE_HIDDEN)
     dtypes = kernel_grading.graded_dtypes()
     total, number = len(cases) * len(dtypes), 0
     for dtype in dtypes:
@@ -285,7 +281,7 @@ def _check_transpose(kernel, exercise_id, name, tiled) -> str:
             except grading.WrongAnswer as err:
                 raise grading.WrongAnswer(
                     f"{err}\n{_transpose_mistake(got, x, values, m, n)}") from None
-    return f"{total} cases transposed exactly, canaries intact{_hidden_note()}"
+    return f"{total} cases transposed exactly, canaries intact{grading.hidden_note()}"
 
 
 @grading.exercise("coalescing/transpose-naive", "Triton transpose, one row per program", 1)

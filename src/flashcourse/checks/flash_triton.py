@@ -224,7 +224,7 @@ def _run_forward(kernel, case: Case, label: str):
 @grading.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 3)
 def _check_forward(kernel) -> str:
     kernel_grading.require_jit_kernel(kernel, "flash-triton/forward")
-    cases = FORWARD_CASES + (FORWARD_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(FORWARD_CASES, FORWARD_HIDDEN)
     for number, case in enumerate(cases, 1):
         case = _for_device(case)
         label = case.label(number, len(cases))
@@ -254,7 +254,7 @@ def _check_forward(kernel) -> str:
                 hint = ("L must be the natural-log logsumexp of each row of sm_scale * q k^T: "
                         "(m_i + log2(l_i)) * ln(2) with the kernel's base-2 running max.")
             raise grading.WrongAnswer(f"{err}\n{hint}") from None
-    hidden = "" if grading.grading_mode() else " (graders also run hidden cases)"
+    hidden = grading.hidden_note()
     return f"{len(cases)} cases match standard attention, O and L{hidden}"
 
 
@@ -336,7 +336,7 @@ def _backward_inputs(case: Case):
 
 def _check_backward(kernel, exercise_id: str, which: str) -> str:
     kernel_grading.require_jit_kernel(kernel, exercise_id)
-    cases = BACKWARD_CASES + (BACKWARD_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(BACKWARD_CASES, BACKWARD_HIDDEN)
     for number, case in enumerate(cases, 1):
         label = case.label(number, len(cases))
         q, k, v, do, lse, delta = _backward_inputs(case)
@@ -372,7 +372,7 @@ def _check_backward(kernel, exercise_id: str, which: str) -> str:
                 hint = _where_wrong(got, expected, atol * scale, rtol) or \
                     _diagnose_backward(got, name, case, q, k, v, do, which)
                 raise grading.WrongAnswer(f"{err}\n{hint}") from None
-    hidden = "" if grading.grading_mode() else " (graders also run hidden cases)"
+    hidden = grading.hidden_note()
     names = "dK and dV" if which == "dkdv" else "dQ"
     return f"{len(cases)} cases match torch autograd, {names}{hidden}"
 

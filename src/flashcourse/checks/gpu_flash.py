@@ -116,7 +116,7 @@ def _diagnose(output, Q, K, V, block_size) -> str:
 def _check_flash_attention(flash_attention) -> str:
     if not callable(flash_attention):
         raise grading.WrongAnswer("Pass the function itself: check(..., flash_attention).")
-    cases = VISIBLE_CASES + (HIDDEN_CASES if grading.grading_mode() else [])
+    cases = grading.with_hidden(VISIBLE_CASES, HIDDEN_CASES)
     for number, (n, d, block, seed, logit_scale) in enumerate(cases, 1):
         Q, K, V = _inputs(n, d, seed, logit_scale)
         copies = [x.copy() for x in (Q, K, V)]
@@ -135,7 +135,7 @@ def _check_flash_attention(flash_attention) -> str:
         except grading.WrongAnswer as err:
             hint = _diagnose(output, Q, K, V, block or 64)
             raise grading.WrongAnswer(f"{err}\n{hint}") from None
-    hidden = "" if grading.grading_mode() else " (graders also run hidden cases)"
+    hidden = grading.hidden_note()
     return f"{len(cases)} cases match standard attention{hidden}"
 
 

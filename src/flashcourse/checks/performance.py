@@ -126,12 +126,11 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
 @grading.exercise(LADDER_ID, "ladder kernel: exp2 scale folding and the split causal loop", 4)
 def _check_ladder(kernel) -> str:
     kernel_grading.require_jit_kernel(kernel, LADDER_ID)
-    cases = CASES + (HIDDEN_CASES if grading.grading_mode() else [])
+    cases = grading.with_hidden(CASES, HIDDEN_CASES)
     for number, case in enumerate(cases, 1):
         _run_case(kernel, case, number, len(cases))
-    hidden = " (with hidden cases)" if grading.grading_mode() else ""
     return (f"{len(cases)} cases match float64 attention (ragged N, B > 1, H > 1, causal, "
-            f"poisoned padding){hidden}")
+            f"poisoned padding){grading.hidden_note()}")
 
 
 # ---------------------------------------------------------------- questions

@@ -49,7 +49,7 @@ def _gemm_variants(m, n, k, b):
 
 @grading.exercise("roofline/gemm-intensity", "arithmetic intensity of a GEMM", 2)
 def _check_gemm(gemm_intensity) -> str:
-    cases = GEMM_CASES + (GEMM_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(GEMM_CASES, GEMM_HIDDEN)
     for number, (m, n, k, b) in enumerate(cases, 1):
         case = f"case {number}/{len(cases)} (m={m}, n={n}, k={k}, element_bytes={b})"
         got = _number(grading.run_student(gemm_intensity, case, m, n, k, b), case)
@@ -60,11 +60,7 @@ def _check_gemm(gemm_intensity) -> str:
                         "FLOPs: 2*m*n*k; bytes: (m*k + k*n + m*n) * element_bytes.")
             raise grading.WrongAnswer(f"{case}: you returned {got:.6g} FLOP/B, expected "
                                       f"{want:.6g}. {hint}")
-    return f"{len(cases)} shapes right{_hidden_note()}"
-
-
-def _hidden_note() -> str:
-    return "" if grading.grading_mode() else " (graders also run hidden cases)"
+    return f"{len(cases)} shapes right{grading.hidden_note()}"
 
 
 # ---------------------------------------------------------------- the roofline
@@ -76,7 +72,7 @@ INTENSITIES = np.logspace(-2, 4, 25)
 
 @grading.exercise("roofline/attainable", "attainable throughput under a roofline", 1)
 def _check_attainable(attainable_tflops) -> str:
-    cases = ROOF_CASES + (ROOF_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(ROOF_CASES, ROOF_HIDDEN)
     for number, (peak, bw) in enumerate(cases, 1):
         case = (f"case {number}/{len(cases)} (peak={peak:g} TFLOP/s, bandwidth={bw:g} TB/s, "
                 f"25 intensities from 0.01 to 1e4 FLOP/B as one numpy array)")
@@ -115,7 +111,7 @@ def _check_attainable(attainable_tflops) -> str:
             hint = next((why for value, why in variants
                          if grading.same_result(got, value, 1e-9)), "")
             raise grading.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
-    return f"{len(cases)} machines right{_hidden_note()}"
+    return f"{len(cases)} machines right{grading.hidden_note()}"
 
 
 # ---------------------------------------------------------------- attention on the roofline
@@ -152,7 +148,7 @@ def _attention_variants(n, d, dtype):
 
 @grading.exercise("roofline/attention-intensity", "where attention's kernels sit", 2)
 def _check_attention(attention_intensities) -> str:
-    cases = ATTENTION_CASES + (ATTENTION_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(ATTENTION_CASES, ATTENTION_HIDDEN)
     for number, (n, d, dtype) in enumerate(cases, 1):
         case = f"case {number}/{len(cases)} (n={n}, d={d}, dtype={dtype})"
         got = grading.run_student(attention_intensities, case, n, d, dtype)
@@ -169,7 +165,7 @@ def _check_attention(attention_intensities) -> str:
                        if not np.isclose(got_array[i], want[i], rtol=1e-9)]
                 hint = f"Wrong for: {', '.join(off)}."
             raise grading.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
-    return f"{len(cases)} shapes right{_hidden_note()}"
+    return f"{len(cases)} shapes right{grading.hidden_note()}"
 
 
 # ---------------------------------------------------------------- Triton copy kernel
@@ -207,7 +203,7 @@ def _copy_hint(out, values, n, block) -> str:
 @grading.exercise("roofline/copy-kernel", "Triton copy kernel (masked tail)", 2)
 def _check_copy(copy_kernel) -> str:
     kernel_grading.require_kernel(copy_kernel, "roofline/copy-kernel", "copy_kernel")
-    cases = COPY_CASES + (COPY_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(COPY_CASES, COPY_HIDDEN)
     dtypes = kernel_grading.graded_dtypes()
     total = len(cases) * len(dtypes)
     number = 0
@@ -230,7 +226,7 @@ def _check_copy(copy_kernel) -> str:
                             hint="A copy must reproduce its input exactly: load and store "
                                  "the same offsets, without arithmetic on the values.")
     return (f"{total} cases copied exactly, canaries intact "
-            f"({', '.join(kernel_grading.dtype_name(t) for t in dtypes)}){_hidden_note()}")
+            f"({', '.join(kernel_grading.dtype_name(t) for t in dtypes)}){grading.hidden_note()}")
 
 
 # ---------------------------------------------------------------- questions

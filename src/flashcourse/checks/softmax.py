@@ -140,7 +140,7 @@ def _crash_hint(err: grading.WrongAnswer) -> str:
 @grading.exercise("softmax/stable-softmax", "numpy softmax that never overflows", 1)
 def _check_stable_softmax(stable_softmax) -> str:
     _require_callable(stable_softmax, "softmax/stable-softmax", "stable_softmax")
-    cases = STABLE_CASES + (STABLE_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(STABLE_CASES, STABLE_HIDDEN)
     for number, (rows, n, seed, scale, kind, dtype) in enumerate(cases, 1):
         x = logits(max(rows, 1), n, seed, scale, kind).astype(dtype)
         if rows == 0:
@@ -171,7 +171,7 @@ def _check_stable_softmax(stable_softmax) -> str:
 
 
 def _passed(count: int, what: str) -> str:
-    hidden = "" if grading.grading_mode() else " (graders also run hidden cases)"
+    hidden = grading.hidden_note()
     return f"{count} cases {what}{hidden}"
 
 
@@ -408,7 +408,7 @@ def _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, se
 @grading.exercise("softmax/row-kernel", "fused row-softmax Triton kernel", 2)
 def _check_row_kernel(kernel) -> str:
     kernel_grading.require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
-    cases = ROW_CASES + (ROW_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(ROW_CASES, ROW_HIDDEN)
     for number, (rows, n, dtype_name, scale, kind, seed) in enumerate(cases, 1):
         block = 1 << max(0, (n - 1).bit_length())
         label = (f"case {number}/{len(cases)} "
@@ -455,7 +455,7 @@ STATS_MISTAKES = [
 @grading.exercise("softmax/online-stats", "online softmax in numpy: running max and sum", 1)
 def _check_online_stats(online_softmax_stats) -> str:
     _require_callable(online_softmax_stats, "softmax/online-stats", "online_softmax_stats")
-    cases = STATS_CASES + (STATS_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(STATS_CASES, STATS_HIDDEN)
     for number, (rows, n, block, seed, scale, kind) in enumerate(cases, 1):
         x = logits(rows, n, seed, scale, kind)
         label = (f"case {number}/{len(cases)} "
@@ -492,7 +492,7 @@ def _check_online_stats(online_softmax_stats) -> str:
 @grading.exercise("softmax/online-kernel", "online-softmax Triton kernel over a long row", 2)
 def _check_online_kernel(kernel) -> str:
     kernel_grading.require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
-    cases = ONLINE_CASES + (ONLINE_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(ONLINE_CASES, ONLINE_HIDDEN)
     for number, (rows, n, block, dtype_name, scale, kind, seed) in enumerate(cases, 1):
         label = (f"case {number}/{len(cases)} "
                  f"({_describe(rows, n, scale, kind, dtype_name, block, seed)})")
@@ -573,7 +573,7 @@ MERGE_MISTAKES = {
 @grading.exercise("softmax/merge-states", "merge two partial softmax states", 1)
 def _check_merge_states(merge_states) -> str:
     _require_callable(merge_states, "softmax/merge-states", "merge_states")
-    cases = MERGE_CASES + (MERGE_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(MERGE_CASES, MERGE_HIDDEN)
     for number, (rows, n, d, splits, seed, scale) in enumerate(cases, 1):
         rng = np.random.default_rng(seed)
         scores = rng.standard_normal((rows, n)) * scale

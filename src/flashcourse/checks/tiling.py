@@ -74,7 +74,7 @@ def _byte_mistakes(M, N, K, BM, BN, BK, itemsize):
 def _check_blocked(blocked_matmul) -> str:
     if not callable(blocked_matmul):
         raise grading.WrongAnswer("Pass the function itself: check(..., blocked_matmul).")
-    cases = BLOCKED_CASES + (BLOCKED_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(BLOCKED_CASES, BLOCKED_HIDDEN)
     for number, (M, N, K, BM, BN, BK, dtype, seed) in enumerate(cases, 1):
         A, B = _blocked_inputs(M, N, K, dtype, seed)
         label = (f"case {number}/{len(cases)} (M={M}, N={N}, K={K}, BM={BM}, BN={BN}, "
@@ -103,7 +103,7 @@ def _check_blocked(blocked_matmul) -> str:
             raise grading.WrongAnswer(
                 f"{label}: bytes_read = {bytes_read!r}, expected {reads:,} = (M*K*cdiv(N, BN) "
                 f"+ K*N*cdiv(M, BM)) * {itemsize} bytes. {hint}")
-    hidden = "" if grading.grading_mode() else " (graders also run hidden cases)"
+    hidden = grading.hidden_note()
     return f"{len(cases)} cases: products and byte counts match the formula{hidden}"
 
 
@@ -362,7 +362,7 @@ def _check_kernel(kernel) -> str:
                                   "check('tiling/matmul-kernel', matmul_kernel).")
     _refuse_stub(kernel, "matmul_kernel")
     interpreter = runtime.current().interpreter
-    cases = KERNEL_CASES + (KERNEL_HIDDEN if grading.grading_mode() else [])
+    cases = grading.with_hidden(KERNEL_CASES, KERNEL_HIDDEN)
     skipped = 0
     ran = 0
     for number, case in enumerate(cases, 1):
