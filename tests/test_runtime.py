@@ -65,9 +65,23 @@ def test_block_size_must_be_a_power_of_two():
         runtime.check_block_size("BLOCK", 48)
 
 
-def test_shape_and_dtype_messages():
-    q = torch.zeros(2, 3, 5)
-    with pytest.raises(CourseInputError, match=r"shape \(2, 3, 5\); expected \(B, H, N, D\)"):
-        runtime.check_shape("q", q, (None, None, None, None), "(B, H, N, D)")
-    with pytest.raises(CourseInputError, match="dtype float64; use one of: float32, float16"):
-        runtime.check_dtype("q", q.double(), (torch.float32, torch.float16))
+def test_launchers_refuse_non_power_of_two_blocks():
+    # every launcher that takes block sizes says so before Triton fails deep inside
+    from flashcourse import attention
+    from flashcourse.checks import softmax, tiling
+    from flashcourse.kernels import flash_ref
+
+    q = torch.zeros(1, 1, 8, 16)
+    x = torch.zeros(2, 8)
+    calls = {
+        "BLOCK_M=48": lambda: flash_ref.forward(q, q, q, config=(48, 16, 4, 1)),
+        "BLOCK_N=24": lambda: attention.forward_config(16, False, 64, 24),
+        "BLOCK_M=96": lambda: attention.backward_config(16, 96, 16),
+        "BLOCK=100": lambda: softmax.launch_online_softmax(None, x, x, 100),
+        "BLOCK_K=20": lambda: tiling.launch(None, x, x.T, x, 16, 16, 20, 1),
+    }
+    for message, call in calls.items():
+        with pytest.raises(CourseInputError, match=f"{message} is not a power of two"):
+            call()
+
+

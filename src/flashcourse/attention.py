@@ -181,6 +181,8 @@ def forward_config(d: int, causal: bool, block_m=None, block_n=None):
     else:
         bm, bn, warps, stages = FORWARD_CONFIGS.get((d, causal), (64, 64, 4, 3))
     bm, bn = block_m or bm, block_n or bn
+    runtime.check_block_size("BLOCK_M", bm)
+    runtime.check_block_size("BLOCK_N", bn)
     if bm % bn:
         raise CourseInputError(f"BLOCK_M={bm} must be a multiple of BLOCK_N={bn}: the causal "
                                "diagonal block is walked in BLOCK_N steps.")
@@ -222,7 +224,10 @@ def backward_config(d: int, block_m=None, block_n=None, kernel: str = "dkdv"):
         bm, bn, warps, stages = *INTERPRETER_BLOCKS, 4, 1
     else:
         bm, bn, warps, stages = BACKWARD_CONFIGS.get((kernel, d), (64, 64, 4, 2))
-    return block_m or bm, block_n or bn, warps, stages
+    bm, bn = block_m or bm, block_n or bn
+    runtime.check_block_size("BLOCK_M", bm)
+    runtime.check_block_size("BLOCK_N", bn)
+    return bm, bn, warps, stages
 
 
 def launch_delta(kernel, o, do, delta=None, block_m: int | None = None):

@@ -116,20 +116,3 @@ def check_block_size(name: str, value: int) -> None:
             f"{name}={value!r} is not a power of two; Triton's tl.arange needs one. "
             f"Use {lower} or {lower * 2}."
         )
-
-
-def check_shape(name: str, tensor, expected: tuple, dims: str) -> None:
-    """Compare a shape with `expected` (None = any size); `dims` names the axes, e.g.
-    "(B, H, N, D)"."""
-    shape = tuple(tensor.shape)
-    if len(shape) != len(expected) or any(e is not None and e != s
-                                          for e, s in zip(expected, shape, strict=False)):
-        want = tuple("any" if e is None else e for e in expected)
-        raise CourseInputError(f"{name} has shape {shape}; expected {dims} = {want}.")
-
-
-def check_dtype(name: str, tensor, allowed: tuple) -> None:
-    if tensor.dtype not in allowed:
-        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
-        raise CourseInputError(f"{name} has dtype {str(tensor.dtype).replace('torch.', '')}; "
-                               f"use one of: {names} (convert with .to(torch.float16)).")

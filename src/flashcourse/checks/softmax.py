@@ -196,6 +196,7 @@ def launch_row_softmax(kernel, x: torch.Tensor, y: torch.Tensor) -> None:
 def launch_online_softmax(kernel, x: torch.Tensor, y: torch.Tensor, block: int) -> None:
     """How the grader launches your online-softmax kernel: one program per row, which walks
     over the row in blocks of BLOCK columns (any row length, BLOCK a power of two)."""
+    runtime.check_block_size("BLOCK", block)
     n_rows, n_cols = x.shape
     kernel[(n_rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK=block,
                       num_warps=num_warps_for(block))

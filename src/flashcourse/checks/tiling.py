@@ -191,6 +191,8 @@ def _tolerance(in_dtype: str, out_dtype: str) -> tuple[float, float]:
 def launch(kernel, a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, GROUP_M: int,
            num_warps: int = 4, num_stages: int = 2) -> None:
     """Launch a kernel with the lesson's signature: one program per output tile."""
+    for name, size in (("BLOCK_M", BLOCK_M), ("BLOCK_N", BLOCK_N), ("BLOCK_K", BLOCK_K)):
+        runtime.check_block_size(name, size)
     M, K = a.shape
     N = b.shape[1]
     grid = (cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),)

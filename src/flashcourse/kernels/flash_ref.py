@@ -690,6 +690,8 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
     if lse.shape != (B, H, N) or not lse.is_contiguous():
         raise CourseInputError("lse must be a contiguous (B, H, N) float32 tensor.")
     bm, bn, warps, stages = config or config_for(step, D)
+    runtime.check_block_size("BLOCK_M", bm)
+    runtime.check_block_size("BLOCK_N", bn)
     if bm % bn:
         raise CourseInputError(f"BLOCK_M={bm} must be a multiple of BLOCK_N={bn}.")
     args = [q, k, v, o, lse, sm_scale, *_strides(q), *_strides(k), *_strides(v), *_strides(o),
