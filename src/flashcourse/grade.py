@@ -522,6 +522,7 @@ def outcome_of(job: _Job, cases: list[ET.Element], results: Path) -> dict:
     if not cases:
         died = "the grader: pytest ran no cell of this notebook"
     return {"runs": runs, "died": died, "stopped": stopped, "truncated": truncated,
+            "ran_nothing": not cases,
             "executed": executed_path if executed is not None else None}
 
 
@@ -538,10 +539,10 @@ def _read_report(job: _Job, results: Path, runs: dict[str, dict]) -> dict | None
     return report
 
 
-def _score(sub: Submission, job: _Job, outcome: dict, report: dict | None,
-           timeout: float) -> None:
+def _score(sub: Submission, job: _Job, outcome: dict, runs: dict[str, dict],
+           report: dict | None, timeout: float) -> None:
+    """runs: outcome["runs"] by cell id."""
     lesson, check_cells = job.lesson, job.check_cells
-    runs = {r["id"]: r for r in outcome["runs"]}
     if outcome.get("stopped"):
         sub.status = TIMEOUT
         sub.problems.append(f"cell `{outcome['stopped']}` ran longer than {timeout:g} s and "
@@ -639,7 +640,7 @@ def grade_pairs(pairs: list[tuple[Path, str]], exercises: dict[str, dict], timeo
             sub = job.sub
             mine = cases.get(_classname(work, job.notebook), [])
             outcome = outcome_of(job, mine, results)
-            if outcome["died"] == "the grader: pytest ran no cell of this notebook":
+            if outcome["ran_nothing"]:
                 if timed_out:
                     sub.status = TIMEOUT
                     sub.problems.append("the grading run took longer than its wall-clock limit "
@@ -647,8 +648,8 @@ def grade_pairs(pairs: list[tuple[Path, str]], exercises: dict[str, dict], timeo
                     outcome["died"] = None
                 else:
                     outcome["died"] += ": " + _first_line(tail[-2000:])
-            report = _read_report(job, results, {r["id"]: r for r in outcome["runs"]})
-            _score(sub, job, outcome, report, timeout)
+            runs = {r["id"]: r for r in outcome["runs"]}
+            _score(sub, job, outcome, runs, _read_report(job, results, runs), timeout)
             sub.seconds = round(job.seconds + sum(float(c.get("time") or 0) for c in mine), 2)
             if out is not None and outcome["executed"] is not None:
                 executed_dir = out / "executed"
@@ -670,9 +671,15 @@ def grade_paths(paths: list[Path], out: Path | None = None, jobs: int | None = N
                 timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
                 progress=None) -> list[Submission]:
     """Grade every notebook under `paths`; write the reports under `out` when given."""
+    return grade_collected(*collect(paths), out, jobs, timeout, root, progress)
+
+
+def grade_collected(pairs: list[tuple[Path, str]], missing: list[str], out: Path | None = None,
+                    jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT,
+                    root: Path | None = None, progress=None) -> list[Submission]:
+    """grade_paths after collect(paths): the (notebook, label) pairs and the missing paths."""
     root = root or course_root()
     exercises = load_exercises(root)
-    pairs, missing = collect(paths)
     jobs = max(1, jobs or min(len(pairs) or 1, os.cpu_count() or 1))
     subs = grade_pairs(pairs, exercises, timeout, jobs, out, progress)
     for name in missing:
@@ -709,14 +716,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_cli(args: argparse.Namespace) -> int:
     from . import grade_report
 
-    pairs, _ = collect(args.paths)
+    pairs, missing = collect(args.paths)
     if not pairs:
         print("nothing to grade: no .ipynb files under "
               + ", ".join(str(p) for p in args.paths), file=sys.stderr)
         return 2
     started = time.monotonic()
-    subs = grade_paths(args.paths, out=args.out, jobs=args.jobs, timeout=args.timeout,
-                       root=args.root)
+    subs = grade_collected(pairs, missing, out=args.out, jobs=args.jobs, timeout=args.timeout,
+                           root=args.root)
     print(grade_report.scorecard_text(subs))
     elapsed = time.monotonic() - started
     print(f"\n{sum(s.passed for s in subs)} of {len(subs)} submissions passed "
