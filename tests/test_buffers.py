@@ -58,7 +58,8 @@ def test_missing_store_mask_hits_a_canary():
     x = torch.randn(37, device=DEVICE)
     out = Canaried((37,), device=DEVICE)
     _copy[(3,)](poisoned(x), out.tensor, 37, BLOCK=16, MASK_STORE=False)
-    with pytest.raises(grading.WrongAnswer, match=r"past the end of the output.*Mask the stores"):
+    with pytest.raises(grading.WrongAnswer, match=r"11 value.* at index 37, past the last "
+                                                r"index 36.*Mask the stores"):
         out.verify("case 1")
 
 

@@ -32,8 +32,8 @@ def _poison_value(dtype: torch.dtype) -> float:
 def _padded_view(shape, dtype, device, fill, pad_rows, pad_cols):
     """A view of `shape` inside a flat buffer with padding, and the buffer itself."""
     shape = tuple(shape)
-    if len(shape) == 1:
-        padded, strides = (shape[0],), (1,)
+    if len(shape) == 1:  # a vector: pad_cols elements after its end
+        padded, strides = (shape[0] + pad_cols,), (1,)
     else:
         *lead, rows, cols = shape
         padded = (*lead, rows + pad_rows, cols + pad_cols)
@@ -95,7 +95,7 @@ class Canaried:
             return f"{flat - GUARD - body + 1} element(s) past the end of the output"
         index = [int(i) for i in torch.unravel_index(torch.tensor(flat - GUARD), self._padded)]
         if len(self.shape) == 1:
-            return f"at index {index[0]} (the output has {self.shape[0]})"
+            return f"at index {index[0]}, past the last index {self.shape[0] - 1}"
         *lead, row, col = index
         rows, cols = self.shape[-2:]
         where = f"batch index {tuple(lead)}, " if lead else ""

@@ -70,38 +70,6 @@ def require_jit_kernel(kernel, exercise_id: str) -> None:
                 "`raise NotImplementedError` line with your implementation.")
 
 
-def padded_vector(values: torch.Tensor, pad: int) -> torch.Tensor:
-    """A 1-D copy of `values` followed by at least `pad` poisoned (NaN) elements."""
-    return buffers.poisoned(values.reshape(1, -1), pad_rows=1, pad_cols=pad)[0]
-
-
-class CanariedVector:
-    """A 1-D output of length n followed by `pad` canaries (plus the usual guard before it).
-
-    It is row 0 of a (1, n) Canaried matrix whose rows are padded by `pad` columns, so a store
-    up to `pad` elements past the end hits a canary instead of foreign memory.
-    """
-
-    def __init__(self, n: int, dtype: torch.dtype, device: str, pad: int):
-        self._matrix = buffers.Canaried((1, n), dtype, device, pad_rows=1, pad_cols=pad)
-        self.tensor = self._matrix.tensor[0]
-
-    def verify(self, case: str) -> None:
-        try:
-            self._matrix.verify(case)
-        except grading.WrongAnswer as err:
-            text = str(err).replace("at row 0, column", "at index").replace(
-                "past the last column", "past the last index")
-            raise grading.WrongAnswer(text) from None
-
-    def unwritten(self) -> torch.Tensor:
-        return self._matrix.unwritten()[0]
-
-    def outside_writes(self) -> int:
-        """How many canaries a store changed."""
-        return int(self._matrix.changed_canaries().sum())
-
-
 def launch(kernel, grid, case: str, *args, **kwargs) -> None:
     """Run `kernel[grid](*args, **kwargs)` through `guarded`."""
     guarded(case, lambda: kernel[grid](*args, **kwargs))

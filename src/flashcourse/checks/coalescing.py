@@ -158,8 +158,8 @@ def run_strided_copy(kernel, n, stride, block, dtype, case, seed=0):
     generator = torch.Generator().manual_seed(seed)
     source = (torch.randn(n * stride, generator=generator) * 100).to(dtype).to(device)
     pad = (n + block) * stride
-    x = kernel_grading.padded_vector(source, pad=pad)
-    out = kernel_grading.CanariedVector(n, dtype, device, pad=pad)
+    x = buffers.poisoned(source, pad_cols=pad)
+    out = buffers.Canaried((n,), dtype, device, pad_cols=pad)
     kernel_grading.launch(kernel, (triton.cdiv(n, block),), case, x, out.tensor, n, stride,
                           BLOCK=block)
     return out, source
@@ -179,12 +179,12 @@ def _check_strided(strided_copy_kernel) -> str:
                     f"{kernel_grading.dtype_name(dtype)})")
             out, source = run_strided_copy(strided_copy_kernel, n, stride, block, dtype, case,
                                            seed=number)
-            if out.outside_writes() > triton.cdiv(n, block) * block - n:
+            outside = int(out.changed_canaries().sum())
+            if outside > triton.cdiv(n, block) * block - n:
                 raise grading.WrongAnswer(
-                    f"{case}: your kernel wrote {out.outside_writes()} values outside the "
-                    "output, more than a missing mask on the last block could: the stride "
-                    "belongs to the load only. "
-                    "Store to y_ptr + offsets, load from x_ptr + offsets * stride.")
+                    f"{case}: your kernel wrote {outside} values outside the output, more than "
+                    "a missing mask on the last block could: the stride belongs to the load "
+                    "only. Store to y_ptr + offsets, load from x_ptr + offsets * stride.")
             out.verify(case)
             want = source[::stride][:n]
             got = out.tensor.cpu()

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import triton
 
-from .. import grading, kernel_grading, roofline, runtime, traffic
+from .. import buffers, grading, kernel_grading, roofline, runtime, traffic
 from ..blanks import BlankNotFilled
 
 LESSON = grading.lesson("roofline", "Lesson 2: Memory and the roofline", pass_line=8)
@@ -180,8 +180,8 @@ def run_copy(copy_kernel, n: int, block: int, dtype: torch.dtype, case: str, see
     device = runtime.current().device
     generator = torch.Generator().manual_seed(seed)
     values = (torch.randn(n, generator=generator) * 100).to(dtype).to(device)
-    x = kernel_grading.padded_vector(values, pad=block)
-    out = kernel_grading.CanariedVector(n, dtype, device, pad=block)
+    x = buffers.poisoned(values, pad_cols=block)
+    out = buffers.Canaried((n,), dtype, device, pad_cols=block)
     grid = (triton.cdiv(n, block),)
     kernel_grading.launch(copy_kernel, grid, case, x, out.tensor, n, BLOCK=block)
     return out, values
@@ -214,14 +214,12 @@ def _check_copy(copy_kernel) -> str:
                     f"{kernel_grading.dtype_name(dtype)})")
             out, values = run_copy(copy_kernel, n, block, dtype, case, seed=number)
             out.verify(case)
-            if bool(out.unwritten().any()):
-                try:
-                    kernel_grading.unwritten_hint(out.unwritten(), case,
-                                                  "(NaN: never stored, or loaded from outside "
-                                                  "the input.)")
-                except grading.WrongAnswer as err:
-                    raise grading.WrongAnswer(
-                        f"{err}\n{_copy_hint(out, values, n, block)}") from None
+            try:
+                kernel_grading.unwritten_hint(out.unwritten(), case, "(NaN: never stored, or "
+                                              "loaded from outside the input.)")
+            except grading.WrongAnswer as err:
+                raise grading.WrongAnswer(
+                    f"{err}\n{_copy_hint(out, values, n, block)}") from None
             grading.compare(out.tensor, values, case, atol=0,
                             hint="A copy must reproduce its input exactly: load and store "
                                  "the same offsets, without arithmetic on the values.")
