@@ -36,3 +36,11 @@ def test_check_names_the_lines_with_blanks():
 def test_blank_answer_object():
     with pytest.raises(BlankNotFilled):
         check("gpu-flash/q1-memory", ______)
+
+
+def test_student_code_returning_the_blank_is_refused():
+    from flashcourse import grading
+
+    with pytest.raises(BlankNotFilled, match=r"case 2/5 \(n=3\) returned ______"):
+        grading.run_student(lambda n: ______, "case 2/5 (n=3)", 3)
+    assert grading.run_student(lambda n: n + 1, "case 1/5", 3) == 4

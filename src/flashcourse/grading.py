@@ -134,13 +134,17 @@ def check(exercise_id: str, answer) -> None:
 
 
 def run_student(fn: Callable, case: str, *args, **kwargs):
-    """Call student code; turn a crash into a WrongAnswer that names the case."""
+    """Call student code; turn a crash into a WrongAnswer that names the case, and a blank
+    returned as the answer into a BlankNotFilled."""
     try:
-        return fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
     except (BlankNotFilled, NotImplementedError, WrongAnswer):
         raise
     except Exception as err:  # the student's code crashed: say where, keep the traceback
         raise WrongAnswer(f"{case}: your code raised {type(err).__name__}: {err}") from err
+    if is_blank(result):
+        raise BlankNotFilled(f"Fill in the blank: {case} returned ______.")
+    return result
 
 
 def scorecard(lesson_id: str) -> float:

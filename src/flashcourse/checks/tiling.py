@@ -80,8 +80,6 @@ def _check_blocked(blocked_matmul) -> str:
         label = (f"case {number}/{len(cases)} (M={M}, N={N}, K={K}, BM={BM}, BN={BN}, "
                  f"BK={BK}, {dtype})")
         result = grading.run_student(blocked_matmul, label, A.copy(), B.copy(), BM, BN, BK)
-        if is_blank(result):
-            raise BlankNotFilled(f"Fill in the blank: {label} returned ______.")
         if not isinstance(result, tuple) or len(result) != 2:
             raise grading.WrongAnswer(f"{label}: return a pair (C, bytes_read), got "
                                       f"{type(result).__name__}.")
