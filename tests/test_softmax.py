@@ -167,7 +167,7 @@ def test_kernel_crash_names_the_case(root, known_wrong):
     wrong = answer(root, "softmax/row-kernel",
                    lines={"row_max": "tl.max(x, axis=1)"})
     with known_wrong("softmax/row-kernel", "max over an axis the row lacks (crash)",
-                     match=r"case 1/\d+ .*your code raised"):
+                     match=r"case 1/\d+ .*launching your kernel raised"):
         check("softmax/row-kernel", wrong)
 
 
