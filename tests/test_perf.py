@@ -36,6 +36,13 @@ def test_forward_check_rejects_a_wrong_forward():
         flash_ref.check_forward(no_mask, causal_values=(True,))
 
 
+def test_gradient_check_rejects_a_wrong_gradient():
+    ref = [torch.ones(2, 3) * scale for scale in (1.0, 4.0, 1.0)]
+    assert flash_ref.gradient_problems([r.clone() for r in ref], ref, 1e-2) == []
+    wrong = [ref[0], ref[1] * 1.1, ref[2]]  # dk off by 0.4: tolerance 0.04 + 0.04 * 4
+    assert flash_ref.gradient_problems(wrong, ref, 1e-2) == ["dk max error 0.4 > 0.04"]
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_reference_forward_backward_match_autograd(causal):
     gen = torch.Generator().manual_seed(7)

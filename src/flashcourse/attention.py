@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from . import runtime
+from .matmul_model import cdiv
 from .runtime import CourseInputError
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
@@ -204,7 +205,7 @@ def flash_forward(kernel, q, k, v, causal: bool = False, sm_scale: float | None 
     bm, bn, warps, stages = forward_config(D, causal, block_m, block_n)
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device) if lse is None else lse
-    grid = (triton_cdiv(N, bm), B * H)
+    grid = (cdiv(N, bm), B * H)
     kernel[grid](
         q, k, v, out, lse,
         *_bhn_strides(q, k, v, out),
@@ -213,10 +214,6 @@ def flash_forward(kernel, q, k, v, causal: bool = False, sm_scale: float | None 
         D=D, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=warps, num_stages=stages,
     )
     return out, lse
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
 
 
 def backward_config(d: int, block_m=None, block_n=None, kernel: str = "dkdv"):
@@ -237,7 +234,7 @@ def launch_delta(kernel, o, do, delta=None, block_m: int | None = None):
     bm = block_m or backward_config(D)[0]
     delta = torch.empty(B, H, N, dtype=torch.float32, device=o.device) if delta is None \
         else delta
-    kernel[(triton_cdiv(N, bm), B * H)](
+    kernel[(cdiv(N, bm), B * H)](
         o, do, delta,
         *_bhn_strides(o, do),
         delta.stride(0), delta.stride(1),
@@ -261,7 +258,7 @@ def launch_dkdv(kernel, q, k, v, do, lse, delta, causal, sm_scale, dk=None, dv=N
     bm, bn, warps, stages = backward_config(D, block_m, block_n)
     dk = torch.empty_like(k) if dk is None else dk
     dv = torch.empty_like(v) if dv is None else dv
-    kernel[(triton_cdiv(N, bn), B * H)](
+    kernel[(cdiv(N, bn), B * H)](
         q, k, v, do, lse, delta, dk, dv,
         *_bhn_strides(q, k, v, do, dk, dv),
         lse.stride(0), lse.stride(1),
@@ -278,7 +275,7 @@ def launch_dq(kernel, q, k, v, do, lse, delta, causal, sm_scale, dq=None,
     lse, delta = _same_strides(lse, delta)
     bm, bn, warps, stages = backward_config(D, block_m, block_n, kernel="dq")
     dq = torch.empty_like(q) if dq is None else dq
-    kernel[(triton_cdiv(N, bm), B * H)](
+    kernel[(cdiv(N, bm), B * H)](
         q, k, v, do, lse, delta, dq,
         *_bhn_strides(q, k, v, do, dq),
         lse.stride(0), lse.stride(1),
@@ -336,9 +333,9 @@ def make_flash_attention(forward_kernel, delta_kernel=None, dkdv_kernel=None, dq
 def causal_tiles(n: int, block_m: int, block_n: int) -> tuple[int, int]:
     """(tiles visited, tiles skipped) by a causal forward whose query block i visits the key
     blocks covering columns 0 .. min((i + 1) * block_m, n) - 1."""
-    rows = triton_cdiv(n, block_m)
-    cols = triton_cdiv(n, block_n)
-    visited = sum(triton_cdiv(min((i + 1) * block_m, n), block_n) for i in range(rows))
+    rows = cdiv(n, block_m)
+    cols = cdiv(n, block_n)
+    visited = sum(cdiv(min((i + 1) * block_m, n), block_n) for i in range(rows))
     return visited, rows * cols - visited
 
 

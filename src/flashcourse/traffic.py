@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .matmul_model import cdiv
+
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2}
 
 
@@ -50,7 +52,7 @@ def flash_attention_traffic(n: int, d: int, dtype: str = "bf16", block_rows: int
     or only once in all when `kv_reads_hit_l2` (query blocks of one head run side by side and
     share K and V through the L2 cache)."""
     size = DTYPE_BYTES[dtype]
-    query_blocks = 1 if kv_reads_hit_l2 else -(-n // block_rows)
+    query_blocks = 1 if kv_reads_hit_l2 else cdiv(n, block_rows)
     return KernelTraffic(
         "fused FlashAttention",
         read_bytes=n * d * size + query_blocks * 2 * n * d * size,

@@ -897,6 +897,18 @@ def check_step(step, dtype=None, shapes=None, causal_values=(False, True),
         dtype, shapes, causal_values, name=f"step {_step(step).number}")
 
 
+def gradient_problems(grads, ref_grads, atol: float) -> list[str]:
+    """One line per gradient (dq, dk, dv) further from its fp32 reference than atol times the
+    reference's largest magnitude (at least 1)."""
+    problems = []
+    for name, g, r in zip(("dq", "dk", "dv"), grads, ref_grads, strict=True):
+        tol = atol * max(1.0, float(r.abs().max()))
+        err, ok = max_error(g, r, tol)
+        if not ok:
+            problems.append(f"{name} max error {err:.3g} > {tol:.3g}")
+    return problems
+
+
 def check_backward(dtype=None, shapes=None, causal_values=(False, True)) -> list[str]:
     """Gradients of flash_attention against autograd through the fp32 reference."""
     device = runtime.current().device
@@ -917,10 +929,8 @@ def check_backward(dtype=None, shapes=None, causal_values=(False, True)) -> list
             ref_grads = torch.autograd.grad(ro, (rq, rk, rv), do.float())
             label = (f"backward B={B} H={H} N={N} D={D} {str(dtype).replace('torch.', '')} "
                      f"{'causal' if causal else 'full'}")
-            for name, g, r in zip(("dq", "dk", "dv"), grads, ref_grads, strict=True):
-                atol = tolerance(dtype) * max(1.0, float(r.abs().max()))
-                err, ok = max_error(g, r, atol)
-                if not ok:
-                    raise AssertionError(f"{label}: {name} max error {err:.3g}")
+            problems = gradient_problems(grads, ref_grads, tolerance(dtype))
+            if problems:
+                raise AssertionError(f"{label}: {problems[0]}")
             lines.append(f"{label}: ok")
     return lines
