@@ -30,6 +30,28 @@ CANDIDATES = {
 }
 
 
+def tune_one(name, d, causal, key, configs, launch, totals) -> None:
+    """Time every config of one kernel on one case against the (64, 64, 4, 2) reference
+    output; add each config's time to totals (inf for a mismatch or a failure)."""
+    reference = [t.float() for t in (launch[name]() if name == "dkdv" else (launch[name](),))]
+    for config in configs:
+        attention.BACKWARD_CONFIGS[key] = config
+        try:
+            got = launch[name]()
+            got = got if name == "dkdv" else (got,)
+            error = max((a.float() - b).abs().max().item()
+                        for a, b in zip(got, reference, strict=True))
+            ms = bench.median_ms(launch[name], rep_ms=50)
+        except Exception as err:  # out of shared memory, etc.
+            print(f"skip {name} d={d} causal={causal} {config}: {type(err).__name__}")
+            totals[(name, config)] = float("inf")
+            continue
+        ok = error < 2e-2
+        print(f"{name:4s} d={d:3d} causal={causal!s:5s} {config}: {ms:.3f} ms "
+              f"err {error:.1e}{'' if ok else '  MISMATCH'}")
+        totals[(name, config)] = totals.get((name, config), 0.0) + (ms if ok else float("inf"))
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU")
@@ -55,27 +77,10 @@ def main() -> int:
                 key = (name, d)
                 default = attention.BACKWARD_CONFIGS[key]
                 attention.BACKWARD_CONFIGS[key] = (64, 64, 4, 2)
-                reference = [t.float() for t in
-                             (launch[name]() if name == "dkdv" else (launch[name](),))]
-                for config in configs:
-                    attention.BACKWARD_CONFIGS[key] = config
-                    try:
-                        got = launch[name]()
-                        got = got if name == "dkdv" else (got,)
-                        error = max((a.float() - b).abs().max().item()
-                                    for a, b in zip(got, reference, strict=True))
-                        ms = bench.median_ms(launch[name], rep_ms=50)
-                    except Exception as err:  # out of shared memory, etc.
-                        print(f"skip {name} d={d} causal={causal} {config}: "
-                              f"{type(err).__name__}")
-                        totals[(name, config)] = float("inf")
-                        continue
-                    ok = error < 2e-2
-                    print(f"{name:4s} d={d:3d} causal={causal!s:5s} {config}: {ms:.3f} ms "
-                          f"err {error:.1e}{'' if ok else '  MISMATCH'}")
-                    totals[(name, config)] = totals.get((name, config), 0.0) + (
-                        ms if ok else float("inf"))
-                attention.BACKWARD_CONFIGS[key] = default
+                try:  # the launchers read the table: try each config in it, then restore it
+                    tune_one(name, d, causal, key, configs, launch, totals)
+                finally:
+                    attention.BACKWARD_CONFIGS[key] = default
         for name in CANDIDATES:
             mine = {c: t for (n, c), t in totals.items() if n == name}
             best = min(mine, key=mine.get)

@@ -541,10 +541,10 @@ def ncu_forward(d: int = 64, n: int = 4096, causal: bool = False, timeout: int =
 
     if shutil.which("ncu") is None:
         return "ncu not found: Nsight Compute is part of the CUDA toolkit."
-    heads = 32 if d == 64 else 16
+    case = Case("fwd", "fp16", d, n, causal)
     script = ("import torch; import flashcourse as fc; fc.setup(verbose=False); "
               "from flashcourse.kernels import flash_ref; "
-              f"q, k, v = (torch.randn({TOKENS // n}, {heads}, {n}, {d}, device='cuda', "
+              f"q, k, v = (torch.randn({case.batch}, {case.heads}, {n}, {d}, device='cuda', "
               "dtype=torch.float16) for _ in range(3)); "
               f"flash_ref.flash_attention(q, k, v, {causal}); torch.cuda.synchronize()")
     result = subprocess.run(

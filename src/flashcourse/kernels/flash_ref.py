@@ -639,9 +639,6 @@ def _descriptors(q, k, v, o, block_m: int, block_n: int) -> list:
 # ---------------------------------------------------------------- launchers
 
 
-check_inputs = attention.check_qkv
-
-
 def _strides(x) -> list[int]:
     return list(x.stride())
 
@@ -678,7 +675,7 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
     searches tiles for step 3 and stages for step 5. `kernel` runs a kernel with the
     exercise's signature (no ladder switches) instead of the reference.
     """
-    check_inputs(q, k, v)
+    attention.check_qkv(q, k, v)
     step = _step(step)
     ok, why = step_supported(step)
     if not ok:
