@@ -27,7 +27,7 @@ SKIP_ENV = "FLASHCOURSE_SKIP_BENCH"
 def skip_message() -> str | None:
     """None on a GPU; otherwise the fixed line a measurement cell prints instead.
     FLASHCOURSE_SKIP_BENCH=1 skips measurements on a GPU too (grading runs need no timings)."""
-    if os.environ.get(SKIP_ENV, "").strip() in {"1", "true", "yes"}:
+    if runtime.truthy(os.environ.get(SKIP_ENV)):
         return (f"Measurement skipped ({SKIP_ENV}=1). The results table below, where one has "
                 "been recorded, was measured on an NVIDIA H200.")
     return None if gpu_available() else CPU_MESSAGE

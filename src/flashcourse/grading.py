@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .blanks import BlankNotFilled, is_blank, refuse_blanks
+from .runtime import truthy
 
 GRADING_MODE_ENV = "FLASHCOURSE_GRADING"
 
@@ -85,7 +86,7 @@ def exercise(exercise_id: str, title: str, points: float, kind: str = "code",
 
 def grading_mode() -> bool:
     """True when an instructor grades: checks then also run hidden cases."""
-    return os.environ.get(GRADING_MODE_ENV, "").strip() in {"1", "true", "yes"}
+    return truthy(os.environ.get(GRADING_MODE_ENV))
 
 
 def with_hidden(visible: list, hidden: list) -> list:

@@ -85,9 +85,7 @@ def guarded(case: str, run, hint: str = ""):
             runtime.CourseInputError):
         raise
     except Exception as err:  # noqa: BLE001  (any crash inside student code)
-        cause = err.__cause__ or err.__context__
-        if isinstance(cause, (BlankNotFilled, NotImplementedError)):
-            raise cause from None
+        _raise_blank_or_stub(err)
         text = str(err)
         if "NotImplementedError" in text:  # a stub compiled on the GPU
             raise NotImplementedError(text) from None
@@ -118,6 +116,14 @@ def unwritten_hint(unwritten: torch.Tensor, case: str, what: str) -> None:
         f"{what}")
 
 
+def _raise_blank_or_stub(err: Exception) -> None:
+    """Triton wraps errors raised while it runs a kernel: re-raise a blank or a stub found
+    inside as itself."""
+    cause = err.__cause__ or err.__context__
+    if isinstance(cause, (BlankNotFilled, NotImplementedError)):
+        raise cause from None
+
+
 def run_kernel(kernel, grid, *args, **kwargs):
     """`kernel[grid](*args, **kwargs)` for notebook cells: an unfilled blank or a stub inside
     the kernel raises its own short error instead of a Triton interpreter stack trace."""
@@ -127,7 +133,5 @@ def run_kernel(kernel, grid, *args, **kwargs):
     except (BlankNotFilled, NotImplementedError):
         raise
     except Exception as err:
-        cause = err.__cause__ or err.__context__
-        if isinstance(cause, (BlankNotFilled, NotImplementedError)):
-            raise cause from None
+        _raise_blank_or_stub(err)
         raise

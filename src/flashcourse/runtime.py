@@ -27,7 +27,8 @@ class Runtime:
 _current: Runtime | None = None
 
 
-def _truthy(value: str | None) -> bool:
+def truthy(value: str | None) -> bool:
+    """An environment switch: 1, true, yes or on (any case) turn it on."""
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
@@ -40,9 +41,9 @@ def _cuda_available() -> bool:
 
 
 def _choose() -> Runtime:
-    if _truthy(os.environ.get(FORCE_INTERPRETER_ENV)):
+    if truthy(os.environ.get(FORCE_INTERPRETER_ENV)):
         return Runtime(True, "cpu", f"forced by {FORCE_INTERPRETER_ENV}=1")
-    if _truthy(os.environ.get("TRITON_INTERPRET")):
+    if truthy(os.environ.get("TRITON_INTERPRET")):
         return Runtime(True, "cpu", "TRITON_INTERPRET=1 was already set")
     if _cuda_available():
         return Runtime(False, "cuda", "CUDA device found")
