@@ -1,7 +1,7 @@
 """Untouched exercise notebooks must fail every grading cell with an actionable message, and
 never with a NameError or a Triton stack trace."""
 
-import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -10,13 +10,12 @@ from nbclient import NotebookClient
 from flashcourse import notebooks
 from flashcourse.grade_tamper import CHECK_PREFIX
 
-ROOT_LESSONS = sorted(p.stem for p in notebooks.lesson_paths(
-    __import__("pathlib").Path(__file__).resolve().parents[1]))
+ROOT_LESSONS = [p.stem for p in notebooks.lesson_paths(Path(__file__).resolve().parents[1])]
 ACTIONABLE = ("BlankNotFilled", "WrongAnswer")
 
 
 @pytest.mark.parametrize("slug", ROOT_LESSONS)
-def test_untouched_exercise_fails_every_check(root, slug, tmp_path):
+def test_untouched_exercise_fails_every_check(root, slug):
     nb = nbformat.read(root / "exercises" / f"{slug}.ipynb", as_version=4)
     client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(root / "exercises")}})
@@ -30,9 +29,6 @@ def test_untouched_exercise_fails_every_check(root, slug, tmp_path):
             f"{slug}: grading cell {cell.id} raised {errors[0].ename}: {errors[0].evalue}")
         assert "Fill in the blank" in errors[0].evalue or "NotImplementedError" in \
             errors[0].evalue or "not passed" in errors[0].evalue, errors[0].evalue
-    # the notebook file on disk is untouched by running it
-    assert json.loads((root / "exercises" / f"{slug}.ipynb").read_text())["cells"][1].get(
-        "outputs", []) == []
 
 
 def test_pytest_nbval_fails_on_every_untouched_exercise(root, tmp_path):
