@@ -26,8 +26,7 @@ def lesson(root):
 
 
 def answer(lesson, cell_id, name, *replace):
-    module = lesson_cells.load_cells(lesson, [cell_id], replace=list(replace), prelude=PRELUDE)
-    return getattr(module, name)
+    return lesson_cells.load_name(lesson, cell_id, name, replace, PRELUDE)
 
 
 CELLS = {

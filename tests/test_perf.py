@@ -104,9 +104,8 @@ PRELUDE = lesson_cells.PRELUDE + "from flashcourse.kernels.flash_ref import attn
 
 def ladder_kernel(root, *replace):
     """The lesson's ladder kernel, each (old, new) replacing text that occurs exactly once."""
-    module = lesson_cells.load_cells(root / "lessons" / "07-performance.qmd", ["exercise-ladder"],
-                                     replace=replace, prelude=PRELUDE)
-    return module.ladder_kernel
+    return lesson_cells.load_name(root / "lessons" / "07-performance.qmd", "exercise-ladder",
+                                  "ladder_kernel", replace, PRELUDE)
 
 
 def test_solution_passes(root, capsys, monkeypatch):

@@ -24,8 +24,7 @@ def lesson(root):
 
 
 def answer(lesson, cell_id, name, *replace):
-    module = lesson_cells.load_cells(lesson, [cell_id], replace=list(replace))
-    return getattr(module, name)
+    return lesson_cells.load_name(lesson, cell_id, name, replace)
 
 
 CELLS = {

@@ -175,15 +175,19 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def _checked_blocks(bm: int, bn: int) -> tuple[int, int]:
+    runtime.check_block_size("BLOCK_M", bm)
+    runtime.check_block_size("BLOCK_N", bn)
+    return bm, bn
+
+
 def forward_config(d: int, causal: bool, block_m=None, block_n=None):
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) for the forward kernel on this runtime."""
     if runtime.current().interpreter:
         bm, bn, warps, stages = *INTERPRETER_BLOCKS, 4, 1
     else:
         bm, bn, warps, stages = FORWARD_CONFIGS.get((d, causal), (64, 64, 4, 3))
-    bm, bn = block_m or bm, block_n or bn
-    runtime.check_block_size("BLOCK_M", bm)
-    runtime.check_block_size("BLOCK_N", bn)
+    bm, bn = _checked_blocks(block_m or bm, block_n or bn)
     if bm % bn:
         raise CourseInputError(f"BLOCK_M={bm} must be a multiple of BLOCK_N={bn}: the causal "
                                "diagonal block is walked in BLOCK_N steps.")
@@ -221,10 +225,7 @@ def backward_config(d: int, block_m=None, block_n=None, kernel: str = "dkdv"):
         bm, bn, warps, stages = *INTERPRETER_BLOCKS, 4, 1
     else:
         bm, bn, warps, stages = BACKWARD_CONFIGS.get((kernel, d), (64, 64, 4, 2))
-    bm, bn = block_m or bm, block_n or bn
-    runtime.check_block_size("BLOCK_M", bm)
-    runtime.check_block_size("BLOCK_N", bn)
-    return bm, bn, warps, stages
+    return (*_checked_blocks(block_m or bm, block_n or bn), warps, stages)
 
 
 def launch_delta(kernel, o, do, delta=None, block_m: int | None = None):

@@ -91,3 +91,8 @@ def load_cells(lesson_path: Path, cell_ids: list[str], replace=(), prelude: str 
     """Import several solution cells of one lesson together, in the order given."""
     source = "\n\n".join(solution_source(lesson_path, cell_id) for cell_id in cell_ids)
     return load(source, replace, prelude)
+
+
+def load_name(lesson_path: Path, cell_id: str, name: str, replace=(), prelude: str = PRELUDE):
+    """`name` (a function or kernel) defined by one solution cell, after `replace`."""
+    return getattr(load_cells(lesson_path, [cell_id], replace, prelude), name)
