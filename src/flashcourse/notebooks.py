@@ -10,6 +10,11 @@ Solution regions in code cells are marked in the source:
 Cell options `#| id: name` (stable cell id, used for grading cells) and `#| tags: [a, b]`
 (notebook cell tags, e.g. nbval markers) belong to the generator; other `#|` options are Quarto's
 and are kept for the book page only.
+
+Text meant only for the notebooks ("Run the next cell first.") is marked in markdown as a span,
+`[text]{.notebook-only}`, or as a block between `::: {.notebook-only}` and `:::`. The notebooks
+keep the text without the marks; the book page leaves it out. The book page also drops `______`
+from `from flashcourse import ...` lines: only the exercises use it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ BLANK_MARK = re.compile(r"\s*# BLANK(?::\s*(?P<comment>.*))?$")
 ASSIGNMENT = re.compile(r"^(?P<head>\s*[\w\[\], .]+?\s*(?:[-+*/]?=)\s*)(?P<answer>.+)$")
 DICT_ENTRY = re.compile(r"^(?P<head>\s*(?:\"[^\"]*\"|'[^']*')\s*:\s*)(?P<answer>.+?)(?P<tail>,?)$")
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
+NOTEBOOK_ONLY_SPAN = re.compile(r"\[(?P<text>[^\[\]]*)\]\{\.notebook-only\}")
+NOTEBOOK_ONLY_BLOCK = re.compile(r"^:::+\s*\{\.notebook-only\}\s*$")
+BLANK_IMPORT = re.compile(
+    r"^(?P<head>\s*from flashcourse import )(?P<names>[^#]*?)\s*(?P<comment>#.*)?$")
 
 
 class LessonSourceError(ValueError):
@@ -41,6 +50,7 @@ class Cell:
     source: str  # text without generator options
     options: dict[str, str] = field(default_factory=dict)  # every `#|` option, raw text
     option_lines: list[str] = field(default_factory=list)  # Quarto's own `#|` lines
+    book_source: str | None = None  # markdown for the book page, where it differs from source
 
     @property
     def has_solution(self) -> bool:
@@ -75,7 +85,7 @@ def parse(path: Path) -> Lesson:
     while index < len(lines):
         line = lines[index]
         if line.strip() == "```{python}":
-            _flush_markdown(markdown, cells)
+            _flush_markdown(markdown, cells, path)
             end = index + 1
             while end < len(lines) and lines[end].strip() != "```":
                 end += 1
@@ -86,15 +96,48 @@ def parse(path: Path) -> Lesson:
             continue
         markdown.append(line)
         index += 1
-    _flush_markdown(markdown, cells)
+    _flush_markdown(markdown, cells, path)
     return Lesson(path, title_match.group(1), cells)
 
 
-def _flush_markdown(markdown: list[str], cells: list[Cell]) -> None:
+def _flush_markdown(markdown: list[str], cells: list[Cell], path: Path) -> None:
     text = "\n".join(markdown).strip("\n")
     markdown.clear()
     if text.strip():
-        cells.append(Cell("markdown", text))
+        notebook, book = _split_notebook_only(text, path)
+        cells.append(Cell("markdown", notebook, book_source=book if book != notebook else None))
+
+
+def _split_notebook_only(text: str, path: Path) -> tuple[str, str]:
+    """The notebooks' text (notebook-only marks removed) and the book's (marked text removed)."""
+    notebook: list[str] = []
+    book: list[str] = []
+    in_block = False
+    for line in text.splitlines():
+        if NOTEBOOK_ONLY_BLOCK.match(line.strip()):
+            if in_block:
+                raise LessonSourceError(f"{path}: a notebook-only block opens inside another")
+            in_block = True
+            continue
+        if in_block and line.strip().startswith(":::"):
+            in_block = False
+            continue
+        notebook.append(NOTEBOOK_ONLY_SPAN.sub(r"\g<text>", line))
+        shown = NOTEBOOK_ONLY_SPAN.sub("", line)
+        if shown != line:  # a span left out: tidy the spaces around it, drop an emptied line
+            indent = line[: len(line) - len(line.lstrip())]
+            shown = indent + " ".join(shown.split()) if shown.strip() else None
+        if not in_block and shown is not None:
+            book.append(shown)
+    if in_block:
+        raise LessonSourceError(f"{path}: a notebook-only block is never closed (`:::`)")
+    for lines in (notebook, book):
+        joined = "\n".join(lines)
+        if "notebook-only" in joined:
+            near = joined[max(0, joined.index("notebook-only") - 40):][:80]
+            raise LessonSourceError(f"{path}: a notebook-only mark is malformed near: {near!r}")
+    book_text = re.sub(r"\n\s*\n(\s*\n)+", "\n\n", "\n".join(book))
+    return "\n".join(notebook).strip("\n"), book_text.strip("\n")
 
 
 def _code_cell(lines: list[str], path: Path, first_line: int) -> Cell:
@@ -236,17 +279,37 @@ def to_book_page(lesson: Lesson) -> str:
     ]
     for cell in lesson.cells:
         if cell.kind == "markdown":
-            parts += [cell.source, ""]
+            text = cell.source if cell.book_source is None else cell.book_source
+            parts += [text, ""] if text.strip() else []
             continue
         options = list(cell.option_lines)
         if cell.has_solution:
             parts += ["```{python}", "#| eval: false", *options,
                       _exercise_source(cell, lesson.path), "```", ""]
             parts += ['::: {.callout-tip collapse="true"}', "## Reference answer", "",
-                      "```{python}", *options, _solution_source(cell), "```", "", ":::", ""]
+                      "```{python}", *options, _without_blank_import(_solution_source(cell)),
+                      "```", "", ":::", ""]
         else:
-            parts += ["```{python}", *options, cell.source, "```", ""]
+            parts += ["```{python}", *options, _without_blank_import(cell.source), "```", ""]
     return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def _without_blank_import(source: str) -> str:
+    """`from flashcourse import ______, check` becomes `from flashcourse import check`: the
+    blank is for the exercises, and the book page runs the answers."""
+    out = []
+    for line in source.splitlines():
+        match = BLANK_IMPORT.match(line)
+        names = match.group("names").split(",") if match else []
+        if match and "______" in [n.strip() for n in names]:
+            kept = [n.strip() for n in names if n.strip() not in ("______", "")]
+            if not kept:
+                continue
+            comment = match.group("comment") or ""
+            tail = f"  {comment}" if comment and "______" not in comment else ""
+            line = f"{match.group('head')}{', '.join(kept)}{tail}"
+        out.append(line)
+    return "\n".join(out)
 
 
 def lesson_paths(root: Path) -> list[Path]:
