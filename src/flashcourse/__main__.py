@@ -1,4 +1,5 @@
-"""Command line: `python -m flashcourse list | build | check-sync | grade PATH... | bench`."""
+"""Command line: `python -m flashcourse list | build | check-sync | grade PATH... | bench |
+workspace prepare|update|reset NN`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["workspace"]:  # the student's copies: dispatched before the grader loads
+        from . import workspace
+
+        return workspace.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m flashcourse")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="print every exercise id with its points")
@@ -21,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
         "grade", help="grade submitted notebooks: scorecard, CSV, JUnit XML, HTML page"))
     sub.add_parser("bench", add_help=False,
                    help="benchmark attention on a CUDA GPU (see `bench --help`)")
-    argv = sys.argv[1:] if argv is None else argv
+    sub.add_parser("workspace", add_help=False,
+                   help="the student's copies in work/: prepare, update, reset NN")
     if argv[:1] == ["bench"]:  # the benchmark parses its own options
         from . import benchmark
 

@@ -1,0 +1,153 @@
+"""The student's workspace (work/): lessons are copied once, never overwritten; update brings new
+lessons and leaves started ones; reset keeps the old copy beside the fresh one. Every test works
+in a temporary course, never in the repository's work/."""
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from flashcourse import workspace
+
+
+def _lesson(text: str) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {text}"),
+                nbformat.v4.new_code_cell("answer = ______")]
+    for number, cell in enumerate(nb.cells):
+        cell.id = f"cell-{number}"
+    return nbformat.writes(nb)
+
+
+@pytest.fixture
+def course(tmp_path) -> Path:
+    (tmp_path / "exercises").mkdir()
+    for slug in ("01-first", "02-second"):
+        (tmp_path / "exercises" / f"{slug}.ipynb").write_text(_lesson(slug))
+    return tmp_path
+
+
+def _edit(path: Path, source: str) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].source = source
+    nbformat.write(nb, path)
+
+
+def test_prepare_copies_every_lesson_once_and_never_overwrites(course):
+    report = workspace.prepare(course)
+    work = course / "work"
+    assert report.copied == ["01-first.ipynb", "02-second.ipynb"]
+    original = (course / "exercises" / "01-first.ipynb").read_text()
+    assert (work / "01-first.ipynb").read_text() == original
+    _edit(work / "01-first.ipynb", "answer = 42")
+    (course / "exercises" / "01-first.ipynb").write_text(_lesson("01-first, new version"))
+    assert workspace.prepare(course).copied == []
+    assert "answer = 42" in (work / "01-first.ipynb").read_text()
+
+
+def test_prepare_copies_a_lesson_the_student_deleted(course):
+    workspace.prepare(course)
+    (course / "work" / "02-second.ipynb").unlink()
+    assert workspace.prepare(course).copied == ["02-second.ipynb"]
+
+
+def test_update_brings_new_lessons_and_leaves_started_ones(course):
+    workspace.prepare(course)
+    work = course / "work"
+    _edit(work / "01-first.ipynb", "answer = 42")
+    for slug in ("01-first", "02-second"):
+        (course / "exercises" / f"{slug}.ipynb").write_text(_lesson(f"{slug}, new version"))
+    (course / "exercises" / "03-third.ipynb").write_text(_lesson("03-third"))
+
+    report = workspace.update(course)
+    assert report.copied == ["03-third.ipynb"]
+    assert report.kept == ["01-first.ipynb"]  # started: the student's work stays
+    assert report.refreshed == ["02-second.ipynb"]  # never touched: takes the new version
+    assert "answer = 42" in (work / "01-first.ipynb").read_text()
+    assert "new version" in (work / "02-second.ipynb").read_text()
+    assert any("./course reset 01" in line for line in report.lines())
+    assert workspace.update(course).lines() == ["kept your copy of work/01-first.ipynb; the "
+                                                "course has a newer version: ./course reset 01 "
+                                                "takes it (your copy is kept beside it)"]
+
+
+def test_opening_a_lesson_is_not_starting_it_but_running_it_is(course):
+    workspace.prepare(course)
+    path = course / "work" / "02-second.ipynb"
+    nb = json.loads(path.read_text())
+    nb["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)"}
+    path.write_text(json.dumps(nb))  # what JupyterLab writes when it opens a notebook
+    state = workspace._load_state(course / "work")
+    assert not workspace.started(path, state["02-second.ipynb"])
+    nb["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "hi\n"}]
+    path.write_text(json.dumps(nb))
+    assert workspace.started(path, state["02-second.ipynb"])
+
+
+def test_update_without_a_record_treats_copies_as_started(course):
+    workspace.prepare(course)
+    (course / "work" / workspace.STATE_FILE).unlink()
+    (course / "exercises" / "01-first.ipynb").write_text(_lesson("01-first, new version"))
+    report = workspace.update(course)
+    assert report.kept == ["01-first.ipynb"] and report.refreshed == []
+
+
+def test_reset_keeps_the_old_copy_beside_a_fresh_one(course):
+    workspace.prepare(course)
+    work = course / "work"
+    _edit(work / "01-first.ipynb", "answer = 42")
+    now = datetime(2026, 12, 1, 9, 30, 5)
+    report = workspace.reset(course, "1", now=now)
+    backup = work / "01-first.before-reset-2026-12-01-093005.ipynb"
+    assert report.backup == backup.name and report.restarted == "01-first.ipynb"
+    assert "answer = 42" in backup.read_text()
+    assert "answer = ______" in (work / "01-first.ipynb").read_text()
+    # a second reset in the same second does not overwrite the first backup
+    workspace.reset(course, "01-first", now=now)
+    assert (work / "01-first.before-reset-2026-12-01-093005-2.ipynb").exists()
+    assert "answer = 42" in backup.read_text()
+    # backups are not lessons: prepare and update leave them alone
+    assert workspace.update(course).lines() == []
+
+
+def test_reset_of_a_lesson_not_yet_copied_just_copies_it(course):
+    report = workspace.reset(course, "02")
+    assert report.backup is None
+    assert (course / "work" / "02-second.ipynb").exists()
+
+
+@pytest.mark.parametrize("name", ["7", "09-nothing", "first"])
+def test_reset_names_the_lessons_when_the_name_is_unknown(course, name):
+    with pytest.raises(workspace.WorkspaceError, match="01-first, 02-second"):
+        workspace.reset(course, name)
+
+
+def test_command_line(course, capsys):
+    from flashcourse.__main__ import main
+
+    assert main(["workspace", "--root", str(course), "update"]) == 0
+    assert "new lesson: work/01-first.ipynb" in capsys.readouterr().out
+    assert main(["workspace", "--root", str(course), "update"]) == 0
+    assert capsys.readouterr().out == "work/ is up to date\n"
+    assert main(["workspace", "--root", str(course), "reset", "01"]) == 0
+    out = capsys.readouterr().out
+    assert "fresh copy: work/01-first.ipynb" in out and ".before-reset-" in out
+    assert main(["workspace", "--root", str(course), "reset", "5"]) == 2
+    assert "no lesson '5'" in capsys.readouterr().err
+
+
+def test_lab_overrides_turn_off_the_news_pop_up(tmp_path):
+    path = workspace.write_lab_overrides(tmp_path)
+    settings = json.loads(path.read_text())
+    assert path == tmp_path / "settings" / "overrides.d" / "flashcourse.json"
+    assert settings["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+
+
+def test_the_workspace_is_ignored_by_git_and_by_the_tests(root):
+    ignored = (root / ".gitignore").read_text().splitlines()
+    assert "/work/" in ignored
+    testpaths = [line for line in (root / "pyproject.toml").read_text().splitlines()
+                 if line.startswith("testpaths")]
+    assert testpaths == ['testpaths = ["tests", "solutions"]']
