@@ -44,3 +44,30 @@ def test_student_code_returning_the_blank_is_refused():
     with pytest.raises(BlankNotFilled, match=r"case 2/5 \(n=3\) returned ______"):
         grading.run_student(lambda n: ______, "case 2/5 (n=3)", 3)
     assert grading.run_student(lambda n: n + 1, "case 1/5", 3) == 4
+
+
+def test_every_blank_of_a_kernel_and_its_helpers_is_listed_at_once(tmp_path):
+    """A Triton exercise with blanks in a kernel and in the @triton.jit helper it calls names
+    them all in one message, not one function at a time."""
+    import importlib.util
+
+    from flashcourse import blanks
+
+    source = (
+        "import triton\nimport triton.language as tl\nfrom flashcourse import ______\n\n\n"
+        "@triton.jit\ndef helper(x):\n    y = ______\n    return y\n\n\n"
+        "@triton.jit\ndef kernel(X):\n    a = ______\n    b = helper(a)\n    c = ______\n")
+    path = tmp_path / "kernels_with_blanks.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("kernels_with_blanks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    assert [name for name, _ in blanks.jit_helpers(module.kernel)] == ["helper"]
+    with pytest.raises(BlankNotFilled) as caught:
+        blanks.refuse_blanks(module.kernel, "kernel")
+    message = str(caught.value)
+    assert "in kernel, helper (3 blanks)" in message
+    for line in ("kernel, line 3: a = ______", "kernel, line 5: c = ______",
+                 "helper, line 3: y = ______"):
+        assert line in message

@@ -85,3 +85,20 @@ def test_launchers_refuse_non_power_of_two_blocks():
             call()
 
 
+
+
+def test_the_setup_cell_of_a_notebook_prints_the_runtime_once(tmp_path):
+    """`fc.setup()` as the last line of a cell: its line, and no `Runtime(...)` value under it;
+    a runtime shown later on its own is its line."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import flashcourse as fc\nfc.setup()"),
+                nbformat.v4.new_code_cell("fc.runtime.current()")]
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    for cell in nb.cells:
+        texts = [o.get("text", "") for o in cell.outputs]
+        assert [o.output_type for o in cell.outputs] == ["stream"], cell.outputs
+        assert texts[0].count("Runtime: ") == 1 and "Runtime(" not in texts[0], texts

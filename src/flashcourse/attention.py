@@ -137,8 +137,7 @@ def refuse_unfinished(kernel, name: str = "kernel") -> None:
 
     if kernel in _FINISHED:  # read the source once per kernel object, not per launch
         return
-    for label, obj in [(name, kernel), *kernel_helpers(kernel)]:
-        refuse_blanks(obj, label)
+    refuse_blanks(kernel, name)  # the kernel and its helpers, every blank listed at once
     _FINISHED.add(kernel)
 
 

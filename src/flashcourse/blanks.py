@@ -90,18 +90,58 @@ def blank_lines(obj) -> list[int]:
 _CHECKED_CODE: set = set()  # code objects already found free of blanks
 
 
-def refuse_blanks(obj, name: str) -> None:
-    """Raise BlankNotFilled naming the lines of `obj` that still hold a blank.
+def jit_helpers(kernel) -> list[tuple[str, object]]:
+    """The other @triton.jit functions a Triton kernel calls, found among its global names, and
+    the ones those call in turn; [] for anything that is not a Triton kernel."""
+    fn = getattr(kernel, "fn", None)
+    if fn is None or not hasattr(fn, "__code__"):
+        return []
+    try:
+        from triton.runtime.jit import KernelInterface
+    except ImportError:
+        return []
+    found: list[tuple[str, object]] = []
+    seen, todo = {id(kernel)}, [fn]
+    while todo:
+        current = todo.pop(0)
+        for name in current.__code__.co_names:
+            helper = current.__globals__.get(name)
+            if isinstance(helper, KernelInterface) and id(helper) not in seen:
+                seen.add(id(helper))
+                found.append((name, helper))
+                if hasattr(getattr(helper, "fn", None), "__code__"):
+                    todo.append(helper.fn)
+    return found
 
-    Launchers call this on every launch, so a function found clean is remembered by its code
-    object (reading the source costs far more than a GPU kernel launch)."""
+
+def _unchecked_blank_lines(obj) -> list[tuple[int, str]]:
+    """(line number, line) of each blank in `obj`; a function found clean is remembered by its
+    code object (reading the source costs far more than a GPU kernel launch)."""
     code = getattr(getattr(obj, "fn", obj), "__code__", None)
     if code is not None and code in _CHECKED_CODE:
-        return
+        return []
     lines = blank_lines(obj)
-    if lines:
-        source = source_of(obj).splitlines()
-        shown = "\n".join(f"    line {n}: {source[n - 1].strip()}" for n in lines)
-        raise BlankNotFilled(f"{_message(name)}\n{shown}")
-    if code is not None:
-        _CHECKED_CODE.add(code)
+    if not lines:
+        if code is not None:
+            _CHECKED_CODE.add(code)
+        return []
+    source = source_of(obj).splitlines()
+    return [(n, source[n - 1].strip()) for n in lines]
+
+
+def refuse_blanks(obj, name: str) -> None:
+    """Raise BlankNotFilled naming every line that still holds a blank, in `obj` and, for a
+    Triton kernel, in the @triton.jit helpers it calls: all of them at once, so a student sees
+    the whole list instead of one function at a time. Launchers call this on every launch."""
+    found = [(label, lines) for label, item in [(name, obj), *jit_helpers(obj)]
+             if (lines := _unchecked_blank_lines(item))]
+    if not found:
+        return
+    if len(found) == 1:
+        shown = [f"    line {n}: {text}" for n, text in found[0][1]]
+    else:
+        shown = [f"    {label}, line {n}: {text}" for label, lines in found for n, text in lines]
+    where = ", ".join(label for label, _ in found)
+    count = sum(len(lines) for _, lines in found)
+    summary = "" if count == 1 else f" ({count} blanks)"
+    raise BlankNotFilled(f"{_message(where + summary)}\n" + "\n".join(shown))

@@ -23,8 +23,18 @@ class Runtime:
             return f"Runtime: Triton interpreter on CPU ({self.reason})."
         return f"Runtime: compiled Triton on a CUDA GPU ({self.reason})."
 
+    def _ipython_display_(self) -> None:
+        """In a notebook, `fc.setup()` as a cell's last line prints its one line and shows no
+        `Runtime(...)` value under it; shown any other time, a runtime is its line."""
+        global _just_announced
+        if _just_announced is self:
+            _just_announced = None
+            return
+        print(self.describe())
+
 
 _current: Runtime | None = None
+_just_announced: Runtime | None = None  # printed by setup(); its display would repeat it
 
 
 def truthy(value: str | None) -> bool:
@@ -55,13 +65,14 @@ def setup(verbose: bool = True) -> Runtime:
 
     Call this at the top of a notebook, before defining any Triton kernel.
     """
-    global _current
+    global _current, _just_announced
     if _current is None:
         _current = _choose()
         if _current.interpreter:
             os.environ["TRITON_INTERPRET"] = "1"
     if verbose:
         print(_current.describe())
+        _just_announced = _current
     return _current
 
 
@@ -72,8 +83,8 @@ def current() -> Runtime:
 
 def reset_for_tests() -> None:
     """Forget the choice (tests only; kernels defined earlier keep their mode)."""
-    global _current
-    _current = None
+    global _current, _just_announced
+    _current = _just_announced = None
 
 
 class CourseInputError(ValueError):
