@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--root", type=Path, default=Path.cwd())
     sync = sub.add_parser("check-sync", help="fail if generated files are out of date")
     sync.add_argument("--root", type=Path, default=Path.cwd())
-    from . import grade
+    from .grader import cli as grade
 
     grade.add_arguments(sub.add_parser(
         "grade", help="grade submitted notebooks: scorecard, CSV, JUnit XML, HTML page"))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import blanks, recording
 from .blanks import BlankNotFilled, is_blank, refuse_blanks
 from .runtime import truthy
 
@@ -36,6 +37,7 @@ class Exercise:
     run: Callable[[object], str]  # checks an answer; returns the success summary or raises
     kind: str = "code"  # "code", "question" or "veto"
     answers: dict | None = None  # the right answers of a self-check item, for tests
+    kernel: bool = False  # answered by a @triton.jit kernel that the check launches
 
     @property
     def lesson(self) -> str:
@@ -68,11 +70,11 @@ def lesson(lesson_id: str, title: str, pass_line: float = 8.0) -> Lesson:
 
 
 def exercise(exercise_id: str, title: str, points: float, kind: str = "code",
-             answers: dict | None = None):
+             answers: dict | None = None, kernel: bool = False):
     """Decorator registering a check function under a stable exercise id."""
 
     def register(run: Callable[[object], str]) -> Callable[[object], str]:
-        item = Exercise(exercise_id, title, points, run, kind, answers)
+        item = Exercise(exercise_id, title, points, run, kind, answers, kernel)
         if item.lesson not in LESSONS:
             raise KeyError(f"register lesson {item.lesson!r} before its exercises")
         if exercise_id in EXERCISES:
@@ -115,30 +117,63 @@ def check(exercise_id: str, answer) -> None:
     """Grade `answer` for `exercise_id`: print one line on success, raise on a wrong answer."""
     item = get(exercise_id)
     RESULTS.pop(exercise_id, None)
-    if is_blank(answer):
-        raise BlankNotFilled(f"Fill in the blank: the answer to {exercise_id} is still ______.")
-    if callable(answer):
-        refuse_blanks(answer, getattr(answer, "__name__", exercise_id))
-    try:
-        summary = item.run(answer)
-    except VetoMisconception as err:
-        VETOES_HIT[exercise_id] = str(err)
-        raise
-    except NotImplementedError as err:
-        raise WrongAnswer(
-            f"{exercise_id}: the function still raises NotImplementedError. Replace the "
-            "`raise NotImplementedError` line with your implementation."
-        ) from err
+    with recording.recording(exercise_id, answer):
+        summary = _run_check(item, answer)
     RESULTS[exercise_id] = item.points
     VETOES_HIT.pop(exercise_id, None)
     print(f"\u2713 {exercise_id}: {summary}")
+
+
+def _run_check(item: Exercise, answer) -> str:
+    if is_blank(answer):
+        raise BlankNotFilled(f"Fill in the blank: the answer to {item.id} is still ______.")
+    if callable(answer):
+        recording.inspected("the answer holds no blank",
+                            lambda: refuse_blanks(answer, getattr(answer, "__name__", item.id)))
+    try:
+        return item.run(answer)
+    except VetoMisconception as err:
+        VETOES_HIT[item.id] = str(err)
+        raise
+    except NotImplementedError as err:
+        raise WrongAnswer(
+            f"{item.id}: the function still raises NotImplementedError. Replace the "
+            "`raise NotImplementedError` line with your implementation."
+        ) from err
+
+
+def replay(exercise_id: str, record: dict) -> str:
+    """Run the check of `exercise_id` again in the grader, on what a submission recorded
+    (see `recording`): return the success summary or raise like `check`. No student code
+    runs here: a function answer is a stand-in whose calls return the recorded results."""
+    item = get(exercise_id)
+    described = record.get("answer") if isinstance(record, dict) else None
+    if not isinstance(described, dict):
+        raise recording.RecordMismatch("the record names no answer")
+    if described.get("blank") is True:
+        answer = blanks.______
+    elif "callable" in described:
+        answer = recording.StandIn(exercise_id.rsplit("/", 1)[-1])
+    elif "value" in described:
+        answer = recording.decode(described["value"])
+    else:
+        raise WrongAnswer(f"{exercise_id}: the answer is not plain data "
+                          f"({described.get('unsupported', 'unknown')}): answer with numbers, "
+                          "strings, booleans and arrays.")
+    with recording.replaying(record):
+        summary = _run_check(item, answer)
+        left = recording.replay_left()
+    if left:
+        raise recording.RecordMismatch(f"the record holds {left} more step(s) than the "
+                                       "grader's check took")
+    return summary
 
 
 def run_student(fn: Callable, case: str, *args, **kwargs):
     """Call student code; turn a crash into a WrongAnswer that names the case, and a blank
     returned as the answer into a BlankNotFilled."""
     try:
-        result = fn(*args, **kwargs)
+        result = recording.student_call(case, lambda: fn(*args, **kwargs), inputs=(args, kwargs))
     except (BlankNotFilled, NotImplementedError, WrongAnswer):
         raise
     except Exception as err:  # the student's code crashed: say where, keep the traceback

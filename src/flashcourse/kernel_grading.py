@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from . import attention, buffers, grading, runtime
+from . import attention, buffers, grading, recording, runtime
 from .blanks import BlankNotFilled, refuse_blanks, source_of
 
 # (atol, rtol) of attention outputs (lessons 6 and 7); L and the gradients have their own
@@ -46,6 +46,11 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def require_kernel(kernel, exercise_id: str, name: str) -> None:
     """Refuse anything but a filled-in `@triton.jit` function, with a message saying why."""
+    recording.inspected(f"{exercise_id}: the answer is a kernel",
+                        lambda: _require_kernel(kernel, exercise_id, name))
+
+
+def _require_kernel(kernel, exercise_id: str, name: str) -> None:
     if not callable(kernel) or not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
         raise grading.WrongAnswer(
             f"{exercise_id}: pass the kernel itself, the function decorated with @triton.jit "
@@ -56,6 +61,11 @@ def require_kernel(kernel, exercise_id: str, name: str) -> None:
 def require_jit_kernel(kernel, exercise_id: str) -> None:
     """Refuse anything but a @triton.jit kernel, and a kernel that, or whose @triton.jit
     helpers, still hold a blank or still raise NotImplementedError."""
+    recording.inspected(f"{exercise_id}: the answer is a kernel",
+                        lambda: _require_jit_kernel(kernel, exercise_id))
+
+
+def _require_jit_kernel(kernel, exercise_id: str) -> None:
     from triton.runtime.jit import KernelInterface
 
     if not isinstance(kernel, KernelInterface):
@@ -72,15 +82,22 @@ def require_jit_kernel(kernel, exercise_id: str) -> None:
 
 def launch(kernel, grid, case: str, *args, **kwargs) -> None:
     """Run `kernel[grid](*args, **kwargs)` through `guarded`."""
-    guarded(case, lambda: kernel[grid](*args, **kwargs))
+    guarded(case, lambda: kernel[grid](*args, **kwargs), tensors=tensors_in(args, kwargs))
 
 
-def guarded(case: str, run, hint: str = ""):
+def tensors_in(args, kwargs) -> list[torch.Tensor]:
+    """The tensors among a launch's arguments: the ones a kernel may write."""
+    return [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+
+
+def guarded(case: str, run, hint: str = "", tensors=()):
     """Run `run()`, which launches a student's kernel: a crash becomes a WrongAnswer naming the
     case (plus `hint`), a stub stays a NotImplementedError, a blank a BlankNotFilled, and a
-    refused input its CourseInputError. Waits for the GPU, so a fault surfaces here."""
+    refused input its CourseInputError. Waits for the GPU, so a fault surfaces here.
+
+    `tensors`: every tensor the kernel reads or writes (see `recording.student_call`)."""
     try:
-        result = run()
+        result = recording.student_call(case, lambda: _synchronized(run), tensors=tensors)
     except (BlankNotFilled, NotImplementedError, grading.WrongAnswer,
             runtime.CourseInputError):
         raise
@@ -95,6 +112,11 @@ def guarded(case: str, run, hint: str = ""):
         raise grading.WrongAnswer(
             f"{case}: launching your kernel raised {type(err).__name__}: {first[:300]}"
             + (f"\n{hint}" if hint else "")) from err
+    return result
+
+
+def _synchronized(run):
+    result = run()
     if not runtime.current().interpreter:
         torch.cuda.synchronize()
     return result

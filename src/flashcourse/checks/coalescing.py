@@ -165,7 +165,7 @@ def run_strided_copy(kernel, n, stride, block, dtype, case, seed=0):
     return out, source
 
 
-@grading.exercise("coalescing/strided-copy", "Triton strided copy", 1)
+@grading.exercise("coalescing/strided-copy", "Triton strided copy", 1, kernel=True)
 def _check_strided(strided_copy_kernel) -> str:
     kernel_grading.require_kernel(strided_copy_kernel, "coalescing/strided-copy",
                                   "strided_copy_kernel")
@@ -284,13 +284,14 @@ def _check_transpose(kernel, exercise_id, name, tiled) -> str:
     return f"{total} cases transposed exactly, canaries intact{grading.hidden_note()}"
 
 
-@grading.exercise("coalescing/transpose-naive", "Triton transpose, one row per program", 1)
+@grading.exercise("coalescing/transpose-naive", "Triton transpose, one row per program", 1,
+                  kernel=True)
 def _check_naive(transpose_naive_kernel) -> str:
     return _check_transpose(transpose_naive_kernel, "coalescing/transpose-naive",
                             "transpose_naive_kernel", tiled=False)
 
 
-@grading.exercise("coalescing/transpose-tiled", "Triton transpose, 2-D tiles", 2)
+@grading.exercise("coalescing/transpose-tiled", "Triton transpose, 2-D tiles", 2, kernel=True)
 def _check_tiled(transpose_tiled_kernel) -> str:
     return _check_transpose(transpose_tiled_kernel, "coalescing/transpose-tiled",
                             "transpose_tiled_kernel", tiled=True)

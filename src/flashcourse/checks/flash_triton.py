@@ -91,7 +91,7 @@ def _launch(fn, label, *args, **kwargs):
     return kernel_grading.guarded(
         label, lambda: fn(*args, **kwargs),
         hint="Read the kernel's signature in the lesson: the grader passes exactly those "
-             "arguments.")
+             "arguments.", tensors=kernel_grading.tensors_in(args, kwargs))
 
 
 def _close(actual: np.ndarray, candidate: np.ndarray, tol: float = 2e-3) -> bool:
@@ -220,7 +220,7 @@ def _run_forward(kernel, case: Case, label: str):
     return q, k, v, out.tensor.detach().cpu(), lse.tensor.detach().cpu()
 
 
-@grading.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 3)
+@grading.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 3, kernel=True)
 def _check_forward(kernel) -> str:
     kernel_grading.require_jit_kernel(kernel, "flash-triton/forward")
     cases = grading.with_hidden(FORWARD_CASES, FORWARD_HIDDEN)
@@ -401,12 +401,12 @@ def _diagnose_backward(got, name, case, q, k, v, do, which) -> str:
             "dQ and dK carry sm_scale once.")
 
 
-@grading.exercise("flash-triton/backward-dkdv", "backward: dK and dV kernel", 1)
+@grading.exercise("flash-triton/backward-dkdv", "backward: dK and dV kernel", 1, kernel=True)
 def _check_dkdv(kernel) -> str:
     return _check_backward(kernel, "flash-triton/backward-dkdv", "dkdv")
 
 
-@grading.exercise("flash-triton/backward-dq", "backward: dQ kernel", 1)
+@grading.exercise("flash-triton/backward-dq", "backward: dQ kernel", 1, kernel=True)
 def _check_dq(kernel) -> str:
     return _check_backward(kernel, "flash-triton/backward-dq", "dq")
 

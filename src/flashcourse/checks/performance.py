@@ -107,7 +107,8 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
         label, lambda: flash_ref.forward(q, k, v, case.causal, case.sm_scale, kernel=kernel,
                                          out=out.tensor, lse=lse.tensor,
                                          config=(case.block_m, case.block_n, 4, 1)),
-        hint="Keep the kernel's signature as given: the grader passes exactly those arguments.")
+        hint="Keep the kernel's signature as given: the grader passes exactly those arguments.",
+        tensors=[q, k, v, out.tensor, lse.tensor])
     out.verify(label)
     lse.verify(label)
     # the reference uses the rounded inputs the kernel saw
@@ -123,7 +124,8 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
         raise grading.WrongAnswer(f"{err}\n{_diagnose(actual, case, qr, kr, vr)}") from None
 
 
-@grading.exercise(LADDER_ID, "ladder kernel: exp2 scale folding and the split causal loop", 4)
+@grading.exercise(LADDER_ID, "ladder kernel: exp2 scale folding and the split causal loop", 4,
+                  kernel=True)
 def _check_ladder(kernel) -> str:
     kernel_grading.require_jit_kernel(kernel, LADDER_ID)
     cases = grading.with_hidden(CASES, HIDDEN_CASES)

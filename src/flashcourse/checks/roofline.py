@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import triton
 
-from .. import buffers, grading, kernel_grading, roofline, runtime, traffic
+from .. import buffers, grading, kernel_grading, recording, roofline, runtime, traffic
 from ..blanks import BlankNotFilled
 
 LESSON = grading.lesson("roofline", "Lesson 2: Memory and the roofline", pass_line=8)
@@ -78,7 +78,9 @@ def _check_attainable(attainable_tflops) -> str:
                 f"25 intensities from 0.01 to 1e4 FLOP/B as one numpy array)")
         intensity = INTENSITIES.copy()
         try:
-            got = attainable_tflops(intensity, peak, bw)
+            args = (intensity, peak, bw)
+            got = recording.student_call(case, lambda a=args: attainable_tflops(*a),
+                                         inputs=args)
         except ValueError as err:
             if "truth value" in str(err):
                 raise grading.WrongAnswer(
@@ -200,7 +202,7 @@ def _copy_hint(out, values, n, block) -> str:
             "< n_elements: load and store them with the same offsets and mask.")
 
 
-@grading.exercise("roofline/copy-kernel", "Triton copy kernel (masked tail)", 2)
+@grading.exercise("roofline/copy-kernel", "Triton copy kernel (masked tail)", 2, kernel=True)
 def _check_copy(copy_kernel) -> str:
     kernel_grading.require_kernel(copy_kernel, "roofline/copy-kernel", "copy_kernel")
     cases = grading.with_hidden(COPY_CASES, COPY_HIDDEN)

@@ -374,7 +374,8 @@ def _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, se
     x = buffers.poisoned(x_values.to(device))
     y = buffers.Canaried((rows, n), dtype, device)
     with np.errstate(all="ignore"):  # the interpreter computes with numpy: no warning noise
-        kernel_grading.guarded(label, lambda: launch(kernel, x, y.tensor))
+        kernel_grading.guarded(label, lambda: launch(kernel, x, y.tensor),
+                               tensors=[x, y.tensor])
     try:
         y.verify(label)
     except grading.WrongAnswer:
@@ -392,7 +393,8 @@ def _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, se
         again = buffers.Canaried((rows, n), dtype, device)
         again.tensor.fill_(0.0)
         with np.errstate(all="ignore"):
-            kernel_grading.guarded(label, lambda: launch(kernel, x, again.tensor))
+            kernel_grading.guarded(label, lambda: launch(kernel, x, again.tensor),
+                                   tensors=[x, again.tensor])
         return bool((again.tensor == 0).all())
 
     try:
@@ -403,7 +405,7 @@ def _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, se
         raise grading.WrongAnswer(f"{err}\n{hint}") from None
 
 
-@grading.exercise("softmax/row-kernel", "fused row-softmax Triton kernel", 2)
+@grading.exercise("softmax/row-kernel", "fused row-softmax Triton kernel", 2, kernel=True)
 def _check_row_kernel(kernel) -> str:
     kernel_grading.require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
     cases = grading.with_hidden(ROW_CASES, ROW_HIDDEN)
@@ -485,7 +487,8 @@ def _check_online_stats(online_softmax_stats) -> str:
     return _passed(len(cases), "give the exact row max and sum of exp(x - max)")
 
 
-@grading.exercise("softmax/online-kernel", "online-softmax Triton kernel over a long row", 2)
+@grading.exercise("softmax/online-kernel", "online-softmax Triton kernel over a long row", 2,
+                  kernel=True)
 def _check_online_kernel(kernel) -> str:
     kernel_grading.require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
     cases = grading.with_hidden(ONLINE_CASES, ONLINE_HIDDEN)

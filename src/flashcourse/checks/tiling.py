@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grading, kernel_grading, runtime
+from .. import grading, kernel_grading, recording, runtime
 from ..blanks import BlankNotFilled, is_blank, refuse_blanks, source_of
 from ..matmul_model import (
     cdiv,
@@ -258,7 +258,8 @@ def _run_kernel(kernel, A, B, out_dtype, cfg, label, padding="nan"):
         if contiguous:
             out.tensor = _embedded(torch.full((M, N), float("nan"), dtype=dtype,
                                               device=A.device), bm, bn, float("nan"), True)
-    kernel_grading.guarded(label, lambda: launch(kernel, a, b, out.tensor, *cfg))
+    kernel_grading.guarded(label, lambda: launch(kernel, a, b, out.tensor, *cfg),
+                           tensors=[a, b, out.tensor])
     return out.tensor.detach().cpu().double().numpy(), out
 
 
@@ -352,13 +353,18 @@ def _refuse_stub(kernel, name):
         raise NotImplementedError(name)
 
 
-@grading.exercise("tiling/matmul-kernel", "tiled Triton matmul (tl.dot, masks, fp32 acc, "
-                  "GROUP_M)", 3)
-def _check_kernel(kernel) -> str:
+def _require_matmul_kernel(kernel) -> None:
     if not hasattr(kernel, "fn") or not hasattr(kernel, "__getitem__"):
         raise grading.WrongAnswer("Pass the @triton.jit kernel itself: "
                                   "check('tiling/matmul-kernel', matmul_kernel).")
     _refuse_stub(kernel, "matmul_kernel")
+
+
+@grading.exercise("tiling/matmul-kernel", "tiled Triton matmul (tl.dot, masks, fp32 acc, "
+                  "GROUP_M)", 3, kernel=True)
+def _check_kernel(kernel) -> str:
+    recording.inspected("tiling/matmul-kernel: the answer is a kernel",
+                        lambda: _require_matmul_kernel(kernel))
     interpreter = runtime.current().interpreter
     cases = grading.with_hidden(KERNEL_CASES, KERNEL_HIDDEN)
     skipped = 0

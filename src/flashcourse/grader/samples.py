@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from .grade_tamper import cell_source
+from .scan import cell_source
 
 # Known-wrong answers of lesson 1: cell id -> (pattern, replacement) applied to the solution.
 LESSON1_MISTAKES = {

@@ -10,7 +10,25 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .grade import PASS, Submission, as_dict
+from .collect import printable
+from .submission import PASS, Submission, as_dict
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value) -> str:
+    """A CSV cell that a spreadsheet shows as text: control characters escaped, and a leading
+    formula character quoted."""
+    text = printable(str(value), 10_000)
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def executed_name(sub: Submission) -> str:
+    """The file name of a submission's executed copy under executed/."""
+    import re
+
+    stem = sub.label[:-6] if sub.label.endswith(".ipynb") else sub.label
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem.replace("/", "__"))[:120] + ".ipynb"
 
 
 def _item_line(item) -> str:
@@ -29,7 +47,13 @@ def _item_line(item) -> str:
 
 
 def submission_text(sub: Submission) -> str:
+    return "\n".join(printable(line, 4000) for line in _submission_lines(sub))
+
+
+def _submission_lines(sub: Submission) -> list[str]:
     head = f"{sub.label}: {sub.status}"
+    if sub.sandbox != "bwrap":
+        head += "  (UNSANDBOXED)"
     if sub.lesson:
         head += f"  [{sub.lesson_title}]"
     lines = [head]
@@ -45,7 +69,7 @@ def submission_text(sub: Submission) -> str:
         lines.append(f"    PROBLEM: {problem}")
     for note in sub.notes:
         lines.append(f"    note: {note}")
-    return "\n".join(lines)
+    return lines
 
 
 def scorecard_text(subs: list[Submission]) -> str:
@@ -66,7 +90,8 @@ def write_csv(subs: list[Submission], path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["submission", "lesson", "status", "passed", "points", "out_of",
-                         "pass_line", *columns, "vetoes", "tampering", "problems", "seconds"])
+                         "pass_line", *columns, "vetoes", "tampering", "problems", "sandbox",
+                         "seconds"])
         for sub in subs:
             by_id = {item.id: item for item in sub.exercises}
             cells = []
@@ -74,10 +99,11 @@ def write_csv(subs: list[Submission], path: Path) -> None:
                 item = by_id.get(column)
                 cells.append("" if item is None else
                              item.status if item.kind == "veto" else f"{item.earned:g}")
-            writer.writerow([sub.label, sub.lesson, sub.status, int(sub.passed),
-                             f"{sub.earned:g}", f"{sub.total:g}", f"{sub.pass_line:g}", *cells,
-                             " | ".join(sub.vetoes), " | ".join(sub.tampering),
-                             " | ".join(sub.problems), sub.seconds])
+            writer.writerow([csv_safe(v) for v in [
+                sub.label, sub.lesson, sub.status, int(sub.passed), f"{sub.earned:g}",
+                f"{sub.total:g}", f"{sub.pass_line:g}", *cells, " | ".join(sub.vetoes),
+                " | ".join(sub.tampering), " | ".join(sub.problems), sub.sandbox,
+                sub.seconds]])
 
 
 def write_junit(subs: list[Submission], path: Path) -> None:

@@ -4,7 +4,9 @@ what grading relies on (the check, the reference, numpy/torch functions, builtin
 
 The scan is static and deliberately strict: lesson answers never need to assign to a module
 attribute, import `builtins`, or call `setattr`/`exec`. A runtime snapshot taken inside the kernel
-(see `INTEGRITY_SNAPSHOT` in grade.py) catches patches that slip past it.
+is no longer needed for verdicts: every point is decided outside the student's process
+(`flashcourse.recording`), so the scan's findings say what a submission tried, and the
+reference and kernel checks below say whether its answers do the work themselves.
 """
 
 from __future__ import annotations
@@ -307,12 +309,119 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def student_cells(cells: list[dict]) -> list[tuple[str, str]]:
+    """(label, source) of every code cell the grader does not replace: all but the first cell
+    carrying each grading id (a second cell with a grading id is the student's)."""
+    seen: set[str] = set()
+    student = []
+    for number, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
+            continue
+        cell_id = cell.get("id")
+        if is_grading_id(cell_id) and cell_id not in seen:
+            seen.add(cell_id)
+            continue
+        label = cell_id if cell_id and not is_grading_id(cell_id) else f"cell {number}"
+        student.append((label, cell_source(cell)))
+    return student
+
+
 def scan_student_cells(cells: list[dict]) -> list[Finding]:
     """Scan every code cell that is not a grading cell."""
-    student = [(c.get("id") or f"cell {n}", cell_source(c)) for n, c in enumerate(cells)
-               if c.get("cell_type") == "code" and not is_grading_id(c.get("id"))]
+    student = student_cells(cells)
     imported = imported_names([source for _, source in student])
     findings: list[Finding] = []
     for label, source in student:
         findings += scan_cell(label, source, imported)
     return findings
+
+
+# ---------------------------------------------------------------- answers that do the work
+
+# Modules of the package that hold references and finished kernels; an answer cell must not
+# reach them (demo cells may, to compare).
+REFERENCE_MODULES = ("flashcourse.reference", "flashcourse.attention", "flashcourse.kernels",
+                     "flashcourse.checks", "flashcourse.grading", "flashcourse.recording")
+# Library calls that compute what an exercise asks the student to write.
+REFERENCE_ATTRIBUTES = {"scaled_dot_product_attention", "softmax", "log_softmax",
+                        "flash_attention", "flex_attention", "standard_attention",
+                        "multi_head_attention_forward"}
+
+
+def _reference_modules_by_alias(imported: dict[str, str]) -> dict[str, str]:
+    aliases = {"fc": "flashcourse", "flashcourse": "flashcourse"}
+    aliases.update(imported)
+    return aliases
+
+
+def reference_calls(cells: list[dict], answer_ids: set[str]) -> list[Finding]:
+    """Uses of a reference in the answer cells (`answer_ids`): library attention or softmax,
+    or the package's own reference, attention helpers, kernels or checks."""
+    student = student_cells(cells)
+    aliases = _reference_modules_by_alias(imported_names([src for _, src in student]))
+    findings = []
+    for label, source in student:
+        if label not in answer_ids:
+            continue
+        try:
+            tree = ast.parse(_to_python(source))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            found = None
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                    [alias.name for alias in node.names]
+                if isinstance(node, ast.ImportFrom):
+                    names += [f"{node.module}.{alias.name}" for alias in node.names]
+                found = next((n for n in names if n.startswith(REFERENCE_MODULES)), None)
+            elif isinstance(node, ast.Attribute) and node.attr in REFERENCE_ATTRIBUTES:
+                found = _dotted(node)
+            elif isinstance(node, (ast.Attribute, ast.Name)):
+                dotted = _dotted(node)
+                root, _, rest = dotted.partition(".")
+                module = aliases.get(root, "")
+                full = f"{module}.{rest}" if rest else module
+                if module and full.startswith(REFERENCE_MODULES):
+                    found = dotted
+            if found:
+                findings.append(Finding(label, getattr(node, "lineno", 0),
+                                        f"uses the reference `{found}` in an answer"))
+    unique = {str(f): f for f in findings}
+    return list(unique.values())
+
+
+def kernel_problems(cells: list[dict], answers: dict[str, str]) -> list[str]:
+    """For each kernel exercise (exercise id -> the name its grading cell passes), the name must
+    be bound by a `@triton.jit` function in the student's cells and nowhere else."""
+    bindings: dict[str, list[str]] = {}
+    for label, source in student_cells(cells):
+        try:
+            tree = ast.parse(_to_python(source))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                jit = isinstance(node, ast.FunctionDef) and any(
+                    _dotted(d.func if isinstance(d, ast.Call) else d).endswith("jit")
+                    for d in node.decorator_list)
+                bindings.setdefault(node.name, []).append("jit" if jit else label)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name):
+                            bindings.setdefault(name.id, []).append(label)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    bindings.setdefault(alias.asname or alias.name, []).append(label)
+    problems = []
+    for exercise_id, name in sorted(answers.items()):
+        found = bindings.get(name, [])
+        others = sorted({b for b in found if b != "jit"})
+        if "jit" not in found:
+            problems.append(f"{exercise_id}: `{name}` is not defined as a @triton.jit function")
+        elif others:
+            problems.append(f"{exercise_id}: `{name}` is bound again outside its @triton.jit "
+                            f"definition (in {', '.join(others)})")
+    return problems

@@ -1,0 +1,224 @@
+"""`python -m flashcourse grade PATH... [--out DIR] [--jobs N] [--timeout S] [--no-sandbox]`.
+
+For each submission the grader (this process, which never runs student code)
+
+1. reads it once, without following links (links and files outside the folder are refused),
+   matches its lesson, and scans it: edited grading cells, patching, reference calls in answer
+   cells, kernel answers that are not `@triton.jit` functions (collect.py, scan.py);
+2. writes the notebook to run, with every grading cell taken from the pristine exercise notebook,
+   into a private work folder and runs it in its own bubblewrap sandbox (sandbox.py, inside.py),
+   with FLASHCOURSE_GRADING=1 and a folder where each `check(...)` records what the student's
+   code returned for the grader's inputs (`flashcourse.recording`);
+3. after the sandbox has ended, replays every check of the lesson here, on those records, and
+   scores (score.py). Hidden cases always run in the replay.
+
+Reports (report.py) are written only after every sandbox has ended. Exit status 0 when every
+submission passed, 1 otherwise, 2 when there was nothing to grade or no sandbox could be made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .. import bench, grading, runtime
+from . import collect, report, sandbox, score
+from .score import read_untrusted
+from .submission import TIMEOUT, Submission
+
+DEFAULT_TIMEOUT = 120  # seconds per cell
+STARTUP_ALLOWANCE = 120  # seconds of a run that are not any cell's (kernel start, imports)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+EXECUTED_LIMIT = 64 * 2**20  # largest executed notebook copied into the reports
+
+
+def _sandbox_env(paths: dict[str, str], interpreter: bool) -> dict[str, str]:
+    venv_bin = str(Path(sys.executable).parent)
+    home = paths["home"]
+    env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": home,
+           "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": f"{home}/runtime",
+           "JUPYTER_CONFIG_DIR": f"{home}/jupyter", "IPYTHONDIR": f"{home}/ipython",
+           "MPLCONFIGDIR": f"{home}/matplotlib", "TRITON_CACHE_DIR": f"{home}/triton",
+           grading.GRADING_MODE_ENV: "1", bench.SKIP_ENV: "1",
+           "FLASHCOURSE_RECORD_DIR": paths["records"]}
+    for name in THREAD_VARIABLES:  # one thread per kernel: parallel sandboxes must not
+        env[name] = "1"  # oversubscribe the cores
+    if interpreter:
+        env[runtime.FORCE_INTERPRETER_ENV] = "1"
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TRITON_PTXAS_PATH"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+class Grader:
+    def __init__(self, root: Path, timeout: float, jobs: int, sandboxed: bool,
+                 hidden: list[Path]):
+        self.root, self.timeout, self.jobs, self.sandboxed = root, timeout, jobs, sandboxed
+        self.hidden = hidden
+        self.slots: queue.Queue[int] = queue.Queue()
+        for slot in range(jobs):
+            self.slots.put(slot)
+        self.replay_lock = threading.Lock()  # replays share the check registry's state
+        self.work = Path(tempfile.mkdtemp(prefix="fcgrade-"))
+        self.interpreter = runtime.current().interpreter
+        self.gpu = not self.interpreter
+
+    def run_one(self, number: int, job: collect.Job) -> Path:
+        """Run one submission in its sandbox and score it; its work folder."""
+        work = self.work / f"s{number:04d}"
+        for name in ("run", "out", "records", "home"):
+            (work / name).mkdir(parents=True)
+        import json
+
+        (work / "run" / "run.ipynb").write_text(json.dumps(job.notebook), encoding="utf-8")
+        inside = Path(__file__).with_name("inside.py")
+        cells = sum(1 for c in job.notebook["cells"] if c["cell_type"] == "code")
+        wall = self.timeout * cells + STARTUP_ALLOWANCE
+        slot = self.slots.get()
+        try:
+            if self.sandboxed:
+                uid = sandbox.SANDBOX_UID_BASE + slot
+                for path in [work, *work.rglob("*")]:
+                    os.chown(path, uid, uid)
+                base = sandbox.MOUNT_POINT
+                paths = {n: f"{base}/{n}" for n in ("run", "out", "records", "home")}
+                inner = [sys.executable, str(inside), f"{base}/run/run.ipynb", f"{base}/out",
+                         f"--timeout={self.timeout:g}"]
+                argv = sandbox.command(self.root, work, self.hidden,
+                                       sandbox.drop_privileges(uid) + inner)
+            else:
+                paths = {n: str(work / n) for n in ("run", "out", "records", "home")}
+                argv = [sys.executable, str(inside), paths["run"] + "/run.ipynb", paths["out"],
+                        f"--timeout={self.timeout:g}"]
+            env = _sandbox_env(paths, self.interpreter)
+            status, seconds = sandbox.run(argv, env, wall, work / "sandbox.log", self.gpu,
+                                          self.sandboxed)
+        finally:
+            self.slots.put(slot)
+        sub = job.sub
+        sub.seconds = round(seconds, 2)
+        if not self.sandboxed:
+            sub.sandbox = "none"
+        with self.replay_lock:
+            score.score(sub, job, work, self.timeout, wall_killed=status is None)
+        if status not in (0, None) and not sub.problems:
+            log = (read_untrusted(work / "sandbox.log", 4000) or b"").decode(errors="replace")
+            sub.notes.append(f"the sandbox exited with status {status}: "
+                             f"{collect.printable(log.strip()[-300:], 300)}")
+        return work
+
+    def close(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def grade(found: list[collect.Found], missing: list[str], out: Path | None = None,
+          jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
+          sandboxed: bool = True, progress=None) -> list[Submission]:
+    """Grade every found notebook; write the reports under `out` when given."""
+    if sandboxed:
+        sandbox.bwrap()  # raises SandboxUnavailable with what to do
+    root = (root or collect.course_root()).resolve()
+    exercises = collect.load_exercises(root)
+    grading._load_checks()
+    runtime.setup(verbose=False)
+    os.environ[grading.GRADING_MODE_ENV] = "1"  # the replay runs the hidden cases
+    jobs = max(1, jobs or min(len(found) or 1, os.cpu_count() or 1))
+    hidden = [p for p in {item.path.parent for item in found}] + \
+        [root / "work", root / "grading-output", root / ".git"] + ([out] if out else [])
+    subs: list[Submission] = []
+    prepared: list[tuple[int, collect.Job]] = []
+    for number, item in enumerate(found):
+        sub, job = collect.prepare(item, exercises)
+        subs.append(sub)
+        if job is not None:
+            prepared.append((number, job))
+    grader = Grader(root, timeout, jobs, sandboxed, hidden)
+    executed: dict[int, Path] = {}
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {number: pool.submit(grader.run_one, number, job)
+                       for number, job in prepared}
+            for number, future in futures.items():
+                executed[number] = future.result()
+                if progress:
+                    progress(subs[number])
+        for name in missing:
+            subs.append(Submission(label=name, path=name, status="MALFORMED",
+                                   problems=["no such file or folder"]))
+        if out is not None:  # every sandbox has ended: only now are reports written
+            report.write_all(subs, out, timeout=timeout, jobs=jobs)
+            _copy_executed(subs, executed, out)
+    finally:
+        grader.close()
+    return subs
+
+
+def _copy_executed(subs: list[Submission], executed: dict[int, Path], out: Path) -> None:
+    folder = out / "executed"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for number, work in executed.items():
+        data = read_untrusted(work / "out" / "executed.ipynb", EXECUTED_LIMIT)
+        if data is not None:
+            (folder / report.executed_name(subs[number])).write_bytes(data)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="a submitted notebook, or a folder of them (searched recursively)")
+    parser.add_argument("--out", type=Path, default=Path("grading-output"),
+                        help="folder for scorecard.txt, results.csv, junit.xml, progress.html "
+                             "(default: grading-output)")
+    parser.add_argument("--jobs", "-j", type=int, default=None,
+                        help="submissions graded at once (default: one per CPU core)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds one cell may run (default {DEFAULT_TIMEOUT})")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="course folder with exercises/ (default: found from here)")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="run submissions without bubblewrap (unsafe; every report line "
+                             "says so)")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    found, missing = collect.collect(args.paths)
+    if not found:
+        print("nothing to grade: no .ipynb files under "
+              + ", ".join(collect.printable(str(p)) for p in args.paths), file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        subs = grade(found, missing, out=args.out, jobs=args.jobs, timeout=args.timeout,
+                     root=args.root, sandboxed=not args.no_sandbox)
+    except sandbox.SandboxUnavailable as err:
+        print(f"cannot grade: {err}", file=sys.stderr)
+        return 2
+    print(report.scorecard_text(subs))
+    elapsed = time.monotonic() - started
+    timed_out = sum(s.status == TIMEOUT for s in subs)
+    print(f"\n{sum(s.passed for s in subs)} of {len(subs)} submissions passed "
+          f"({elapsed:.1f} s{f', {timed_out} stopped at the time limit' if timed_out else ''})."
+          f" Reports in {args.out}/: scorecard.txt, results.csv, junit.xml, progress.html, "
+          "results.json, executed/")
+    return 0 if all(s.passed for s in subs) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flashcourse grade",
+                                     description="Grade submitted lesson notebooks.")
+    add_arguments(parser)
+    return run_cli(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

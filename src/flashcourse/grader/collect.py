@@ -1,0 +1,257 @@
+"""Finding and reading submissions, matching each to its lesson, and building the notebook the
+sandbox runs (grader side; nothing here runs student code)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import scan
+from .submission import MALFORMED, REFUSED, UNMATCHED, Submission
+
+MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # a submission larger than this is refused unread
+CHECK_CALL = re.compile(r"""check\(\s*["']([^"']+)["']\s*,\s*([A-Za-z_]\w*)\s*\)""")
+
+
+@dataclass
+class Found:
+    """One path found under the graded folders: a notebook to grade, or one refused."""
+    path: Path
+    label: str
+    refused: str = ""  # why it is not read (a link, outside the folder)
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """`text` with every control character written as an escape: a file name cannot move the
+    cursor, colour the terminal or start a new report line."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+def course_root(start: Path | None = None) -> Path:
+    """The folder holding exercises/: above the working directory, else above this package."""
+    for base in [start or Path.cwd(), Path(__file__).resolve().parent]:
+        for folder in [base, *base.parents]:
+            if (folder / "exercises").is_dir() and (folder / "lessons").is_dir():
+                return folder
+    raise FileNotFoundError("cannot find the course folder (with exercises/ and lessons/); "
+                            "pass --root")
+
+
+def collect(paths: list[Path]) -> tuple[list[Found], list[str]]:
+    """The notebooks under `paths` (files or folders, searched without following links), and the
+    paths that do not exist. A link, or a file that resolves outside its folder, is refused."""
+    found: list[Found] = []
+    missing: list[str] = []
+    for given in paths:
+        if os.path.islink(given):
+            found.append(Found(Path(given), printable(str(given)),
+                               "a symbolic link: submit the notebook itself"))
+        elif given.is_dir():
+            base = given.resolve()
+            for folder, dirs, files in os.walk(base, followlinks=False):
+                dirs[:] = sorted(d for d in dirs if d != ".ipynb_checkpoints")
+                for name in sorted(files):
+                    if name.endswith(".ipynb"):
+                        path = Path(folder) / name
+                        label = printable(str(path.relative_to(base)))
+                        found.append(Found(path, label, _refusal(path, base)))
+                for name in list(dirs):  # links to folders are not followed; say so
+                    if os.path.islink(Path(folder) / name):
+                        path = Path(folder) / name
+                        found.append(Found(path, printable(str(path.relative_to(base))),
+                                           "a symbolic link to a folder: not followed"))
+                        dirs.remove(name)
+        elif given.is_file():
+            found.append(Found(given.absolute(), printable(given.name)))
+        else:
+            missing.append(printable(str(given)))
+    seen: set[Path] = set()
+    unique = []
+    for item in found:
+        key = item.path.absolute()
+        if key not in seen:
+            seen.add(key)
+            unique.append(item)
+    return unique, missing
+
+
+def _refusal(path: Path, base: Path) -> str:
+    if os.path.islink(path):
+        return "a symbolic link: submit the notebook itself"
+    if not path.resolve().is_relative_to(base):
+        return "resolves outside the submissions folder"
+    return ""
+
+
+def read_notebook(path: Path) -> dict:
+    """The submission as JSON, read once without following a link; ValueError when it is not a
+    notebook."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as err:
+        raise ValueError(f"cannot open it ({err.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > MAX_NOTEBOOK_BYTES:
+            raise ValueError(f"the file is {info.st_size / 2**20:.0f} MiB (limit "
+                             f"{MAX_NOTEBOOK_BYTES / 2**20:.0f} MiB)")
+        raw = handle.read(MAX_NOTEBOOK_BYTES + 1)
+    try:
+        notebook = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"not valid JSON: {err}") from None
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list) \
+            or not all(isinstance(c, dict) for c in notebook["cells"]):
+        raise ValueError("JSON without a list of notebook cells")
+    if notebook.get("nbformat") != 4:
+        raise ValueError(f"nbformat {notebook.get('nbformat')!r}, expected 4")
+    return notebook
+
+
+def load_exercises(root: Path) -> dict[str, dict]:
+    """slug -> the generated exercise notebook (as plain JSON)."""
+    return {p.stem: json.loads(p.read_text(encoding="utf-8"))
+            for p in sorted((root / "exercises").glob("*.ipynb"))}
+
+
+def match_exercise(name: str, cells: list[dict], exercises: dict[str, dict]) -> str | None:
+    """The slug of the exercise notebook this submission answers: by file name, else by the
+    grading cell ids it shares."""
+    for slug in sorted(exercises, key=len, reverse=True):
+        if slug in name:
+            return slug
+    ids = {c.get("id") for c in cells}
+    best, best_score = None, 0
+    for slug, nb in exercises.items():
+        grading_ids = {c.get("id") for c in nb["cells"] if scan.is_grading_id(c.get("id"))}
+        score = len(grading_ids & ids)
+        if score > best_score:
+            best, best_score = slug, score
+    return best
+
+
+def check_cells(pristine: dict) -> dict[str, tuple[str, str]]:
+    """exercise id -> (grading cell id, the name the cell passes) of an exercise notebook."""
+    found = {}
+    for cell in pristine["cells"]:
+        call = CHECK_CALL.search(scan.cell_source(cell))
+        if scan.is_grading_id(cell.get("id")) and call:
+            found[call.group(1)] = (cell["id"], call.group(2))
+    return found
+
+
+def answer_ids(pristine: dict) -> set[str]:
+    """Ids of the cells a student fills in: named, not generated (`cell-NNN`), not grading."""
+    return {c["id"] for c in pristine["cells"] if c.get("cell_type") == "code" and c.get("id")
+            and not scan.is_grading_id(c["id"]) and not c["id"].startswith("cell-")}
+
+
+def build_run_notebook(submitted: dict, pristine: dict) -> dict:
+    """The submission's code cells with every grading cell from the pristine exercise notebook;
+    deleted grading cells are put back after their predecessor. Cell metadata is dropped (tags
+    such as raises-exception or skip must not change grading)."""
+    pristine_cells = pristine["cells"]
+    grading = {c["id"]: c for c in pristine_cells if scan.is_grading_id(c.get("id"))}
+    out: list[dict] = []
+    placed: set[str] = set()
+    used_ids: set[str] = set()
+    for number, cell in enumerate(submitted.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        cell_id = cell.get("id")
+        if cell_id in grading and cell_id not in placed:
+            source = scan.cell_source(grading[cell_id])
+            placed.add(cell_id)
+        else:
+            source = scan.cell_source(cell)
+            if not isinstance(cell_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}",
+                                                                cell_id) \
+                    or cell_id in used_ids or cell_id in grading:
+                cell_id = f"student-{number:03d}"
+        used_ids.add(cell_id)
+        out.append(_code_cell(cell_id, source))
+    for index, cell in enumerate(pristine_cells):  # put deleted grading cells back
+        cell_id = cell.get("id")
+        if cell_id not in grading or cell_id in placed:
+            continue
+        ids = [c["id"] for c in out]
+        position = 0  # after the nearest earlier pristine cell still present, else first
+        for before in reversed(pristine_cells[:index]):
+            if before.get("id") in ids:
+                position = ids.index(before["id"]) + 1
+                break
+        out.insert(position, _code_cell(cell_id, scan.cell_source(cell)))
+        placed.add(cell_id)
+    return {"cells": out, "metadata": pristine.get("metadata", {}), "nbformat": 4,
+            "nbformat_minor": 5}
+
+
+def _code_cell(cell_id: str, source: str) -> dict:
+    return {"cell_type": "code", "id": cell_id, "metadata": {}, "source": source,
+            "outputs": [], "execution_count": None}
+
+
+@dataclass
+class Job:
+    """A submission ready for its sandbox."""
+    sub: Submission
+    lesson: object  # grading.Lesson
+    checks: dict[str, tuple[str, str]]  # exercise id -> (grading cell id, answer name)
+    notebook: dict  # the notebook the sandbox runs
+
+
+def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | None]:
+    """Read, match and scan one submission; no job when it cannot run."""
+    from .. import grading
+
+    sub = Submission(label=item.label, path=str(item.path))
+    if item.refused:
+        sub.status = REFUSED
+        sub.problems.append(f"refused: {item.refused}")
+        return sub, None
+    try:
+        submitted = read_notebook(item.path)
+    except ValueError as err:
+        sub.status = MALFORMED
+        sub.problems.append(f"malformed notebook: {printable(str(err))}")
+        return sub, None
+    cells = submitted["cells"]
+    slug = match_exercise(item.path.name, cells, exercises)
+    checks = check_cells(exercises[slug]) if slug else {}
+    lesson_ids = {ex.split("/")[0] for ex in checks}
+    lesson = grading.LESSONS.get(next(iter(lesson_ids), "")) if len(lesson_ids) == 1 else None
+    if lesson is None:
+        sub.status = UNMATCHED
+        sub.problems.append("matches no exercise notebook (neither by file name nor by grading "
+                            "cell ids)")
+        return sub, None
+    pristine = exercises[slug]
+    sub.lesson, sub.lesson_title = slug, lesson.title
+    sub.total, sub.pass_line = lesson.total_points, lesson.pass_line
+
+    sub.tampering += scan.compare_grading_cells(pristine["cells"], cells)
+    sub.tampering += [str(f) for f in scan.scan_student_cells(cells)]
+    sub.tampering += [str(f) for f in scan.reference_calls(cells, answer_ids(pristine))]
+    kernels = {ex.id: checks[ex.id][1] for ex in lesson.exercises
+               if ex.kernel and ex.id in checks}
+    sub.tampering += scan.kernel_problems(cells, kernels)
+    submitted_ids = {c.get("id") for c in cells}
+    for cell_id in sorted(answer_ids(pristine) - submitted_ids):
+        sub.problems.append(f"answer cell `{cell_id}` is missing (deleted?)")
+    sub.open_answers = open_answers(pristine, cells)
+    return sub, Job(sub, lesson, checks, build_run_notebook(submitted, pristine))
+
+
+def open_answers(pristine: dict, cells: list[dict]) -> dict[str, str]:
+    """The student's text in each markdown cell the exercise notebook names `open-*`."""
+    wanted = {c["id"] for c in pristine["cells"]
+              if c.get("cell_type") == "markdown" and str(c.get("id", "")).startswith("open-")}
+    return {c["id"]: scan.cell_source(c)[:20_000] for c in cells
+            if c.get("cell_type") == "markdown" and c.get("id") in wanted}

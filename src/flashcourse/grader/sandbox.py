@@ -1,0 +1,123 @@
+"""One bubblewrap sandbox per submission (grader side).
+
+What the sandbox guarantees, for the code of one submission:
+
+- it sees the system, Python, the virtual environment and the course read-only, with the
+  folders of submissions, reports and students' workspaces hidden, and writes only to its own
+  work folder (mounted at /grading) and a private /tmp;
+- no network (its own network namespace has only loopback), its own PID, IPC and UTS namespaces;
+- it runs as an unprivileged user of its own (uid SANDBOX_UID_BASE + slot), with no capabilities
+  and no_new_privs, under limits on processes, open files, file size, core files and (on a CPU)
+  address space;
+- it ends at the wall-clock limit or when the grader dies: the whole PID namespace is killed.
+
+What it does not guarantee: it does not hide the course's own files (solutions are public by
+design), it does not limit CPU share or GPU memory, and on a GPU machine the address-space limit
+is left off (CUDA reserves far more address space than it uses).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SANDBOX_UID_BASE = 61000  # slot n runs as uid/gid SANDBOX_UID_BASE + n
+MOUNT_POINT = "/grading"
+MEMORY_LIMIT = 12 * 2**30  # address space per process on a CPU
+FILE_LIMIT = 256 * 2**20  # largest file the sandbox may write
+PROCESS_LIMIT = 512  # processes and threads of the sandbox user
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt")
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot make a sandbox here."""
+
+
+def bwrap() -> str:
+    path = shutil.which("bwrap")
+    if path is None:
+        raise SandboxUnavailable(
+            "bubblewrap (`bwrap`) is not installed, so submissions cannot be isolated. Install "
+            "it (Debian/Ubuntu: `apt-get install bubblewrap`), or pass --no-sandbox to grade "
+            "without isolation (every report line then says so).")
+    return path
+
+
+def _mounts(course: Path, hidden: list[Path]) -> list[str]:
+    args: list[str] = []
+    for name in SYSTEM_DIRS:
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    python_roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
+                    Path(sys.executable).resolve().parent.parent}
+    for root in sorted(python_roots | {course.resolve()}):
+        if not any(root.is_relative_to(other) and root != other for other in python_roots):
+            args += ["--ro-bind", str(root), str(root)]
+    for path in hidden:  # inside the read-only course: submissions, reports, workspaces
+        path = path.resolve()
+        if course.resolve().is_relative_to(path):
+            continue  # never hide the course itself
+        if path.is_dir() and any(path.is_relative_to(r) for r in python_roots | {course}):
+            args += ["--tmpfs", str(path)]
+    return args
+
+
+def command(course: Path, work: Path, hidden: list[Path], inner: list[str]) -> list[str]:
+    """The bwrap command line running `inner` with `work` mounted at /grading."""
+    return [bwrap(), "--die-with-parent", "--new-session",
+            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--hostname", "grading",
+            *_mounts(course, hidden),
+            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            *[a for device in sorted(Path("/dev").glob("nvidia*"))
+              for a in ("--dev-bind", str(device), str(device))],
+            "--bind", str(work), MOUNT_POINT, "--chdir", f"{MOUNT_POINT}/run",
+            "--", *inner]
+
+
+def drop_privileges(uid: int) -> list[str]:
+    """The prefix that runs a command as `uid` with no capabilities (util-linux setpriv)."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+
+
+def _limits(gpu: bool):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (PROCESS_LIMIT, PROCESS_LIMIT))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if not gpu:
+            resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    return apply
+
+
+def run(argv: list[str], env: dict, wall: float, log: Path, gpu: bool,
+        sandboxed: bool = True) -> tuple[int | None, float]:
+    """Run `argv` (a `command(...)`) with the limits, kill its process group at `wall` seconds;
+    (exit status or None when killed, seconds)."""
+    started = time.monotonic()
+    with log.open("wb") as handle:
+        process = subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True,
+                                   preexec_fn=_limits(gpu) if sandboxed else None)
+        try:
+            status = process.wait(timeout=wall)
+        except subprocess.TimeoutExpired:
+            status = None
+        finally:
+            try:  # bwrap's own process group; the PID namespace dies with its first process
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+    return status, time.monotonic() - started

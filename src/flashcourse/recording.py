@@ -1,0 +1,362 @@
+"""Record what a student's code did inside the grading sandbox; replay it in the grader.
+
+A check calls student code only through `student_call` (via `grading.run_student`,
+`kernel_grading.guarded` and the answer inspections). In a student's own notebook that is a
+plain call. When the grader runs a submission, it sets $FLASHCOURSE_RECORD_DIR inside the
+sandbox: each `check(...)` then writes one record file, holding the answer (when it is data)
+and, for every call of student code in order, a hash of the inputs the check handed over,
+what came back (or what was raised), and the bytes of every tensor the call could write.
+
+The grader then runs the same check again in its own process, with nothing of the student's
+loaded: `replaying(...)` hands the check a stand-in answer, and every `student_call` returns
+the recorded result instead of calling anything, after confirming that the check built the
+same inputs. So the verdict is computed by the grader's code on plain data (JSON, base64
+bytes): nothing a notebook does to `check`, numpy, IPython or the environment reaches it.
+Hidden cases run in the replay whatever the notebook did; a record without them fails.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import contextlib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+RECORD_DIR_ENV = "FLASHCOURSE_RECORD_DIR"
+MAX_RECORD_BYTES = 256 * 2**20  # one record file larger than this is refused unread
+RAISABLE = ("BlankNotFilled", "NotImplementedError", "WrongAnswer")  # kept as themselves
+
+
+class RecordMismatch(Exception):
+    """The replayed check asked for something the record does not hold."""
+
+
+class StandIn:
+    """Takes the place of a student's function or kernel while a check is replayed. It has
+    the attributes checks look for (`fn`, `__getitem__`), and refuses to be run: every call of
+    student code must go through `student_call`, which returns the recorded result."""
+
+    def __init__(self, name: str):
+        self.__name__ = name
+        self.fn = self
+
+    def __call__(self, *args, **kwargs):
+        raise RecordMismatch("a check called the answer outside student_call")
+
+    def __getitem__(self, grid):
+        return self
+
+
+# ---------------------------------------------------------------- state of this process
+
+_recording: dict | None = None  # the record being written (inside the sandbox)
+_replay: dict | None = None  # the record being replayed (in the grader)
+
+
+def record_dir() -> Path | None:
+    folder = os.environ.get(RECORD_DIR_ENV)
+    return Path(folder) if folder else None
+
+
+def replaying_now() -> bool:
+    return _replay is not None
+
+
+def record_name(exercise_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", exercise_id) + ".json"
+
+
+@contextlib.contextmanager
+def recording(exercise_id: str, answer):
+    """Around one `check(...)` inside the sandbox: write the record file at the end, whatever
+    the check raised."""
+    global _recording
+    folder = record_dir()
+    if folder is None or _replay is not None:
+        yield
+        return
+    _recording = {"exercise": exercise_id, "answer": describe_answer(answer), "events": []}
+    try:
+        yield
+    finally:
+        record, _recording = _recording, None
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / record_name(exercise_id)).write_text(json.dumps(record), encoding="utf-8")
+
+
+@contextlib.contextmanager
+def replaying(record: dict):
+    """Around one replayed check in the grader."""
+    global _replay
+    _replay = {"events": list(record.get("events", [])), "next": 0}
+    try:
+        yield
+    finally:
+        _replay = None
+
+
+def replay_left() -> int:
+    """Events of the record the replayed check has not asked for (0 when it matched)."""
+    return 0 if _replay is None else len(_replay["events"]) - _replay["next"]
+
+
+# ---------------------------------------------------------------- the one call site
+
+
+def student_call(label: str, run: Callable[[], object], inputs=(), tensors=()):
+    """Run `run()` (student code) and return what it returns.
+
+    `inputs`: the values the check hands over (hashed, so the replay can confirm it built the
+    same case). `tensors`: torch tensors the call may write (kernel outputs and inputs); their
+    whole storage is hashed before and recorded after, and restored from the record on replay.
+    """
+    if _replay is not None:
+        return _replay_call(label, inputs, tensors)
+    if _recording is None:
+        return run()
+    event = {"label": label, "inputs": digest(inputs, tensors)}
+    _recording["events"].append(event)
+    try:
+        result = run()
+    except BaseException as err:
+        event["raised"] = _error_name(err)
+        event["message"] = str(err)[:4000]
+        event["tensors"] = [encode_storage(t) for t in tensors]
+        raise
+    event["tensors"] = [encode_storage(t) for t in tensors]
+    try:
+        event["result"] = encode(result)
+    except TypeError as err:
+        event["result"] = {"unsupported": str(err)}
+    return result
+
+
+def inspected(label: str, inspect: Callable[[], object]):
+    """An inspection of the answer object (blanks, stubs, is it a kernel): recorded like a call,
+    so the replay raises what it raised."""
+    return student_call(label, inspect)
+
+
+def _error_name(err: BaseException) -> str:
+    for cls in type(err).__mro__:
+        if cls.__name__ in RAISABLE:
+            return cls.__name__
+    return type(err).__name__
+
+
+def _replay_call(label: str, inputs, tensors):
+    from .blanks import BlankNotFilled
+    from .grading import WrongAnswer
+
+    events, number = _replay["events"], _replay["next"]
+    if number >= len(events):
+        raise RecordMismatch(f"the record ends before {label!r} (did the check run to the "
+                             "end, with its hidden cases?)")
+    event = events[number]
+    _replay["next"] = number + 1
+    if not isinstance(event, dict) or event.get("label") != label:
+        raise RecordMismatch(f"the record holds another step where {label!r} was expected")
+    if event.get("inputs") != digest(inputs, tensors):
+        raise RecordMismatch(f"{label}: the inputs recorded in the notebook are not the ones "
+                             "the grader builds (were the grader's inputs changed?)")
+    stored = event.get("tensors", [])
+    if not isinstance(stored, list) or len(stored) != len(tensors):
+        raise RecordMismatch(f"{label}: the record holds the wrong number of tensors")
+    for tensor, data in zip(tensors, stored, strict=True):
+        restore_storage(tensor, data)
+    raised = event.get("raised")
+    if raised is not None:
+        message = str(event.get("message", ""))
+        if raised == "BlankNotFilled":
+            raise BlankNotFilled(message)
+        if raised == "NotImplementedError":
+            raise NotImplementedError(message)
+        if raised == "WrongAnswer":
+            raise WrongAnswer(message)
+        if raised in ("KeyboardInterrupt", "SystemExit"):
+            raise RecordMismatch(f"{label}: the check was interrupted ({raised})")
+        name = raised if re.fullmatch(r"[A-Za-z_]\w{0,60}", str(raised)) else "Error"
+        builtin = getattr(builtins, name, None)  # ValueError stays a ValueError
+        if isinstance(builtin, type) and issubclass(builtin, Exception):
+            raise builtin(message)
+        raise type(name, (Exception,), {})(message)
+    result = event.get("result")
+    if isinstance(result, dict) and "unsupported" in result:
+        raise WrongAnswer(f"{label}: your code returned {result['unsupported']}; return a "
+                          "numpy array, a tensor, a number or a tuple of them.")
+    return decode(result)
+
+
+# ---------------------------------------------------------------- plain data
+
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def describe_answer(answer) -> dict:
+    """What the record keeps of the answer: the value itself when it is data, else its kind."""
+    from .blanks import is_blank
+
+    if is_blank(answer):
+        return {"blank": True}
+    if callable(answer):
+        return {"callable": type(answer).__name__}
+    try:
+        return {"value": encode(answer)}
+    except TypeError as err:
+        return {"unsupported": str(err)}
+
+
+def encode(value, depth: int = 0):
+    """JSON-able form of plain data: scalars, arrays, tensors, and lists, tuples and dicts of
+    them. Anything else raises TypeError (an object that compares equal to anything, say)."""
+    from .blanks import is_blank
+
+    if depth > 8:
+        raise TypeError("data nested too deep")
+    if is_blank(value):
+        return {"blank": True}
+    if type(value) in _SCALARS:
+        if type(value) is float and not np.isfinite(value):
+            return {"float": repr(value)}
+        return value
+    if isinstance(value, np.generic) and type(value).__module__ == "numpy":
+        return encode(value.item(), depth + 1)
+    if type(value) is np.ndarray:
+        if value.dtype.hasobject:
+            raise TypeError("an array of Python objects")
+        array = np.ascontiguousarray(value)
+        return {"array": array.dtype.str, "shape": list(array.shape),
+                "data": base64.b64encode(array.tobytes()).decode()}
+    if _is_tensor(value):
+        import torch
+
+        flat = value.detach().cpu().contiguous()
+        raw = flat.view(torch.uint8) if flat.numel() and flat.element_size() else flat
+        return {"tensor": str(value.dtype).removeprefix("torch."), "shape": list(flat.shape),
+                "data": base64.b64encode(raw.numpy().tobytes()).decode()}
+    if type(value) in (list, tuple):
+        return {type(value).__name__: [encode(v, depth + 1) for v in value]}
+    if type(value) is dict and all(type(k) is str for k in value):
+        return {"dict": {k: encode(v, depth + 1) for k, v in value.items()}}
+    raise TypeError(f"a {type(value).__name__}")
+
+
+def decode(data):
+    """The inverse of `encode`, for data read from a record: builds only plain values."""
+    import torch
+
+    from . import runtime
+    from .blanks import ______
+
+    if type(data) in _SCALARS:
+        return data
+    if type(data) is not dict or len(data) < 1:
+        raise RecordMismatch("unreadable value in the record")
+    if data.get("blank") is True:
+        return ______
+    if "float" in data:
+        return float(str(data["float"]))
+    if "list" in data or "tuple" in data:
+        items = [decode(v) for v in _as_list(data.get("list", data.get("tuple")))]
+        return items if "list" in data else tuple(items)
+    if "dict" in data and type(data["dict"]) is dict:
+        return {str(k): decode(v) for k, v in data["dict"].items()}
+    shape = tuple(int(n) for n in _as_list(data.get("shape")))
+    raw = base64.b64decode(str(data.get("data", "")), validate=True)
+    if "array" in data:
+        dtype = np.dtype(str(data["array"]))
+        if dtype.hasobject:
+            raise RecordMismatch("object array in the record")
+        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    if "tensor" in data:
+        dtype = getattr(torch, str(data["tensor"]), None)
+        if not isinstance(dtype, torch.dtype):
+            raise RecordMismatch("unknown tensor dtype in the record")
+        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else \
+            torch.empty(0, dtype=torch.uint8)
+        tensor = flat.view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
+        return tensor.to(runtime.current().device)
+    raise RecordMismatch("unreadable value in the record")
+
+
+def _as_list(value) -> list:
+    if type(value) is not list:
+        raise RecordMismatch("unreadable value in the record")
+    return value
+
+
+def _is_tensor(value) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _torch():
+    import sys
+
+    return sys.modules.get("torch")
+
+
+def _storage_bytes(tensor):
+    """A uint8 view of the whole storage behind `tensor` (padding and canaries included)."""
+    import torch
+
+    storage = tensor.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(
+        storage, 0, (storage.nbytes(),))
+
+
+def encode_storage(tensor) -> str:
+    return base64.b64encode(_storage_bytes(tensor).cpu().numpy().tobytes()).decode()
+
+
+def restore_storage(tensor, data) -> None:
+    import torch
+
+    raw = base64.b64decode(str(data), validate=True)
+    view = _storage_bytes(tensor)
+    if len(raw) != view.numel():
+        raise RecordMismatch("a recorded tensor has the wrong size")
+    view.copy_(torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(view.device))
+
+
+def digest(inputs, tensors=()) -> str:
+    """A hash of the inputs a check hands to student code, and of the tensors it may write."""
+    sha = hashlib.sha256()
+    _feed(sha, inputs)
+    for tensor in tensors:
+        sha.update(b"storage")
+        sha.update(_storage_bytes(tensor).cpu().numpy().tobytes())
+    return sha.hexdigest()
+
+
+def _feed(sha, value, depth: int = 0) -> None:
+    if depth > 8:
+        sha.update(b"...")
+        return
+    if isinstance(value, np.ndarray) and not value.dtype.hasobject:
+        sha.update(f"nd{value.dtype.str}{value.shape}".encode())
+        sha.update(np.ascontiguousarray(value).tobytes())
+    elif _is_tensor(value):
+        sha.update(f"t{value.dtype}{tuple(value.shape)}{value.stride()}".encode())
+        sha.update(_storage_bytes(value).cpu().numpy().tobytes())
+    elif isinstance(value, (list, tuple)):
+        sha.update(f"seq{len(value)}".encode())
+        for item in value:
+            _feed(sha, item, depth + 1)
+    elif isinstance(value, dict):
+        for key in sorted(value, key=str):
+            sha.update(f"k{key}".encode())
+            _feed(sha, value[key], depth + 1)
+    elif isinstance(value, (bool, int, float, str, type(None), np.generic)):
+        sha.update(f"v{type(value).__name__}{value!r}".encode())
+    elif callable(value):  # the answer itself or a launcher: the stand-in must hash the same
+        sha.update(b"callable")
+    else:  # a dtype, a case description: its kind is enough
+        sha.update(f"o{type(value).__name__}".encode())
