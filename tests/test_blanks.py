@@ -67,7 +67,7 @@ def test_every_blank_of_a_kernel_and_its_helpers_is_listed_at_once(tmp_path):
     with pytest.raises(BlankNotFilled) as caught:
         blanks.refuse_blanks(module.kernel, "kernel")
     message = str(caught.value)
-    assert "in kernel, helper (3 blanks)" in message
+    assert "Fill in the blanks in kernel, helper: 3 `______` placeholders" in message
     for line in ("kernel, line 3: a = ______", "kernel, line 5: c = ______",
                  "helper, line 3: y = ______"):
         assert line in message

@@ -8,7 +8,7 @@ import pytest
 from nbclient import NotebookClient
 
 from flashcourse import notebooks
-from flashcourse.grade_tamper import CHECK_PREFIX
+from flashcourse.grader.scan import CHECK_PREFIX
 
 ROOT_LESSONS = [p.stem for p in notebooks.lesson_paths(Path(__file__).resolve().parents[1])]
 ACTIONABLE = ("BlankNotFilled", "WrongAnswer")
@@ -29,6 +29,12 @@ def test_untouched_exercise_fails_every_check(root, slug):
             f"{slug}: grading cell {cell.id} raised {errors[0].ename}: {errors[0].evalue}")
         assert "Fill in the blank" in errors[0].evalue or "NotImplementedError" in \
             errors[0].evalue or "not passed" in errors[0].evalue, errors[0].evalue
+    # Run All in JupyterLab stops at a cell that raises unless it is tagged raises-exception:
+    # every cell that raises here, but the scorecard at the end, must carry the tag.
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    stops = [c.id for c in code[:-1] if any(o.output_type == "error" for o in c.outputs)
+             and "raises-exception" not in c.metadata.get("tags", [])]
+    assert not stops, f"{slug}: Run All would stop at {stops}"
 
 
 def test_pytest_nbval_fails_on_every_untouched_exercise(root, tmp_path):

@@ -15,8 +15,13 @@ class BlankNotFilled(Exception):
     """Raised when code uses a `______` placeholder that the student has not replaced yet."""
 
 
-def _message(where: str = "") -> str:
+def _message(where: str = "", count: int = 1) -> str:
     place = f" in {where}" if where else ""
+    if count > 1:
+        return (
+            f"Fill in the blanks{place}: {count} `{BLANK_TOKEN}` placeholders are still there. "
+            "Replace each with your expression, run the cell, then run the check again."
+        )
     return (
         f"Fill in the blank{place}: a `{BLANK_TOKEN}` placeholder is still there. "
         "Replace it with your expression, run the cell, then run the check again."
@@ -143,5 +148,4 @@ def refuse_blanks(obj, name: str) -> None:
         shown = [f"    {label}, line {n}: {text}" for label, lines in found for n, text in lines]
     where = ", ".join(label for label, _ in found)
     count = sum(len(lines) for _, lines in found)
-    summary = "" if count == 1 else f" ({count} blanks)"
-    raise BlankNotFilled(f"{_message(where + summary)}\n" + "\n".join(shown))
+    raise BlankNotFilled(f"{_message(where, count)}\n" + "\n".join(shown))

@@ -34,6 +34,14 @@ BLANK_MARK = re.compile(r"\s*# BLANK(?::\s*(?P<comment>.*))?$")
 ASSIGNMENT = re.compile(r"^(?P<head>\s*[\w\[\], .]+?\s*(?:[-+*/]?=)\s*)(?P<answer>.+)$")
 DICT_ENTRY = re.compile(r"^(?P<head>\s*(?:\"[^\"]*\"|'[^']*')\s*:\s*)(?P<answer>.+?)(?P<tail>,?)$")
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
+# Reference answers: a Quarto callout with the extra class `.answers`, collapsed on the book page,
+# kept in the solution notebook, left out of the exercise notebook.
+ANSWERS_BLOCK = re.compile(r"^:::+\s*\{[^}]*\.answers\b[^}]*\}\s*$")
+# Cells that run or check the student's code raise while a blank is unfilled: in the exercise
+# notebook they carry the tag `raises-exception`, so JupyterLab's Run All goes on to the end.
+# The solution notebook has no such tag, so strict nbval still fails on any error there.
+RUNS_ON_TO_END_PREFIXES = ("try-", "check-")
+RAISES_EXCEPTION = "raises-exception"
 NOTEBOOK_ONLY_SPAN = re.compile(r"\[(?P<text>[^\[\]]*)\]\{\.notebook-only\}")
 NOTEBOOK_ONLY_BLOCK = re.compile(r"^:::+\s*\{\.notebook-only\}\s*$")
 BLANK_IMPORT = re.compile(
@@ -236,6 +244,34 @@ def _banner(lesson: Lesson, variant: str) -> str:
     )
 
 
+def _notebook_markdown(text: str, variant: str, path: Path) -> str:
+    """A markdown cell for a notebook: blocks `::: {.callout-... .answers}` ... `:::` (reference
+    answers, collapsed on the book page) are left out of the exercise notebook; the solution
+    notebook keeps their text without the fence lines."""
+    if not any(ANSWERS_BLOCK.match(line.strip()) for line in text.splitlines()):
+        return text
+    out: list[str] = []
+    depth = 0  # fenced divs open inside an answers block
+    for line in text.splitlines():
+        stripped = line.strip()
+        if depth == 0 and ANSWERS_BLOCK.match(stripped):
+            depth = 1
+            continue
+        if depth:
+            if re.match(r"^:::+\s*\{", stripped):
+                depth += 1
+            elif re.match(r"^:::+\s*$", stripped):
+                depth -= 1
+                if depth == 0:
+                    continue
+            if variant == "exercise":
+                continue
+        out.append(line)
+    if depth:
+        raise LessonSourceError(f"{path}: an answers block is never closed (`:::`)")
+    return re.sub(r"\n\s*\n(\s*\n)+", "\n\n", "\n".join(out)).strip("\n")
+
+
 def to_notebook(lesson: Lesson, variant: str) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.metadata = {
@@ -252,13 +288,19 @@ def to_notebook(lesson: Lesson, variant: str) -> nbformat.NotebookNode:
             raise LessonSourceError(f"{lesson.path}: cell id {cell_id!r} is used twice")
         used_ids.add(cell_id)
         if cell.kind == "markdown":
-            new = nbformat.v4.new_markdown_cell(cell.source)
+            text = _notebook_markdown(cell.source, variant, lesson.path)
+            if not text.strip():
+                continue
+            new = nbformat.v4.new_markdown_cell(text)
         else:
             text = _exercise_source(cell, lesson.path) if variant == "exercise" \
                 else _solution_source(cell)
             new = nbformat.v4.new_code_cell(text)
-            if _tags(cell):
-                new.metadata["tags"] = _tags(cell)
+            tags = _tags(cell)
+            if variant == "exercise" and cell_id.startswith(RUNS_ON_TO_END_PREFIXES):
+                tags = [*tags, RAISES_EXCEPTION]
+            if tags:
+                new.metadata["tags"] = tags
         new.id = cell_id
         nb.cells.append(new)
     nbformat.validate(nb)

@@ -1,0 +1,74 @@
+"""What the student's notebook holds and how Run All goes through it: no reference answers (the
+book page keeps them collapsed, the solution notebook in full), and the cells that run or check
+unfinished code are tagged `raises-exception` so Run All reaches the end; the solution notebooks
+carry no such tag, so strict nbval still fails on a real error there."""
+
+import json
+
+import pytest
+
+from flashcourse import notebooks
+
+ANSWERS_TITLE = "Reference answers to the open parts"
+
+
+def _cells(root, folder, slug):
+    return json.loads((root / folder / f"{slug}.ipynb").read_text())["cells"]
+
+
+def _slugs(root):
+    return [p.stem for p in notebooks.lesson_paths(root)]
+
+
+def test_exercises_hold_no_reference_answers_and_the_book_keeps_them_collapsed(root):
+    for slug in _slugs(root):
+        exercise = "\n".join("".join(c["source"]) for c in _cells(root, "exercises", slug))
+        solution = "\n".join("".join(c["source"]) for c in _cells(root, "solutions", slug))
+        book = (root / "book" / f"{slug}.qmd").read_text()
+        assert "Reference answers" not in exercise and ".answers" not in exercise, slug
+        assert ANSWERS_TITLE in solution and ":::" not in solution, slug
+        assert f'::: {{.callout-tip .answers collapse="true"}}\n## {ANSWERS_TITLE}' in book, slug
+
+
+def test_cells_that_run_unfinished_code_let_run_all_go_on_in_exercises_only(root):
+    for slug in _slugs(root):
+        for folder in ("exercises", "solutions"):
+            for cell in _cells(root, folder, slug):
+                tagged = "raises-exception" in cell.get("metadata", {}).get("tags", [])
+                runs_student_code = cell["id"].startswith(("try-", "check-"))
+                expected = folder == "exercises" and runs_student_code
+                assert tagged == expected, f"{folder}/{slug}: {cell['id']}"
+
+
+def _lesson(tmp_path, markdown):
+    path = tmp_path / "lessons" / "99-demo.qmd"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text('---\ntitle: "Demo"\n---\n\n```{python}\n#| id: try-it\nx = 1  # BLANK\n```'
+                    "\n\n" + markdown + "\n")
+    return notebooks.parse(path)
+
+
+def test_an_answers_block_with_a_nested_div_is_left_out_whole(tmp_path):
+    lesson = _lesson(tmp_path, "Before.\n\n::: {.callout-tip .answers collapse=\"true\"}\n"
+                     "## Answers\n\n::: {.column-margin}\nnested\n:::\n\nThe answer is 4.\n:::"
+                     "\n\nAfter.")
+    exercise = notebooks.to_notebook(lesson, "exercise")
+    text = "\n".join(c.source for c in exercise.cells)
+    assert "Before." in text and "After." in text
+    assert "answer is 4" not in text and "nested" not in text and ":::" not in text
+    solution = "\n".join(c.source for c in notebooks.to_notebook(lesson, "solution").cells)
+    assert "The answer is 4." in solution and "::: {.column-margin}" in solution
+    assert exercise.cells[1].metadata["tags"] == ["raises-exception"]
+
+
+def test_a_markdown_cell_that_is_only_answers_is_dropped_from_the_exercise(tmp_path):
+    lesson = _lesson(tmp_path, "::: {.callout-tip .answers collapse=\"true\"}\n## Answers\n:::")
+    assert [c.cell_type for c in notebooks.to_notebook(lesson, "exercise").cells] == \
+        ["markdown", "code"]  # the title and the code cell
+    assert len(notebooks.to_notebook(lesson, "solution").cells) == 3
+
+
+def test_an_answers_block_left_open_is_an_error(tmp_path):
+    lesson = _lesson(tmp_path, "::: {.callout-tip .answers collapse=\"true\"}\n## Answers")
+    with pytest.raises(notebooks.LessonSourceError, match="never closed"):
+        notebooks.to_notebook(lesson, "exercise")
