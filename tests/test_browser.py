@@ -1,7 +1,10 @@
 """A student's path through a real browser: JupyterLab (headless, on a free local port) driven by
-Debian's Chromium through Playwright. Open a copy of lesson 1's exercise notebook, run all
-cells, see the grading cell ask for the blanks, fill the four blanks through the editor, and see
-the check pass. Screenshots go to test-artifacts/.
+Debian's Chromium through Playwright, set up as `./course lab` sets it up: lessons copied into a
+workspace (`work/`) and the lab opened there, with the course's JupyterLab defaults (no news
+pop-up). Open lesson 1 in the workspace, Run All to the scorecard at the end (the grading cells
+ask for the blanks without stopping the run), fill the four blanks through the editor, see the
+check pass, save, then reset the lesson and find the filled copy kept beside a fresh one.
+Screenshots go to test-artifacts/.
 
 Skipped when Chromium or Playwright is missing; CI installs both (`apt-get install -y chromium`,
 `pip install playwright`; Playwright's own browser download does not work offline)."""
@@ -24,6 +27,8 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
 SLUG = "01-gpu-flash"
 CHECK = 'check("gpu-flash/flash-attention", flash_attention)'
 TRY = "O_flash = flash_attention(Q, K, V, block_size=32)"
+SCORECARD = 'fc.scorecard("gpu-flash")'
+NEWS = "Would you like to get notified about official Jupyter news?"
 
 
 def _free_port() -> int:
@@ -33,10 +38,9 @@ def _free_port() -> int:
 
 
 def _settings(folder: Path) -> None:
-    """No news pop-up, no update check, every cell in the page (no windowing)."""
+    """The test's own user settings: every cell in the page (no windowing). The news pop-up is
+    turned off by the course's defaults (workspace.write_lab_overrides), as in `./course lab`."""
     files = {
-        "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-            {"fetchNews": "false", "checkForUpdates": False},
         "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     }
     for name, value in files.items():
@@ -55,9 +59,14 @@ def sync_api():
 
 @pytest.fixture
 def lab(sync_api, tmp_path, root):
-    work = tmp_path / "work"
-    work.mkdir()
-    shutil.copyfile(root / "exercises" / f"{SLUG}.ipynb", work / f"{SLUG}.ipynb")
+    """JupyterLab on the workspace of a copy of the course (never the repository's work/)."""
+    from flashcourse import workspace
+
+    course = tmp_path / "course"
+    shutil.copytree(root / "exercises", course / "exercises")
+    workspace.prepare(course)
+    work = workspace.work_dir(course)
+    app_settings = workspace.write_lab_overrides(tmp_path / "app").parents[1]
     _settings(tmp_path / "settings")
     port = _free_port()
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
@@ -68,11 +77,12 @@ def lab(sync_api, tmp_path, root):
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}",
          "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=", "--allow-root",
          "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={work}",
-         "--LabApp.news_url=", "--ServerApp.open_browser=False"],
+         f"--LabApp.app_settings_dir={app_settings}", "--ServerApp.open_browser=False",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
         cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a busy machine starts JupyterLab slowly
         while True:
             try:
                 urllib.request.urlopen(f"{url}/api/status", timeout=2)
@@ -82,7 +92,7 @@ def lab(sync_api, tmp_path, root):
                     pytest.fail("JupyterLab did not start:\n"
                                 + (tmp_path / "lab.log").read_text()[-3000:])
                 time.sleep(0.5)
-        yield url, work
+        yield url, course
     finally:
         server.terminate()
         try:
@@ -101,10 +111,15 @@ def _idle(page):
     page.locator("#jp-main-statusbar", has_text="(ipykernel) | Idle").wait_for()
 
 
-def test_student_fills_the_blanks_in_jupyterlab(sync_api, lab, root):
+def _output(cell, text):
+    return cell.locator(".jp-OutputArea-output").filter(has_text=text)
+
+
+def test_student_works_in_the_workspace_and_resets_a_lesson(sync_api, lab, root):
     from flashcourse import lesson_cells
 
-    url, work = lab
+    url, course = lab
+    work = course / "work"
     shots = root / "test-artifacts"
     shots.mkdir(exist_ok=True)
     for old in shots.glob("browser-*.png"):  # keep only this run's screenshots
@@ -116,32 +131,30 @@ def test_student_fills_the_blanks_in_jupyterlab(sync_api, lab, root):
         browser = play.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(60_000)
+            page.set_default_timeout(120_000)  # generous: the machine may be busy
             page.goto(f"{url}/lab/tree/{SLUG}.ipynb")
             _cell(page, CHECK).wait_for()
             _idle(page)  # the kernel is up and connected
-            page.wait_for_timeout(2000)
+            # the lab shows the workspace: the lessons, not the repository's solutions/
+            listing = page.locator(".jp-DirListing-content")
+            listing.get_by_text(f"{SLUG}.ipynb", exact=True).first.wait_for()
+            assert listing.get_by_text("solutions", exact=True).count() == 0
             page.screenshot(path=str(shots / "browser-1-opened.png"))
 
-            # Run > Run All Cells. JupyterLab sends each cell with stop_on_error (unless it is
-            # tagged raises-exception), so the run stops at the first cell that calls the
-            # unfilled flash_attention ("try-flash-attention", above the check) and the kernel
-            # aborts the cells after it. Wait for that error, then run the grading cell the way
-            # a student would: click into it and press Shift+Enter.
+            # Run > Run All Cells. The cells that try or check unfinished code are tagged
+            # raises-exception, so the run goes past their "fill in the blank" errors to the
+            # scorecard in the last cell.
             page.get_by_role("menuitem", name="Run", exact=True).click()
             page.locator("li[data-command='runmenu:run-all']").click()
-            tried = _cell(page, TRY)
-            tried.locator(".jp-OutputArea-output").filter(has_text="Fill in the blank").wait_for()
-            tried.scroll_into_view_if_needed()
-            page.screenshot(path=str(shots / "browser-2-run-all.png"))
+            scorecard = _cell(page, SCORECARD)
+            _output(scorecard, "gpu-flash").first.wait_for()
             _idle(page)
-            check = _cell(page, CHECK)
-            check.locator(".cm-content").click()
-            page.keyboard.press("Shift+Enter")
-            check.locator(".jp-OutputArea-output").filter(has_text="Fill in the blank").wait_for()
+            tried, check = _cell(page, TRY), _cell(page, CHECK)
+            _output(tried, "Fill in the blank").wait_for()
+            _output(check, "Fill in the blank").wait_for()
             check.scroll_into_view_if_needed()
-            page.screenshot(path=str(shots / "browser-3-blanks.png"))
-            _idle(page)
+            page.screenshot(path=str(shots / "browser-2-run-all.png"))
+            assert page.get_by_text(NEWS).count() == 0  # the news pop-up is off
 
             # fill the four blanks through the editor, run the cell, then the check
             editor = _cell(page, "def flash_attention").locator(".cm-content")
@@ -150,18 +163,39 @@ def test_student_fills_the_blanks_in_jupyterlab(sync_api, lab, root):
             page.keyboard.insert_text(solution)
             assert "______" not in editor.inner_text()
             page.keyboard.press("Shift+Enter")
+            _idle(page)
             check.locator(".cm-content").click()
             page.keyboard.press("Shift+Enter")
-            passed = check.locator(".jp-OutputArea-output").filter(
-                has_text="\u2713 gpu-flash/flash-attention")
+            passed = _output(check, "\u2713 gpu-flash/flash-attention")
             passed.wait_for()
             check.scroll_into_view_if_needed()
-            page.screenshot(path=str(shots / "browser-4-passed.png"))
+            page.screenshot(path=str(shots / "browser-3-passed.png"))
             assert "cases match standard attention" in passed.inner_text()
+
+            # save (File > Save), wait until the file on disk holds the answer
+            page.keyboard.press("Control+s")
+            deadline = time.monotonic() + 60
+            while "______" in _flash_attention_cell(work / f"{SLUG}.ipynb"):
+                assert time.monotonic() < deadline, "the notebook was not saved"
+                time.sleep(0.5)
         except Exception:
             page.screenshot(path=str(shots / "browser-failure.png"), full_page=True)
             raise
         finally:
             browser.close()
-    # the notebook the student edited is the copy; the exercise in the repository is untouched
-    assert "______" in (root / "exercises" / f"{SLUG}.ipynb").read_text()
+
+    # ./course reset 01: a fresh copy, and the student's copy kept beside it
+    out = subprocess.run([sys.executable, "-m", "flashcourse", "workspace", "--root",
+                          str(course), "reset", "01"], capture_output=True, text=True,
+                         check=True).stdout
+    backups = sorted(work.glob(f"{SLUG}.before-reset-*.ipynb"))
+    assert len(backups) == 1 and backups[0].name in out
+    assert "______" not in _flash_attention_cell(backups[0])
+    assert "______" in _flash_attention_cell(work / f"{SLUG}.ipynb")
+    # the exercise in the repository is untouched
+    assert "______" in _flash_attention_cell(root / "exercises" / f"{SLUG}.ipynb")
+
+
+def _flash_attention_cell(path: Path) -> str:
+    cells = json.loads(path.read_text())["cells"]
+    return next("".join(c["source"]) for c in cells if c.get("id") == "exercise-flash-attention")
