@@ -244,3 +244,69 @@ def test_one_lesson_renders_executed(executed_lesson, book):
     assert figures, "the executed page shows no figure"
     broken = [b for b in _broken_links(book) if b.startswith(f"book/{EXECUTED_LESSON}.html")]
     assert not broken, "broken local links after execution:\n" + "\n".join(broken)
+
+
+# ---------------------------------------------------------------- the rendered pages in Chromium
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+BROWSED = (EXECUTED_LESSON, "06-flash-attention")  # lesson 1 executed, lesson 6 not
+
+
+@pytest.fixture(scope="module")
+def browser_page(book):
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    with sync_api.sync_playwright() as play:
+        browser = play.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            page.set_default_timeout(120_000)  # generous: the machine may be busy
+            yield page
+        finally:
+            browser.close()
+
+
+def test_pages_in_a_browser(root, executed_lesson, book, browser_page):
+    """Chromium opens lesson 1 (executed) and lesson 6: the navigation lists every lesson,
+    headings carry one number, a collapsed reference answer opens, figures load and math is laid
+    out. Screenshots go to test-artifacts/."""
+    page = browser_page
+    shots = root / "test-artifacts"
+    shots.mkdir(exist_ok=True)
+    titles = [notebooks.parse(path).title for path in notebooks.lesson_paths(root)]
+    for stem in BROWSED:
+        page.goto((book / "book" / f"{stem}.html").as_uri())
+        page.wait_for_load_state("load")
+        nav = page.locator("#quarto-sidebar .sidebar-item-text").all_inner_texts()
+        missing = [t for t in titles if not any(t in item for item in nav)]
+        assert not missing, f"{stem}: the navigation lacks {missing} (it lists {nav})"
+
+        assert page.locator(".chapter-number, .header-section-number").count() == 0, stem
+        headings = page.locator("main h2.anchored").all_inner_texts()
+        numbered = [h for h in headings if re.match(r"\d+\.\s", h)]
+        assert numbered, f"{stem}: no numbered section among {headings}"
+        assert not [h for h in headings if re.match(r"\d+(\.\d+)+\s", h)], headings
+
+        answer = page.locator(".callout").filter(has_text="Reference answer").first
+        body = answer.locator(".callout-collapse")
+        assert not body.is_visible(), f"{stem}: the reference answer is not collapsed"
+        answer.locator(".callout-header").click()
+        body.wait_for(state="visible")
+        assert "def " in body.inner_text() or "=" in body.inner_text(), stem
+
+        images = page.locator("main img")
+        sizes = [images.nth(i).evaluate("img => img.complete ? img.naturalWidth : -1")
+                 for i in range(images.count())]
+        assert all(size > 0 for size in sizes), f"{stem}: a figure did not load ({sizes})"
+        if stem == EXECUTED_LESSON:
+            assert sizes, f"{stem}: the executed page shows no figure"
+
+        maths = page.locator("main math")
+        assert maths.count() > 0, f"{stem}: no MathML on the page"
+        box = maths.first.bounding_box()
+        assert box and box["width"] > 0 and box["height"] > 0, f"{stem}: math is not laid out"
+        page.screenshot(path=str(shots / f"book-{stem}.png"))
