@@ -1,6 +1,6 @@
 """Grading throughput: make N submissions of lesson 1 (blanks filled with right or known-wrong
-answers), grade them serially (--jobs 1: one `pytest --nbval-lax` process) and in parallel
-(--jobs J: the same run under pytest-xdist, `-n J --dist loadscope`), print submissions/minute.
+answers), grade them serially (--jobs 1: one sandbox at a time) and in parallel (--jobs J
+sandboxes at once), print submissions/minute.
 
     python scripts/grading_throughput.py [--count 50] [--jobs 2] [--timeout 60]
 """
@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flashcourse import grade, grade_samples
+from flashcourse.grader import cli, collect, samples
 
 ROOT = Path(__file__).resolve().parents[1]
 # one in three submissions is wrong, cycling through the known mistakes
@@ -26,14 +26,15 @@ def make_submissions(folder: Path, count: int) -> int:
     for number in range(count):
         mistakes = () if number % 3 else WRONG[(number // 3) % len(WRONG)]
         right += not mistakes
-        nb = grade_samples.filled_notebook(ROOT, mistakes=mistakes)
-        grade_samples.write(nb, folder / f"student{number:03d}" / "01-gpu-flash.ipynb")
+        nb = samples.filled_notebook(ROOT, mistakes=mistakes)
+        samples.write(nb, folder / f"student{number:03d}" / "01-gpu-flash.ipynb")
     return right
 
 
 def measure(folder: Path, jobs: int, timeout: float) -> tuple[float, int]:
     started = time.monotonic()
-    subs = grade.grade_paths([folder], out=None, jobs=jobs, timeout=timeout, root=ROOT)
+    found, missing = collect.collect([folder])
+    subs = cli.grade(found, missing, out=None, jobs=jobs, timeout=timeout, root=ROOT)
     return time.monotonic() - started, sum(s.passed for s in subs)
 
 

@@ -1,93 +1,115 @@
-"""`python -m flashcourse grade`: a right, a wrong, a tampered, a malformed, a looping and a
-crashing submission of lesson 1 graded in one run (one `pytest --nbval-lax` run under
-pytest-xdist); the static tamper scan and the run-time integrity snapshot on their own."""
+"""`python -m flashcourse grade`: right, wrong, tampered, malformed, crashing and looping
+submissions of lesson 1, and the attack suite of tests/attacks.py, graded in one run, each in
+its own bubblewrap sandbox; then the static scan, the collection and the reports on their own.
+
+Timeouts are generous (TIMEOUT per cell): a right submission must pass on a busy machine. Only
+the looping submission is graded with a short per-cell limit, and nothing else in that run is
+asserted about timing.
+"""
 
 import contextlib
 import csv
 import hashlib
 import io
 import json
+import shutil
+import subprocess
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
+import attacks
 import pytest
 
-from flashcourse import grade, grade_samples, grade_tamper
 from flashcourse.__main__ import main
+from flashcourse.grader import collect, samples, scan
 
-TIMEOUT = 10  # seconds per cell: the looping submission costs this once
+TIMEOUT = 600  # seconds per cell: generous, so a loaded machine cannot fail a right answer
+LOOP_TIMEOUT = 20  # per cell in the looping submission's own run (its other cells are instant)
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="bubblewrap (bwrap) is not installed")
 
 
 def _cell(nb, cell_id):
     return next(c for c in nb["cells"] if c.get("id") == cell_id)
 
 
+def _course_digest(root: Path) -> dict:
+    files = [*(root / "src").rglob("*.py"), *(root / "exercises").glob("*"),
+             root / "README.md", *Path(samples.__file__).parents[3].glob("*.pth")]
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
+
+
+def _grade(folder: Path, out: Path, root: Path, timeout: float) -> tuple[int, str, dict]:
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        status = main(["grade", str(folder), "--out", str(out), "--jobs", "2",
+                       "--timeout", str(timeout), "--root", str(root)])
+    report = json.loads((out / "results.json").read_text())
+    subs = {s["label"].split("/")[0]: s for s in report["submissions"]}
+    return status, stdout.getvalue(), subs
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, root):
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed")
     folder = tmp_path_factory.mktemp("submissions")
     out = tmp_path_factory.mktemp("grading-output")
-    right = grade_samples.filled_notebook(root)
-    grade_samples.write(right, folder / "alice" / "01-gpu-flash.ipynb")
+    right = samples.filled_notebook(root)
+    samples.write(right, folder / "alice" / "01-gpu-flash.ipynb")
 
     # wrong answer + a veto misconception + a cell that prints 3 MB + one that raises 2 MB
-    wrong = grade_samples.filled_notebook(root, mistakes=("no-rescale", "veto"))
+    wrong = samples.filled_notebook(root, mistakes=("no-rescale", "veto"))
     _cell(wrong, "try-flash-attention")["source"] += "\nfor _ in range(30000): print('x' * 99)"
     at = wrong["cells"].index(_cell(wrong, "try-flash-attention")) + 1
     wrong["cells"].insert(at, {"cell_type": "code", "id": "bob-raises", "metadata": {},
                                "outputs": [], "execution_count": None,
                                "source": "raise ValueError('y' * 2_000_000)"})
-    grade_samples.write(wrong, folder / "bob" / "01-gpu-flash.ipynb")
+    samples.write(wrong, folder / "bob" / "01-gpu-flash.ipynb")
 
     # edits a check cell (to a fake success line) and patches numpy in a student cell
-    tampered = grade_samples.filled_notebook(root, mistakes=("q1-wrong",))
+    tampered = samples.filled_notebook(root, mistakes=("q1-wrong",))
     _cell(tampered, "check-q1")["source"] = (
         'print("\u2713 gpu-flash/q1-memory: all 3 answers right")')
     _cell(tampered, "answer-q2")["source"] += "\nnp.allclose = lambda *a, **k: True"
-    grade_samples.write(tampered, folder / "carol" / "01-gpu-flash.ipynb")
+    samples.write(tampered, folder / "carol" / "01-gpu-flash.ipynb")
 
     (folder / "dave").mkdir()
     (folder / "dave" / "01-gpu-flash.ipynb").write_text('{"cells": [{"cell_type": "code", ')
 
-    # an infinite loop inside the answer, and a deleted answer cell
-    looping = grade_samples.filled_notebook(root)
-    body = _cell(looping, "exercise-flash-attention")["source"]
-    _cell(looping, "exercise-flash-attention")["source"] = body.replace(
-        "    n, d = Q.shape\n", "    n, d = Q.shape\n    while True:\n        pass\n", 1)
-    _cell(looping, "try-flash-attention")["source"] = "print('skipped')"
-    looping["cells"] = [c for c in looping["cells"] if c.get("id") != "answer-q3"]
-    grade_samples.write(looping, folder / "erin" / "01-gpu-flash.ipynb")
-
     # the kernel process exits half-way
-    crash = grade_samples.filled_notebook(root)
+    crash = samples.filled_notebook(root)
     _cell(crash, "answer-q2")["source"] = "import os\nos._exit(3)"
-    grade_samples.write(crash, folder / "frank" / "01-gpu-flash.ipynb")
+    samples.write(crash, folder / "frank" / "01-gpu-flash.ipynb")
 
-    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*.ipynb")}
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        status = main(["grade", str(folder), "--out", str(out), "--jobs", "2",
-                       "--timeout", str(TIMEOUT), "--root", str(root)])
-    after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*.ipynb")}
-    report = json.loads((out / "results.json").read_text())
-    subs = {s["label"].split("/")[0]: s for s in report["submissions"]}
-    return {"status": status, "stdout": stdout.getvalue(), "out": out, "subs": subs,
-            "unchanged": before == after}
+    attacks.build(root, folder)
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*.ipynb")
+              if not p.is_symlink()}
+    course_before = _course_digest(root)
+    status, stdout, subs = _grade(folder, out, root, TIMEOUT)
+    after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*.ipynb")
+             if not p.is_symlink()}
+    daemons = subprocess.run(["pgrep", "-f", "ATTACK-DAEMON"], capture_output=True, text=True)
+    return {"status": status, "stdout": stdout, "out": out, "subs": subs,
+            "unchanged": before == after, "course_unchanged": course_before ==
+            _course_digest(root), "daemons": daemons.stdout.split()}
 
 
 def _items(sub):
     return {item["id"]: item for item in sub["exercises"]}
 
 
-def _pytest_cases(out, who):
-    """pytest's JUnit test cases (one per code cell, "Cell N") of one submission's notebook."""
-    root = ET.parse(out / "pytest-junit.xml").getroot()
-    return [c for c in root.iter("testcase") if f"-{who}__" in c.get("classname")]
+def _executed_text(out: Path, name: str) -> str:
+    found = [p for p in (out / "executed").iterdir() if p.name.startswith(name)]
+    return found[0].read_text() if found else ""
 
 
 def test_right_submission_passes_with_hidden_cases(graded):
     alice = graded["subs"]["alice"]
     assert alice["status"] == "PASS", alice
     assert alice["earned"] == 10 and alice["total"] == 10 and alice["pass_line"] == 8
-    assert not alice["tampering"] and not alice["problems"]
+    assert not alice["tampering"] and not alice["problems"] and alice["sandbox"] == "bwrap"
     flash = _items(alice)["gpu-flash/flash-attention"]
     assert flash["earned"] == 4 and "10 cases match" in flash["message"]  # hidden cases ran
 
@@ -102,13 +124,7 @@ def test_wrong_submission_gets_points_per_item_and_the_veto(graded, record_rejec
     assert items["gpu-flash/misconceptions"]["status"] == "veto"
     assert any("flash_reduces_flops" in v for v in bob["vetoes"])
     assert any("output of `try-flash-attention` was cut" in n for n in bob["notes"])
-    # the failing student cell is just a failed item; its 2 MB message stays out of the XML
-    cases = _pytest_cases(graded["out"], "bob")
-    failed = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
-    assert "ValueError: yyy" in failed["Cell 11"].text
-    assert all(len(f.text) <= grade.FAILURE_CHARS for f in failed.values())
-    assert "were not rescaled" in failed["Cell 12"].text  # check-flash-attention, with the hint
-    assert (graded["out"] / "pytest-junit.xml").stat().st_size < 200_000
+    assert len(_executed_text(graded["out"], "bob")) < 3_000_000
     record_rejection("grade/lesson-notebook", "wrong answer and veto misconception")
 
 
@@ -118,7 +134,6 @@ def test_tampered_submission_fails_and_says_what_changed(graded, record_rejectio
     assert carol["status"] == "TAMPERED"
     assert "grading cell `check-q1` was edited" in text
     assert "answer-q2, line" in text and "np.allclose" in text
-    assert "patched at run time: numpy.allclose" in text  # the in-kernel snapshot saw it too
     # the pristine check ran in place of the edited one: the wrong Q1 earned nothing
     assert _items(carol)["gpu-flash/q1-memory"]["status"] == "wrong"
     record_rejection("grade/tamper", "edited check cell and patched np.allclose")
@@ -130,22 +145,6 @@ def test_malformed_notebook_gets_a_line(graded):
     assert "not valid JSON" in dave["problems"][0]
 
 
-def test_infinite_loop_is_interrupted_and_grading_goes_on(graded):
-    erin = graded["subs"]["erin"]
-    items = _items(erin)
-    assert items["gpu-flash/flash-attention"]["status"] == "timeout"
-    assert items["gpu-flash/q1-memory"]["status"] == "pass"  # later cells still ran
-    assert items["gpu-flash/q3-tools"]["status"] == "error"
-    assert "NameError" in items["gpu-flash/q3-tools"]["message"]
-    # nbval went on after the timeout; the later check's failure is a failure, not an xfail
-    cases = {c.get("name"): c for c in _pytest_cases(graded["out"], "erin")}
-    assert "fcgrade timeout" in cases["Cell 11"].find("failure").text
-    assert "NameError" in cases["Cell 16"].find("failure").text
-    assert not any(c.find("skipped") is not None for c in cases.values())
-    assert any("answer cell `answer-q3` is missing" in p for p in erin["problems"])
-    assert erin["status"] == "FAIL"
-
-
 def test_kernel_crash_gets_a_line(graded):
     frank = graded["subs"]["frank"]
     assert frank["status"] == "CRASHED"
@@ -153,15 +152,65 @@ def test_kernel_crash_gets_a_line(graded):
     items = _items(frank)
     assert items["gpu-flash/q1-memory"]["status"] == "pass"
     assert items["gpu-flash/q2-coalescing"]["status"] == "not run"
-    cases = {c.get("name"): c for c in _pytest_cases(graded["out"], "frank")}
-    died = cases["Cell 14"]  # answer-q2: noticed at once, not after the cell timeout
-    assert "fcgrade kernel died" in died.find("failure").text
-    assert float(died.get("time")) < TIMEOUT / 2
-    assert "Kernel dead on test start" in cases["Cell 15"].find("failure").text
+
+
+# what each attack must end as: not PASS, and where the grader says why
+REPORT_ATTACKS = {"newline-ansi-name", "csv-formula-name"}
+FLAGGED = {"calls-standard-attention", "calls-sdpa", "calls-package-attention",
+           "duplicate-grading-id", "forge-record"}
+
+
+@pytest.mark.parametrize("name", attacks.NAMES)
+def test_attack_gets_no_unearned_points(graded, name, record_rejection):
+    if name == "symlink":
+        sub = graded["subs"]["symlink"]
+        assert sub["status"] == "REFUSED" and "symbolic link" in sub["problems"][0]
+        record_rejection("grade/attack", name)
+        return
+    sub = graded["subs"][name]
+    if name in REPORT_ATTACKS:  # 8/10 on purpose: what matters is the line it prints
+        assert "\n" not in sub["label"] and "\x1b" not in sub["label"], sub["label"]
+        assert sub["status"] == "PASS" and sub["earned"] == 8
+        return
+    assert sub["status"] != "PASS", (name, sub)
+    if name in attacks.PATCHES or name == "duplicate-grading-id":
+        assert sub["earned"] == 0, (name, sub)  # every blank is still there
+    if name in FLAGGED:
+        assert sub["status"] == "TAMPERED" or sub["tampering"], (name, sub)
+    if name.startswith("calls-"):
+        assert any("uses the reference" in t for t in sub["tampering"]), sub
+    if name.startswith("veto-"):
+        assert sub["vetoes"] and "misconception" in sub["vetoes"][0], sub
+        assert sub["earned"] >= 8  # everything else right: the veto alone fails it
+    record_rejection("grade/attack", name)
+
+
+def test_attacks_reach_nothing_outside_their_sandbox(graded):
+    assert graded["unchanged"], "grading modified a submitted file"
+    assert graded["course_unchanged"], "a submission changed the course or the venv"
+    assert graded["daemons"] == [], "a background process outlived its sandbox"
+    out = graded["out"]
+    for name in ("read-classmates", "write-course", "network"):
+        text = _executed_text(out, name)
+        assert text and attacks.MARKER not in text.replace(f"'{attacks.MARKER}'", ""), name
+    subs = graded["subs"]
+    assert subs["alice"]["status"] == "PASS"  # killers and forgers did not touch a classmate
+    for name in ("kill-group", "kill-parents"):
+        assert subs[name]["status"] in ("CRASHED", "FAIL", "TAMPERED"), subs[name]
+
+
+def test_reports_escape_names_and_formulas(graded):
+    text = graded["stdout"]
+    assert "\x1b" not in text
+    assert not any(line.startswith("\x1b") or line.startswith("[32mPASS")
+                   for line in text.splitlines())
+    rows = list(csv.reader((graded["out"] / "results.csv").open()))
+    labels = [r[0] for r in rows[1:]]
+    assert any(label.startswith("'=HYPERLINK") for label in labels), labels
+    assert not any(label.startswith("=") for label in labels)
 
 
 def test_reports_exit_status_and_untouched_submissions(graded):
-    assert graded["unchanged"], "grading modified a submitted file"
     assert graded["status"] == 1  # not every submission passed
     out = graded["out"]
     text = graded["stdout"]
@@ -172,17 +221,32 @@ def test_reports_exit_status_and_untouched_submissions(graded):
     assert rows["alice"]["points"] == "10" and rows["alice"]["gpu-flash/q2-coalescing"] == "2"
     assert rows["bob"]["gpu-flash/misconceptions"] == "veto"
     suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
-    assert len(suites) == 6
+    assert len(suites) == len(graded["subs"])
     alice = next(s for s in suites if s.get("name").startswith("alice"))
     assert alice.get("failures") == "0"
-    cases = _pytest_cases(out, "alice")  # pytest's own: every code cell an item, all passed
-    assert [c.get("name") for c in cases] == [f"Cell {n}" for n in range(len(cases))]
-    ids = [c.find("properties/property[@name='fcgrade_cell_id']").get("value") for c in cases]
-    assert len(cases) == 22 and ids[0] == grade.SNAPSHOT_ID and ids[-1] == grade.RESULTS_ID
-    assert all(c.find("failure") is None and c.find("error") is None for c in cases)
     page = (out / "progress.html").read_text()
-    assert page.startswith("<!DOCTYPE html>") and "1 of 6 submissions passed" in page
-    assert (out / "scorecard.txt").exists() and len(list((out / "executed").iterdir())) == 5
+    assert page.startswith("<!DOCTYPE html>") and "1 of " in page
+    assert (out / "scorecard.txt").exists() and (out / "executed").is_dir()
+
+
+@needs_bwrap
+def test_infinite_loop_is_interrupted_and_grading_goes_on(tmp_path, root):
+    looping = samples.filled_notebook(root)
+    body = _cell(looping, "exercise-flash-attention")["source"]
+    _cell(looping, "exercise-flash-attention")["source"] = body.replace(
+        "    n, d = Q.shape\n", "    n, d = Q.shape\n    while True:\n        pass\n", 1)
+    _cell(looping, "try-flash-attention")["source"] = "print('skipped')"
+    looping["cells"] = [c for c in looping["cells"] if c.get("id") != "answer-q3"]
+    samples.write(looping, tmp_path / "in" / "erin" / "01-gpu-flash.ipynb")
+    status, _, subs = _grade(tmp_path / "in", tmp_path / "out", root, LOOP_TIMEOUT)
+    erin = subs["erin"]
+    items = _items(erin)
+    assert items["gpu-flash/flash-attention"]["status"] in ("not run", "error")
+    assert items["gpu-flash/q1-memory"]["status"] == "pass"  # later cells still ran
+    assert items["gpu-flash/q3-tools"]["status"] == "not run"
+    assert "NameError" in items["gpu-flash/q3-tools"]["message"]
+    assert any("answer cell `answer-q3` is missing" in p for p in erin["problems"])
+    assert erin["status"] == "FAIL" and status == 1
 
 
 def test_nothing_to_grade_exits_2(tmp_path):
@@ -217,7 +281,7 @@ TAMPERING = {
 @pytest.mark.parametrize("source", list(TAMPERING))
 def test_scan_flags_tampering(source, record_rejection):
     cells = [{"cell_type": "code", "id": "answer-x", "source": source}]
-    findings = [str(f) for f in grade_tamper.scan_student_cells(cells)]
+    findings = [str(f) for f in scan.scan_student_cells(cells)]
     assert any(TAMPERING[source] in f for f in findings), findings
     assert all(f.startswith("answer-x") for f in findings)
     record_rejection("grade/tamper", source.splitlines()[-1])
@@ -225,38 +289,67 @@ def test_scan_flags_tampering(source, record_rejection):
 
 def test_scan_accepts_every_solution_cell(root):
     nb = json.loads((root / "solutions" / "01-gpu-flash.ipynb").read_text())
-    assert grade_tamper.scan_student_cells(nb["cells"]) == []
+    assert scan.scan_student_cells(nb["cells"]) == []
 
 
 def test_grading_cells_compared_with_the_exercise(root):
     pristine = json.loads((root / "exercises" / "01-gpu-flash.ipynb").read_text())["cells"]
     submitted = [dict(c) for c in pristine if c.get("id") != "check-q2"]
     _cell({"cells": submitted}, "scorecard")["source"] = "print('Total: 10/10')"
-    problems = grade_tamper.compare_grading_cells(pristine, submitted)
+    problems = scan.compare_grading_cells(pristine, submitted)
     assert any("`check-q2` was deleted" in p for p in problems)
     assert any("`scorecard` was edited" in p for p in problems)
 
 
 def test_run_notebook_uses_pristine_grading_cells_in_place(root):
     pristine = json.loads((root / "exercises" / "01-gpu-flash.ipynb").read_text())
-    submitted = grade_samples.filled_notebook(root)
+    submitted = samples.filled_notebook(root)
     submitted["cells"] = [c for c in submitted["cells"] if c.get("id") != "check-q2"]
     _cell(submitted, "check-q1")["source"] = "pass"
-    run = grade.build_run_notebook(submitted, pristine, "NONCE:")
+    run = collect.build_run_notebook(submitted, pristine)
     ids = [c["id"] for c in run["cells"]]
-    assert ids[0] == grade.SNAPSHOT_ID and ids[-1] == grade.RESULTS_ID
+    assert ids[0] == "setup" and ids[-1] == "scorecard"
     assert ids.index("check-q2") == ids.index("answer-q2") + 1
     assert _cell(run, "check-q1")["source"] == 'check("gpu-flash/q1-memory", q1_answers)'
 
 
-def test_integrity_snapshot_sees_a_patch():
-    import numpy as np
+def test_reference_calls_are_flagged_only_in_answer_cells(root):
+    pristine = json.loads((root / "exercises" / "01-gpu-flash.ipynb").read_text())
+    answers = collect.answer_ids(pristine)
+    assert "exercise-flash-attention" in answers and "show-reference" not in answers
+    solution = json.loads((root / "solutions" / "01-gpu-flash.ipynb").read_text())
+    assert scan.reference_calls(solution["cells"], answers) == []
+    cell = {"cell_type": "code", "id": "exercise-flash-attention",
+            "source": "import torch\nout = torch.softmax(x, -1)"}
+    assert "torch.softmax" in str(scan.reference_calls([cell], answers)[0])
 
-    grade.integrity_snapshot()
-    original = np.allclose
-    try:
-        np.allclose = lambda *a, **k: True
-        assert "numpy.allclose" in grade.integrity_changes()
-    finally:
-        np.allclose = original
-    assert grade.integrity_changes() == []
+
+def test_kernel_answers_must_be_jit_functions():
+    jit = "@triton.jit\ndef k(x_ptr):\n    pass\n"
+    cells = [{"cell_type": "code", "id": "a", "source": jit}]
+    assert scan.kernel_problems(cells, {"x/k": "k"}) == []
+    fake = [{"cell_type": "code", "id": "a", "source": "class K:\n    fn = None\nk = K()"}]
+    assert "not defined as a @triton.jit" in scan.kernel_problems(fake, {"x/k": "k"})[0]
+    rebound = cells + [{"cell_type": "code", "id": "b", "source": "k = softmax_wrapper"}]
+    assert "bound again" in scan.kernel_problems(rebound, {"x/k": "k"})[0]
+
+
+def test_report_names_cannot_spoof_lines_or_formulas():
+    from flashcourse.grader import report
+    from flashcourse.grader.submission import Submission
+
+    label = collect.printable("evil\n\x1b[32mPASS 10/10.ipynb")
+    assert "\n" not in label and "\x1b" not in label
+    sub = Submission(label=label, path=label)
+    assert "\n" not in report.submission_text(sub).splitlines()[0][len(label):]
+    assert report.csv_safe("=HYPERLINK(x)") == "'=HYPERLINK(x)"
+    assert report.csv_safe("@SUM(1)").startswith("'")
+
+
+def test_grader_refuses_without_bubblewrap(tmp_path, monkeypatch, capsys):
+    from flashcourse.grader import sandbox
+
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    (tmp_path / "01-gpu-flash.ipynb").write_text("{}")
+    assert main(["grade", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "bubblewrap" in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -61,6 +61,8 @@ EXERCISES: dict[str, Exercise] = {}
 # What passed in this process: exercise id -> points earned (vetoes record 0 when hit).
 RESULTS: dict[str, float] = {}
 VETOES_HIT: dict[str, str] = {}
+# How the last check of each exercise ended when it did not pass: "wrong", "blank" or "veto".
+ATTEMPTS: dict[str, str] = {}
 
 
 def lesson(lesson_id: str, title: str, pass_line: float = 8.0) -> Lesson:
@@ -117,8 +119,14 @@ def check(exercise_id: str, answer) -> None:
     """Grade `answer` for `exercise_id`: print one line on success, raise on a wrong answer."""
     item = get(exercise_id)
     RESULTS.pop(exercise_id, None)
-    with recording.recording(exercise_id, answer):
-        summary = _run_check(item, answer)
+    try:
+        with recording.recording(exercise_id, answer):
+            summary = _run_check(item, answer)
+    except BaseException as err:
+        ATTEMPTS[exercise_id] = ("veto" if isinstance(err, VetoMisconception) else
+                                 "blank" if isinstance(err, BlankNotFilled) else "wrong")
+        raise
+    ATTEMPTS.pop(exercise_id, None)
     RESULTS[exercise_id] = item.points
     VETOES_HIT.pop(exercise_id, None)
     print(f"\u2713 {exercise_id}: {summary}")
@@ -184,24 +192,29 @@ def run_student(fn: Callable, case: str, *args, **kwargs):
 
 
 def scorecard(lesson_id: str) -> float:
-    """Print the lesson's rubric with the points earned in this session; raise below the pass
-    line or when a veto misconception was answered wrongly."""
+    """Print the lesson's rubric with the points earned in this session and each item's state
+    (passed, wrong, blank, not run); raise below the pass line, or when a veto misconception
+    was answered wrongly or not answered."""
     _load_checks()
     item = LESSONS[lesson_id]
     lines = [f"Scorecard: {item.title}"]
     earned = 0.0
+    unanswered = []
     for ex in item.exercises:
         got = RESULTS.get(ex.id, 0.0)
         earned += got
+        state = "passed" if ex.id in RESULTS else ATTEMPTS.get(ex.id, "not run")
         if ex.kind == "veto":
-            state = ("VETO" if ex.id in VETOES_HIT
-                     else "ok" if ex.id in RESULTS else "not checked")
-            lines.append(f"  [veto] {ex.title}: {state}")
+            shown = {"passed": "ok", "veto": "VETO"}.get(state, state)
+            lines.append(f"  [veto] {ex.title}: {shown}")
+            if state != "passed" and ex.id not in VETOES_HIT:
+                unanswered.append(ex.title)
         else:
             mark = "\u2713" if ex.id in RESULTS else "\u2717"
             lines.append(f"  {mark} {ex.points:g}/{ex.points:g} {ex.title}" if got else
-                         f"  {mark} 0/{ex.points:g} {ex.title} (not passed: run its check)")
-    vetoes = _vetoes(lesson_id)
+                         f"  {mark} 0/{ex.points:g} {ex.title} ({state})")
+    vetoes = _vetoes(lesson_id) + [f"{title}: not answered (the veto statements must be "
+                                   "answered and checked)" for title in unanswered]
     verdict = "PASS" if earned >= item.pass_line and not vetoes else "FAIL"
     lines.append(f"Total: {earned:g}/{item.total_points:g} (pass line {item.pass_line:g}): "
                  f"{verdict}")

@@ -52,6 +52,7 @@ def run(notebook_path: Path, out: Path, timeout: float) -> int:
     notebook = nbformat.read(notebook_path, as_version=4)
     client = NotebookClient(notebook, timeout=timeout, allow_errors=True, kernel_name="python3",
                             interrupt_on_timeout=True, record_timing=False,
+                            shutdown_kernel="immediate",  # a graceful stop costs seconds
                             resources={"metadata": {"path": str(notebook_path.parent)}})
     cells: list[dict] = []
 

@@ -6,8 +6,9 @@ What the sandbox guarantees, for the code of one submission:
   folders of submissions, reports and students' workspaces hidden, and writes only to its own
   work folder (mounted at /grading) and a private /tmp;
 - no network (its own network namespace has only loopback), its own PID, IPC and UTS namespaces;
-- it runs as an unprivileged user of its own (uid SANDBOX_UID_BASE + slot), with no capabilities
-  and no_new_privs, under limits on processes, open files, file size, core files and (on a CPU)
+- started by root, it runs as an unprivileged user of its own (uid SANDBOX_UID_BASE + slot), with
+  no capabilities and no_new_privs (started by another user, as that user in a user namespace),
+  under limits on processes, open files, file size, core files and (on a CPU)
   address space;
 - it ends at the wall-clock limit or when the grader dies: the whole PID namespace is killed.
 
@@ -59,9 +60,16 @@ def _mounts(course: Path, hidden: list[Path]) -> list[str]:
             args += ["--ro-bind", str(path), str(path)]
     python_roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
                     Path(sys.executable).resolve().parent.parent}
-    for root in sorted(python_roots | {course.resolve()}):
-        if not any(root.is_relative_to(other) and root != other for other in python_roots):
-            args += ["--ro-bind", str(root), str(root)]
+    roots = python_roots | {course.resolve()}
+    made: set[Path] = set()
+    for root in sorted(roots):
+        if any(root.is_relative_to(other) and root != other for other in roots):
+            continue  # inside another bound folder
+        for parent in reversed(root.parents):  # bwrap would make them 0700
+            if parent != Path("/") and parent not in made:
+                made.add(parent)
+                args += ["--perms", "0755", "--dir", str(parent)]
+        args += ["--ro-bind", str(root), str(root)]
     for path in hidden:  # inside the read-only course: submissions, reports, workspaces
         path = path.resolve()
         if course.resolve().is_relative_to(path):
@@ -73,7 +81,8 @@ def _mounts(course: Path, hidden: list[Path]) -> list[str]:
 
 def command(course: Path, work: Path, hidden: list[Path], inner: list[str]) -> list[str]:
     """The bwrap command line running `inner` with `work` mounted at /grading."""
-    return [bwrap(), "--die-with-parent", "--new-session",
+    user = ["--unshare-user"] if os.geteuid() != 0 else []  # root drops to a uid instead
+    return [bwrap(), "--die-with-parent", "--new-session", *user,
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "grading",
             *_mounts(course, hidden),

