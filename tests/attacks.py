@@ -165,7 +165,7 @@ def build(root: Path, folder: Path) -> dict[str, Path]:
     written: dict[str, Path] = {}
 
     def put(name: str, nb: dict, file_name: str = f"{LESSON}.ipynb") -> None:
-        written[name] = samples.write(nb, folder / name / file_name)
+        written[name] = samples.write(nb, folder / FOLDERS.get(name, name) / file_name)
 
     untouched = json.loads((root / "exercises" / f"{LESSON}.ipynb").read_text())
     for name, source in PATCHES.items():
@@ -219,12 +219,12 @@ def build(root: Path, folder: Path) -> dict[str, Path]:
 
     put("newline-ansi-name", samples.filled_notebook(root, mistakes=("q1-wrong",)),
         f"{LESSON}\n\x1b[32mPASS 10-10 fake.ipynb")
-    put("csv-formula-name", samples.filled_notebook(root, mistakes=("q1-wrong",)),
-        f"=HYPERLINK(evil) {LESSON}.ipynb")
+    put("csv-formula-name", samples.filled_notebook(root, mistakes=("q1-wrong",)))
     return written
 
 
 NAMES = [*PATCHES, *ANSWERS, *ODD]
+FOLDERS = {"csv-formula-name": '=HYPERLINK("evil")'}  # attack -> its folder's name
 
 
 if __name__ == "__main__":

@@ -35,8 +35,11 @@ def _cell(nb, cell_id):
 
 
 def _course_digest(root: Path) -> dict:
+    import sysconfig
+
+    site_packages = Path(sysconfig.get_paths()["purelib"])
     files = [*(root / "src").rglob("*.py"), *(root / "exercises").glob("*"),
-             root / "README.md", *Path(samples.__file__).parents[3].glob("*.pth")]
+             root / "README.md", *site_packages.glob("*.pth")]
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
 
 
@@ -105,6 +108,12 @@ def _executed_text(out: Path, name: str) -> str:
     return found[0].read_text() if found else ""
 
 
+def _executed_outputs(out: Path, name: str) -> str:
+    """Everything the cells of a submission's executed copy printed."""
+    nb = json.loads(_executed_text(out, name))
+    return "\n".join(json.dumps(c.get("outputs", [])) for c in nb["cells"])
+
+
 def test_right_submission_passes_with_hidden_cases(graded):
     alice = graded["subs"]["alice"]
     assert alice["status"] == "PASS", alice
@@ -167,7 +176,7 @@ def test_attack_gets_no_unearned_points(graded, name, record_rejection):
         assert sub["status"] == "REFUSED" and "symbolic link" in sub["problems"][0]
         record_rejection("grade/attack", name)
         return
-    sub = graded["subs"][name]
+    sub = graded["subs"][attacks.FOLDERS.get(name, name)]
     if name in REPORT_ATTACKS:  # 8/10 on purpose: what matters is the line it prints
         assert "\n" not in sub["label"] and "\x1b" not in sub["label"], sub["label"]
         assert sub["status"] == "PASS" and sub["earned"] == 8
@@ -191,8 +200,9 @@ def test_attacks_reach_nothing_outside_their_sandbox(graded):
     assert graded["daemons"] == [], "a background process outlived its sandbox"
     out = graded["out"]
     for name in ("read-classmates", "write-course", "network"):
-        text = _executed_text(out, name)
-        assert text and attacks.MARKER not in text.replace(f"'{attacks.MARKER}'", ""), name
+        printed = _executed_outputs(out, name)
+        assert "nothing found" in printed or "refused" in printed or "no network" in printed
+        assert attacks.MARKER not in printed, (name, printed[:2000])
     subs = graded["subs"]
     assert subs["alice"]["status"] == "PASS"  # killers and forgers did not touch a classmate
     for name in ("kill-group", "kill-parents"):
