@@ -156,7 +156,7 @@ ANSWERS = {
 }
 
 # name -> (what it tries, how the notebook is changed), on a right submission
-ODD = ("equal-to-anything", "answer-object", "duplicate-grading-id", "veto-blank",
+ODD = ("fake-kernel", "equal-to-anything", "answer-object", "duplicate-grading-id", "veto-blank",
        "veto-unrun", "symlink", "newline-ansi-name", "csv-formula-name")
 
 
@@ -220,6 +220,15 @@ def build(root: Path, folder: Path) -> dict[str, Path]:
     put("newline-ansi-name", samples.filled_notebook(root, mistakes=("q1-wrong",)),
         f"{LESSON}\n\x1b[32mPASS 10-10 fake.ipynb")
     put("csv-formula-name", samples.filled_notebook(root, mistakes=("q1-wrong",)))
+
+    nb = samples.filled_notebook(root, slug="05-softmax")  # a "kernel" that is not one
+    _cell(nb, "exercise-row-kernel")["source"] = (
+        "class RowSoftmax:\n    def __init__(self):\n        self.fn = self\n"
+        "    def __getitem__(self, grid):\n        return self\n"
+        "    def __call__(self, x, y, *args, **kwargs):\n"
+        "        y.copy_(torch.softmax(x.float(), dim=-1).to(y.dtype))\n\n"
+        "softmax_row_kernel = RowSoftmax()\n")
+    written["fake-kernel"] = samples.write(nb, folder / "fake-kernel" / "05-softmax.ipynb")
     return written
 
 

@@ -188,6 +188,11 @@ def test_attack_gets_no_unearned_points(graded, name, record_rejection):
         assert sub["status"] == "TAMPERED" or sub["tampering"], (name, sub)
     if name.startswith("calls-"):
         assert any("uses the reference" in t for t in sub["tampering"]), sub
+    if name == "fake-kernel":
+        item = _items(sub)["softmax/row-kernel"]
+        assert item["status"] == "refused" and item["earned"] == 0, item
+        assert any("not defined as a @triton.jit" in t for t in sub["tampering"])
+        assert any("torch.softmax" in t for t in sub["tampering"])
     if name.startswith("veto-"):
         assert sub["vetoes"] and "misconception" in sub["vetoes"][0], sub
         assert sub["earned"] >= 8  # everything else right: the veto alone fails it

@@ -97,3 +97,14 @@ def test_notebook_scorecard_fails_an_unanswered_veto(monkeypatch):
         grading.scorecard("gpu-flash")
     grading.RESULTS["gpu-flash/misconceptions"] = 0
     assert grading.scorecard("gpu-flash") == 10
+
+
+def test_a_secret_reseeds_every_case(tmp_path, monkeypatch, flash_attention, record_rejection):
+    public = _record(tmp_path, monkeypatch, flash_attention)
+    monkeypatch.setenv(grading.SECRET_ENV, "instructor-only")
+    secret = _record(tmp_path / "secret", monkeypatch, flash_attention)
+    assert "10 cases match" in grading.replay(EXERCISE, secret)
+    assert [e["inputs"] for e in public["events"]] != [e["inputs"] for e in secret["events"]]
+    with pytest.raises(recording.RecordMismatch, match="inputs"):
+        grading.replay(EXERCISE, public)  # made without the secret: other inputs
+    record_rejection("grade/replay", "a record made on the public seeds")

@@ -180,7 +180,7 @@ COPY_HIDDEN = [(2 * 4096 - 1, 4096), (77, 32)]
 def run_copy(copy_kernel, n: int, block: int, dtype: torch.dtype, case: str, seed: int = 0):
     """Launch the student's copy kernel the way the lesson does; returns (output, input)."""
     device = runtime.current().device
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(grading.case_seed(seed))
     values = (torch.randn(n, generator=generator) * 100).to(dtype).to(device)
     x = buffers.poisoned(values, pad_cols=block)
     out = buffers.Canaried((n,), dtype, device, pad_cols=block)

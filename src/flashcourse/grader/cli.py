@@ -55,7 +55,7 @@ def _sandbox_env(paths: dict[str, str], interpreter: bool) -> dict[str, str]:
         env[name] = "1"  # oversubscribe the cores
     if interpreter:
         env[runtime.FORCE_INTERPRETER_ENV] = "1"
-    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TRITON_PTXAS_PATH"):
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TRITON_PTXAS_PATH", grading.SECRET_ENV):
         if name in os.environ:
             env[name] = os.environ[name]
     return env
@@ -138,8 +138,9 @@ class Grader:
 
 def grade(found: list[collect.Found], missing: list[str], out: Path | None = None,
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
-          sandboxed: bool = True, progress=None) -> list[Submission]:
-    """Grade every found notebook; write the reports under `out` when given."""
+          sandboxed: bool = True, progress=None, secret: str | None = None) -> list[Submission]:
+    """Grade every found notebook; write the reports under `out` when given. `secret` reseeds
+    every case the checks build (the same secret gives the same inputs)."""
     if sandboxed:
         sandbox.bwrap()  # raises SandboxUnavailable with what to do
     root = (root or collect.course_root()).resolve()
@@ -147,6 +148,10 @@ def grade(found: list[collect.Found], missing: list[str], out: Path | None = Non
     grading._load_checks()
     runtime.setup(verbose=False)
     os.environ[grading.GRADING_MODE_ENV] = "1"  # the replay runs the hidden cases
+    if secret:
+        os.environ[grading.SECRET_ENV] = secret
+    else:
+        os.environ.pop(grading.SECRET_ENV, None)
     jobs = max(1, jobs or min(len(found) or 1, os.cpu_count() or 1))
     hidden = [p for p in {item.path.parent for item in found}] + \
         [root / "work", root / "grading-output", root / ".git"] + ([out] if out else [])
@@ -200,6 +205,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"seconds one cell may run (default {DEFAULT_TIMEOUT})")
     parser.add_argument("--root", type=Path, default=None,
                         help="course folder with exercises/ (default: found from here)")
+    parser.add_argument("--secret", default=None,
+                        help="derive the seed of every case from this text, so that inputs "
+                             "cannot be known in advance (keep it out of the repository)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run submissions without bubblewrap (unsafe; every report line "
                              "says so)")
@@ -214,7 +222,7 @@ def run_cli(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         subs = grade(found, missing, out=args.out, jobs=args.jobs, timeout=args.timeout,
-                     root=args.root, sandboxed=not args.no_sandbox)
+                     root=args.root, sandboxed=not args.no_sandbox, secret=args.secret)
     except sandbox.SandboxUnavailable as err:
         print(f"cannot grade: {err}", file=sys.stderr)
         return 2

@@ -206,6 +206,7 @@ class Job:
     lesson: object  # grading.Lesson
     checks: dict[str, tuple[str, str]]  # exercise id -> (grading cell id, answer name)
     notebook: dict  # the notebook the sandbox runs
+    refused: dict[str, str]  # exercise id -> why its answer earns nothing (not a real kernel)
 
 
 def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | None]:
@@ -242,12 +243,16 @@ def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | 
     sub.tampering += [str(f) for f in scan.reference_calls(cells, answer_ids(pristine))]
     kernels = {ex.id: checks[ex.id][1] for ex in lesson.exercises
                if ex.kernel and ex.id in checks}
-    sub.tampering += scan.kernel_problems(cells, kernels)
+    refused = {}
+    for problem in scan.kernel_problems(cells, kernels):
+        exercise_id = problem.split(":", 1)[0]
+        refused[exercise_id] = problem.split(": ", 1)[1]
+        sub.tampering.append(problem)
     submitted_ids = {c.get("id") for c in cells}
     for cell_id in sorted(answer_ids(pristine) - submitted_ids):
         sub.problems.append(f"answer cell `{cell_id}` is missing (deleted?)")
     sub.open_answers = open_answers(pristine, cells)
-    return sub, Job(sub, lesson, checks, build_run_notebook(submitted, pristine))
+    return sub, Job(sub, lesson, checks, build_run_notebook(submitted, pristine), refused)
 
 
 def open_answers(pristine: dict, cells: list[dict]) -> dict[str, str]:

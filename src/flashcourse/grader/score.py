@@ -124,6 +124,8 @@ def score(sub: Submission, job: Job, work: Path, timeout: float, wall_killed: bo
             item.status = "error"
             if "inputs" in item.message:
                 sub.tampering.append(f"{ex.id}: {item.message}")
+        if ex.id in job.refused:
+            item.status, item.message = "refused", printable(job.refused[ex.id], 300)
         if item.status == "pass":
             item.earned = float(ex.points)
         if ex.kind == "veto" and item.status != "pass":
