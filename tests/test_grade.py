@@ -165,7 +165,7 @@ def test_kernel_crash_gets_a_line(graded):
 
 # what each attack must end as: not PASS, and where the grader says why
 REPORT_ATTACKS = {"newline-ansi-name", "csv-formula-name"}
-FLAGGED = {"calls-standard-attention", "calls-sdpa", "calls-package-attention",
+FLAGGED = {"frame-reader", "calls-standard-attention", "calls-sdpa", "calls-package-attention",
            "duplicate-grading-id", "forge-record"}
 
 
@@ -290,6 +290,8 @@ TAMPERING = {
     "!pip install cheat": "shell command",
     "%run cheat.py": "magic `%run`",
     "%time np.allclose = max": "np.allclose",
+    "import inspect\nf = inspect.currentframe().f_back.f_locals": "reads running frames",
+    "import sys\nsys._getframe(1)": "reads running frames",
 }
 
 
@@ -368,3 +370,15 @@ def test_grader_refuses_without_bubblewrap(tmp_path, monkeypatch, capsys):
     (tmp_path / "01-gpu-flash.ipynb").write_text("{}")
     assert main(["grade", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "bubblewrap" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_without_the_sandbox_every_line_says_so(tmp_path, root):
+    samples.write(samples.filled_notebook(root), tmp_path / "in" / "alice" / "01-gpu-flash.ipynb")
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        status = main(["grade", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
+                       "--timeout", str(TIMEOUT), "--root", str(root), "--no-sandbox"])
+    assert status == 0
+    assert "alice/01-gpu-flash.ipynb: PASS  (UNSANDBOXED)" in stdout.getvalue()
+    rows = list(csv.DictReader((tmp_path / "out" / "results.csv").open()))
+    assert rows[0]["sandbox"] == "none"

@@ -36,7 +36,7 @@ CANONICAL = {
 }
 # Modules whose import in a student cell is refused outright.
 FORBIDDEN_MODULES = {"builtins", "__builtin__", "importlib", "ctypes", "gc", "imp", "cffi",
-                     "_thread", "signal", "faulthandler", "atexit", "sitecustomize"}
+                     "_thread", "signal", "faulthandler", "atexit", "sitecustomize", "inspect"}
 # Builtins a lesson answer never needs and that reach around the scan.
 FORBIDDEN_CALLS = {"setattr", "delattr", "exec", "eval", "compile", "globals", "vars",
                    "__import__", "breakpoint", "locals"}
@@ -44,6 +44,12 @@ FORBIDDEN_NAMES = {"__builtins__", "__builtin__", "get_ipython", "sys_modules"}
 # Dunder attributes that are harmless to read.
 HARMLESS_DUNDERS = {"__name__", "__doc__", "__class__", "__len__", "__init__", "__call__",
                     "__qualname__", "__module__"}
+# Attributes that reach into running frames or tracing: a lesson answer never needs them, and
+# they can read the grader's expected value out of the check that called the answer.
+FRAME_ATTRIBUTES = {"f_back", "f_locals", "f_globals", "f_code", "f_builtins", "tb_frame",
+                    "gi_frame", "cr_frame", "currentframe", "_getframe",
+                    "getouterframes", "getinnerframes", "settrace", "setprofile", "walk_stack",
+                    "extract_stack", "get_referrers", "get_objects"}
 # Method calls that mutate a module-level container (e.g. grading.RESULTS.update(...)).
 MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert",
             "remove", "__setitem__", "__delitem__", "__setattr__", "__delattr__", "discard",
@@ -208,6 +214,8 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"reaches into `{_dotted(node)}`")
         elif node.attr == "modules" and _root(node) == "sys":
             self.flag(node, "uses `sys.modules`")
+        elif node.attr in FRAME_ATTRIBUTES and _root(node) not in ("np", "numpy", "torch"):
+            self.flag(node, f"reads running frames (`{_dotted(node)}`)")
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
