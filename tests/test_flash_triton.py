@@ -93,7 +93,25 @@ WRONG_FORWARD = {
     "no mask on the output store": (
         [("acc.to(O.dtype.element_ty), mask=rows_ok)", "acc.to(O.dtype.element_ty))")],
         "outside the output"),
+    "running sum rescaled, accumulator not": (
+        [(ACC, "acc = acc + tl.dot(p.to(v.dtype), v)")], "but the accumulator acc is not"),
+    "accumulator rescaled, running sum not": (
+        [("l_i = l_i * alpha + tl.sum(p, 1)", "l_i = l_i + tl.sum(p, 1)")],
+        "but the running sum l_i is not"),
+    "exp instead of exp2": (
+        [(ALPHA, "alpha = tl.exp(m_i - m_new)"),
+         ("p = tl.exp2(s - m_new[:, None])", "p = tl.exp(s - m_new[:, None])")],
+        "the kernel uses the natural exponential"),
+    "exp instead of exp2 for the weights only": (
+        [("p = tl.exp2(s - m_new[:, None])", "p = tl.exp(s - m_new[:, None])")],
+        "the weights p uses the natural exponential"),
+    "no .to(dtype) before tl.dot": (
+        [(ACC, "acc = acc * alpha[:, None] + tl.dot(p, v)")],
+        "the operands of a tl.dot have different dtypes"),
 }
+# Lines of the reference kernel that no message may show (feedback names the mistake only).
+ANSWER_CODE = ["tl.maximum(m_i", "exp2(m_i - m_new)", "l_i * alpha", "acc * alpha",
+               "acc / l_i", "tl.where(rows"]
 
 
 @pytest.mark.parametrize("mistake", list(WRONG_FORWARD))
@@ -102,7 +120,10 @@ def test_wrong_forward_kernel_is_rejected_with_its_message(known_wrong, mistake)
     module = student_module(*edits)
     with known_wrong("flash-triton/forward", mistake, match=re.escape(message)) as caught:
         check("flash-triton/forward", module.flash_forward_kernel)
-    assert re.search(r"case \d+/\d+ \(B=\d+, H=\d+, N=\d+", str(caught.value))
+    text = str(caught.value)
+    assert re.search(r"case \d+/\d+ \(B=\d+, H=\d+, N=\d+", text)
+    assert not [code for code in ANSWER_CODE if code in text], text
+    assert "signature" not in text, text
     assert "flash-triton/forward" not in grading.RESULTS
     REJECTED.append(("forward", mistake))
 
@@ -141,6 +162,13 @@ WRONG_BACKWARD = {
         "backward-dq", "flash_dq_kernel",
         [("keep = keep & (rows[:, None] >= cols[None, :])", "keep = keep")],
         "not causally masked"),
+    "dQ with delta's sign flipped": (
+        "backward-dq", "flash_dq_kernel",
+        [("ds = p * (dp - delta[:, None])", "ds = p * (dp + delta[:, None])")], "wrong sign"),
+    "dK/dV with delta's sign flipped": (
+        "backward-dkdv", "flash_dkdv_kernel",
+        [("ds_t = p_t * (dp_t - delta[None, :])", "ds_t = p_t * (dp_t + delta[None, :])")],
+        "wrong sign"),
 }
 
 
@@ -148,8 +176,9 @@ WRONG_BACKWARD = {
 def test_wrong_backward_kernel_is_rejected_with_its_message(known_wrong, mistake):
     exercise, name, edits, message = WRONG_BACKWARD[mistake]
     module = student_module(*edits)
-    with known_wrong(f"flash-triton/{exercise}", mistake, match=re.escape(message)):
+    with known_wrong(f"flash-triton/{exercise}", mistake, match=re.escape(message)) as caught:
         check(f"flash-triton/{exercise}", getattr(module, name))
+    assert "section" in str(caught.value)
     REJECTED.append(("backward", mistake))
 
 
@@ -173,7 +202,7 @@ def test_a_python_function_is_not_a_kernel(known_wrong):
 def test_a_kernel_with_the_wrong_signature_names_the_case(known_wrong):
     module = student_module(("sqb, sqh, sqn, skb,", "sqb, sqh, skb,", 3))
     with known_wrong("flash-triton/forward", "wrong kernel signature",
-                     match=r"case 1/6 .*launching your kernel raised"):
+                     match=r"(?s)case 1/6 .*launching your kernel raised.*signature"):
         check("flash-triton/forward", module.flash_forward_kernel)
 
 

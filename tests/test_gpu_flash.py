@@ -55,12 +55,17 @@ WRONG_ANSWERS = {
     "wrong scale direction": (
         dict(scale="np.exp(m_new - mi)"), "points the wrong way"),
     "running max without the old max": (
-        dict(m_new="S_ij.max(axis=-1)"), "max of the old running max"),
+        dict(m_new="S_ij.max(axis=-1)"), "ignores the old one"),
     "row sum over the whole block": (
-        dict(l_new="li * scale + p_ij.sum()"), "Check the four updates"),
+        dict(l_new="li * scale + p_ij.sum()"), "None of the mistakes the grader knows"),
     "output not rescaled": (
-        dict(Oi="Oi + p_ij @ Vj"), "max abs error"),
+        dict(Oi="Oi + p_ij @ Vj"), "but the output O is not"),
+    "running sum not rescaled": (
+        dict(l_new="li + p_ij.sum(axis=-1)"), "but the running sum l is not"),
 }
+# Code of the reference answer that no message may show (feedback names the mistake only).
+ANSWER_CODE = ["np.maximum(", "np.exp(mi - m_new)", "li * scale", "Oi * scale",
+               "exp(m_old - m_new)", "O / l"]
 
 
 @pytest.mark.parametrize("mistake", list(WRONG_ANSWERS))
@@ -70,6 +75,8 @@ def test_known_wrong_answer_is_rejected_with_its_message(root, mistake, known_wr
         check("gpu-flash/flash-attention", student_answer(root, **lines))
     text = str(caught.value)
     assert re.search(r"case \d+/\d+ \(n=\d+", text), text  # names the case
+    assert "section 6" in text, text  # points to the section that explains it
+    assert not [code for code in ANSWER_CODE if code in text], text
     assert "gpu-flash/flash-attention" not in grading.RESULTS
 
 
@@ -106,11 +113,49 @@ def test_stub_says_implement(known_wrong):
         check("gpu-flash/flash-attention", flash_attention)
 
 
+def _right_misconceptions():
+    return {key: truth for key, (truth, _) in gpu_flash.MISCONCEPTIONS.items()}
+
+
 def test_scorecard_below_pass_line(capsys):
+    grading.ATTEMPTS.clear()
     check("gpu-flash/q1-memory", gpu_flash.Q1)
+    check("gpu-flash/misconceptions", _right_misconceptions())
     with pytest.raises(WrongAnswer, match="below the pass line 8"):
         fc_scorecard()
-    assert "0/4 numpy FlashAttention" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "0/4 numpy FlashAttention" in out and "(not run)" in out
+    assert "What to do next:\n  - numpy FlashAttention (online softmax): run its check" in out
+    assert "Once this lesson passes, go on to Lesson 2" in out
+    assert "02-memory-roofline.ipynb" in out
+
+
+def test_scorecard_of_a_correct_run_passes_and_points_to_the_next_lesson(root, capsys):
+    grading.ATTEMPTS.clear()
+    check("gpu-flash/flash-attention", student_answer(root))
+    for number, answers in ((1, gpu_flash.Q1), (2, gpu_flash.Q2), (3, gpu_flash.Q3)):
+        check(next(e for e in grading.list_ids() if e.startswith(f"gpu-flash/q{number}")),
+              answers)
+    check("gpu-flash/misconceptions", _right_misconceptions())
+    assert fc_scorecard() == 10  # returns normally: no error at the end of a correct run
+    out = capsys.readouterr().out
+    assert "Total: 10/10 (pass line 8): PASS" in out and "What to do next" not in out
+    assert out.rstrip().endswith("Next: Lesson 2: Memory and the roofline "
+                                 "(02-memory-roofline.ipynb).")
+
+
+def test_scorecard_says_what_to_do_with_wrong_and_blank_items(root, capsys, known_wrong):
+    grading.ATTEMPTS.clear()
+    with known_wrong("gpu-flash/flash-attention", "output not rescaled (scorecard)"):
+        check("gpu-flash/flash-attention", student_answer(root, Oi="Oi + p_ij @ Vj"))
+    with pytest.raises(grading.BlankNotFilled):
+        check("gpu-flash/q1-memory", grading.blanks.______)
+    check("gpu-flash/misconceptions", _right_misconceptions())
+    with pytest.raises(WrongAnswer, match="below the pass line"):
+        fc_scorecard()
+    out = capsys.readouterr().out
+    assert "numpy FlashAttention (online softmax): fix it and run its check again" in out
+    assert "Q1: why materialising S is slow and big: fill in its blanks" in out
 
 
 def fc_scorecard():
@@ -121,3 +166,24 @@ def test_every_known_wrong_answer_is_listed():
     # test_known_wrong_answer_is_rejected_with_its_message records each of these; the suite's
     # summary prints "known-wrong answers rejected: R / T" (tests/conftest.py)
     assert len(WRONG_ANSWERS) >= 5
+
+
+def test_question_feedback_names_the_part_and_section_not_the_answer(known_wrong):
+    wrong = dict(gpu_flash.Q1, nxn_hbm_passes=3, flash_extra_memory=1)
+    with known_wrong("gpu-flash/q1-memory", "two parts wrong") as caught:
+        check("gpu-flash/q1-memory", wrong)
+    text = str(caught.value)
+    assert "nxn_hbm_passes = 3 is not right" in text
+    assert "flash_extra_memory = 1 is not right (this part wants one of the strings" in text
+    assert "section 5" in text and "O(N)" not in text and "4" not in text.split("wrong:")[1]
+    assert "S written" not in text  # the reasoning of the reference answer stays hidden
+
+
+def test_misconception_feedback_does_not_say_the_truth(known_wrong):
+    wrong = {key: truth for key, (truth, _) in gpu_flash.MISCONCEPTIONS.items()}
+    wrong["hbm_as_fast_as_shared"] = True
+    with known_wrong("gpu-flash/misconceptions", "HBM as fast as shared memory") as caught:
+        check("gpu-flash/misconceptions", wrong)
+    text = str(caught.value)
+    assert "hbm_as_fast_as_shared" in text and 'section 1 ("How a GPU is organised")' in text
+    assert "False" not in text and "True" not in text and "TB/s" not in text

@@ -205,19 +205,30 @@ def run_student(fn: Callable, case: str, *args, **kwargs):
     return result
 
 
+STATE_ADVICE = {
+    "wrong": "fix it and run its check again",
+    "blank": "fill in its blanks, then run its check",
+    "not run": "run its check",
+    "veto": "re-read the section its message names and judge the statements again",
+}
+
+
 def scorecard(lesson_id: str) -> float:
-    """Print the lesson's rubric with the points earned in this session and each item's state
-    (passed, wrong, blank, not run); raise below the pass line, or when a veto misconception
-    was answered wrongly or not answered."""
+    """Print the lesson's rubric with the points earned in this session, each item's state
+    (passed, wrong, blank, not run), what to do next and the next lesson; raise below the pass
+    line, or when a veto misconception was answered wrongly or not answered."""
     _load_checks()
     item = LESSONS[lesson_id]
     lines = [f"Scorecard: {item.title}"]
     earned = 0.0
     unanswered = []
+    todo = []
     for ex in item.exercises:
         got = RESULTS.get(ex.id, 0.0)
         earned += got
         state = "passed" if ex.id in RESULTS else ATTEMPTS.get(ex.id, "not run")
+        if state != "passed":
+            todo.append(f"  - {ex.title}: {STATE_ADVICE.get(state, 'run its check')}")
         if ex.kind == "veto":
             shown = {"passed": "ok", "veto": "VETO"}.get(state, state)
             lines.append(f"  [veto] {ex.title}: {shown}")
@@ -229,16 +240,63 @@ def scorecard(lesson_id: str) -> float:
                          f"  {mark} 0/{ex.points:g} {ex.title} ({state})")
     vetoes = _vetoes(lesson_id) + [f"{title}: not answered (the veto statements must be "
                                    "answered and checked)" for title in unanswered]
-    verdict = "PASS" if earned >= item.pass_line and not vetoes else "FAIL"
+    passed = earned >= item.pass_line and not vetoes
     lines.append(f"Total: {earned:g}/{item.total_points:g} (pass line {item.pass_line:g}): "
-                 f"{verdict}")
+                 f"{'PASS' if passed else 'FAIL'}")
+    upcoming = next_lesson(lesson_id)
+    if todo:
+        lines += ["What to do next:", *todo]
+    if upcoming:
+        lines.append(("Next: " if passed else "Once this lesson passes, go on to ")
+                     + f"{upcoming[0]} ({upcoming[1]}).")
     print("\n".join(lines))
+    if upcoming:
+        _show_link(*upcoming)
     if vetoes:
         raise VetoMisconception("A veto misconception fails the lesson:\n" + "\n".join(vetoes))
     if earned < item.pass_line:
         raise WrongAnswer(f"{earned:g}/{item.total_points:g} is below the pass line "
                           f"{item.pass_line:g}: fix the items marked \u2717 above.")
     return earned
+
+
+def lesson_notebooks(root=None) -> list[str]:
+    """The lesson notebooks' names in course order (NN-slug.ipynb), from lessons/NN-slug.qmd."""
+    from pathlib import Path
+
+    folder = Path(root) if root else Path(__file__).resolve().parents[2]
+    return sorted(f"{p.stem}.ipynb" for p in (folder / "lessons").glob("[0-9][0-9]-*.qmd"))
+
+
+def next_lesson(lesson_id: str, root=None) -> tuple[str, str] | None:
+    """(title, notebook name) of the lesson after `lesson_id` in course order, or None."""
+    import re
+
+    _load_checks()
+    number = re.match(r"Lesson (\d+)", LESSONS[lesson_id].title)
+    if not number:
+        return None
+    wanted = int(number.group(1)) + 1
+    name = next((n for n in lesson_notebooks(root) if int(n[:2]) == wanted), None)
+    if name is None:
+        return None
+    title = next((lesson.title for lesson in LESSONS.values()
+                  if lesson.title.startswith(f"Lesson {wanted}:")), f"Lesson {wanted}")
+    return title, name
+
+
+def _show_link(title: str, notebook: str) -> None:
+    """In a notebook, a link that opens the next lesson (it sits beside this one in work/)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    import html
+
+    display(HTML(f'<a href="{html.escape(notebook)}">Open {html.escape(title)}</a>'))
 
 
 def _vetoes(lesson_id: str) -> list[str]:
@@ -349,12 +407,33 @@ def _same_answer(given, right, rtol: float) -> bool:
     return given == right
 
 
+def _kind_of_mistake(given, right) -> str:
+    """What is wrong with one self-check answer, without saying the right one."""
+    if isinstance(right, bool):
+        return "" if isinstance(given, bool) else " (answer True or False)"
+    if isinstance(right, (int, float)):
+        number = isinstance(given, (int, float, np.number)) and not isinstance(given, bool)
+        return "" if number else " (this part wants a number)"
+    if isinstance(right, str) and not isinstance(given, str):
+        return " (this part wants one of the strings named in the cell's comment)"
+    return ""
+
+
+def where_explained(sections, key: str) -> str:
+    """' Re-read <section>.' for a key of a question or a statement, or ''."""
+    where = sections.get(key) if isinstance(sections, dict) else sections
+    return f" Re-read {where}." if where else ""
+
+
 def grade_answers(exercise_id: str, answers, expected: dict, explanations: dict,
-                  rtol: float = 1e-9) -> str:
+                  rtol: float = 1e-9, sections: str | dict | None = None) -> str:
     """Compare a dict of self-check answers with `expected`; numbers within `rtol`, strings
-    without regard to case. Raise WrongAnswer listing every wrong key with its explanation."""
+    without regard to case. Raise WrongAnswer naming every wrong key and the section of the
+    lesson that explains it (`sections`: one for all keys, or {key: section}), never the right
+    value: `explanations` hold the reasoning for the reference answers and are not shown."""
     require_answers(answers, list(expected), exercise_id)
-    wrong = [f"  {key} = {answers[key]!r} is not right. {explanations[key]}"
+    wrong = [f"  {key} = {printable_answer(answers[key])} is not right"
+             f"{_kind_of_mistake(answers[key], right)}.{where_explained(sections, key)}"
              for key, right in expected.items() if not _same_answer(answers[key], right, rtol)]
     if wrong:
         raise WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers are "
@@ -362,21 +441,30 @@ def grade_answers(exercise_id: str, answers, expected: dict, explanations: dict,
     return f"all {len(expected)} answers right"
 
 
+def printable_answer(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def questions(exercise_id: str, title: str, points: float, expected: dict, explanations: dict,
-              rtol: float = 1e-9) -> None:
-    """Register a self-check question: a dict of answers graded by `grade_answers`."""
+              rtol: float = 1e-9, sections: str | dict | None = None) -> None:
+    """Register a self-check question: a dict of answers graded by `grade_answers`;
+    `sections` names where the lesson explains each part."""
     missing = set(expected) ^ set(explanations)
     if missing:
         raise KeyError(f"{exercise_id}: answers and explanations differ in {sorted(missing)}")
 
     @exercise(exercise_id, title, points, kind="question", answers=dict(expected))
     def _check(answers) -> str:
-        return grade_answers(exercise_id, answers, expected, explanations, rtol=rtol)
+        return grade_answers(exercise_id, answers, expected, explanations, rtol=rtol,
+                             sections=sections)
 
 
-def misconceptions(lesson_id: str, statements: dict[str, tuple[bool, str]]) -> None:
+def misconceptions(lesson_id: str, statements: dict[str, tuple[bool, str]],
+                   sections: str | dict | None = None) -> None:
     """Register `<lesson_id>/misconceptions`: true/false statements, {key: (truth, why)}.
-    A wrong answer is a veto: it fails the lesson whatever the other points."""
+    A wrong answer is a veto: it fails the lesson whatever the other points. The message names
+    the statement and the section that explains it (`sections`), never its truth or `why`."""
     exercise_id = f"{lesson_id}/misconceptions"
 
     truths = {key: truth for key, (truth, _) in statements.items()}
@@ -385,13 +473,14 @@ def misconceptions(lesson_id: str, statements: dict[str, tuple[bool, str]]) -> N
     def _check(answers) -> str:
         require_answers(answers, list(statements), exercise_id)
         wrong = []
-        for key, (truth, why) in statements.items():
+        for key, (truth, _why) in statements.items():
             given = answers[key]
             if not isinstance(given, bool):
                 raise WrongAnswer(f"{exercise_id}: answer {key} with True or False, "
-                                  f"not {given!r}.")
+                                  f"not {printable_answer(given)}.")
             if given != truth:
-                wrong.append(f"  {key}: you answered {given}, it is {truth}. {why}")
+                wrong.append(f"  {key}: your judgement of this statement is not right."
+                             f"{where_explained(sections, key)}")
         if wrong:
             raise VetoMisconception(f"{exercise_id}: a wrong answer here fails the lesson "
                                     "whatever the other points:\n" + "\n".join(wrong))

@@ -14,6 +14,28 @@ LESSON = grading.lesson("coalescing", "Lesson 3: Coalescing, divergence and tran
                         pass_line=8)
 
 
+# Where the lesson explains each question and statement: wrong answers point there.
+SECTIONS = {
+    "coalescing/q1-sectors": (
+        'section 1 ("Sectors and lines")'),
+    "coalescing/q2-divergence": (
+        'section 5 ("Warp divergence") and section 3 ("Transposing a matrix")'),
+    "coalescing/q3-matmul": (
+        'section 4 ("What coalescing is worth") and section 6 ("Thread coarsening")'),
+}
+MISCONCEPTION_SECTIONS = {
+    "coalescing_is_per_thread": (
+        'section 1 ("Sectors and lines")'),
+    "divergence_between_warps_costs": (
+        'section 5 ("Warp divergence")'),
+    "stride_2_costs_2x_sectors": (
+        'section 1 ("Sectors and lines")'),
+    "tiled_transpose_still_uncoalesced": (
+        'section 3 ("Transposing a matrix")'),
+}
+
+
+
 # ---------------------------------------------------------------- sectors and lines
 
 # (description, addresses, access bytes)
@@ -308,7 +330,8 @@ Q1_WHY = {
 }
 
 
-grading.questions("coalescing/q1-sectors", "Q1: counting sectors", 1, Q1, Q1_WHY)
+grading.questions("coalescing/q1-sectors", "Q1: counting sectors", 1, Q1, Q1_WHY,
+                  sections=SECTIONS["coalescing/q1-sectors"])
 
 
 Q2 = {"efficiency_t_mod_4": 0.5, "efficiency_t_lt_40_of_128": 0.8,
@@ -324,7 +347,7 @@ Q2_WHY = {
 
 
 grading.questions("coalescing/q2-divergence", "Q2: divergence and the naive transpose",
-                  1, Q2, Q2_WHY)
+                  1, Q2, Q2_WHY, sections=SECTIONS["coalescing/q2-divergence"])
 
 
 Q3 = {"sectors_a_thread_per_row": 32, "sectors_b_thread_per_col": 4,
@@ -341,7 +364,8 @@ Q3_WHY = {
 }
 
 
-grading.questions("coalescing/q3-matmul", "Q3: naive matmul, tiling and coarsening", 1, Q3, Q3_WHY)
+grading.questions("coalescing/q3-matmul", "Q3: naive matmul, tiling and coarsening", 1, Q3, Q3_WHY,
+                  sections=SECTIONS["coalescing/q3-matmul"])
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -362,4 +386,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("coalescing", MISCONCEPTIONS)
+grading.misconceptions("coalescing", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

@@ -17,6 +17,33 @@ from .. import attention, buffers, grading, kernel_grading, runtime
 
 LESSON = grading.lesson("flash-triton", "Lesson 6: FlashAttention forward and backward in Triton",
                         pass_line=8)
+
+
+# Where the lesson explains each question and statement: wrong answers point there.
+SECTIONS = {
+    "flash-triton/fa1-loop-order": (
+        'section 1 ("FlashAttention-1: key/value blocks outside")'),
+    "flash-triton/q1-grid": (
+        'section 2 ("The FA2 forward kernel") and section 3 ("How much does causal '
+        'skipping save?")'),
+    "flash-triton/q2-backward": (
+        'section 4 ("The backward pass") and section 5 ("Memory")'),
+    "flash-triton/q3-speed": (
+        'section 2 ("The FA2 forward kernel") and section 6 ("Speed against PyTorch\"s '
+        'FlashAttention")'),
+}
+MISCONCEPTION_SECTIONS = {
+    "flash_reduces_flops": (
+        'section 6 ("Speed against PyTorch\'s FlashAttention")'),
+    "running_max_for_numerical_safety": (
+        'section 2 ("The FA2 forward kernel")'),
+    "blockwise_softmax_then_concat_is_correct": (
+        'section 1 ("FlashAttention-1: key/value blocks outside") and section 2 ("The FA2 '
+        'forward kernel")'),
+    "hbm_smem_order_of_magnitude": (
+        'section 5 ("Memory")'),
+}
+
 LOG2E = attention.LOG2E
 
 
@@ -70,7 +97,8 @@ def _pad(case: Case) -> int:
 
 
 OFFSET_HINT = ("If the stores are masked, check the batch and head offsets of this output: use "
-               "its own strides (b * stride_b + h * stride_h), never (b * H + h) * stride_h.")
+               "its own strides (b * stride_b + h * stride_h), never (b * H + h) * stride_h. "
+               'See "Strides, not shapes" and "Masks" in section 2 ("The FA2 forward kernel").')
 
 
 def _verify(buffer, label: str) -> None:
@@ -88,10 +116,15 @@ def _inputs(case: Case):
 
 def _launch(fn, label, *args, **kwargs):
     """Run a launcher; turn Triton and Python errors into a WrongAnswer naming the case."""
-    return kernel_grading.guarded(
-        label, lambda: fn(*args, **kwargs),
-        hint="Read the kernel's signature in the lesson: the grader passes exactly those "
-             "arguments.", tensors=kernel_grading.tensors_in(args, kwargs))
+    try:
+        return kernel_grading.guarded(label, lambda: fn(*args, **kwargs),
+                                      tensors=kernel_grading.tensors_in(args, kwargs))
+    except grading.WrongAnswer as err:
+        if "launching your kernel raised" not in str(err):
+            raise
+        cause = err.__cause__
+        text = f"{err} {cause!r}" if cause is not None else str(err)
+        raise grading.WrongAnswer(f"{err}\n{launch_hint(text)}") from cause
 
 
 def _close(actual: np.ndarray, candidate: np.ndarray, tol: float = 2e-3) -> bool:
@@ -113,17 +146,19 @@ def _where_wrong(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: fl
         return ("Likely mistake: batch 0 is right but later batches are not. The batch offset "
                 "must use the batch stride (b * stride_b + h * stride_h): here the inputs are "
                 "not contiguous, so stride_b is not H * stride_h, and (b * H + h) * stride_h "
-                "lands in the wrong place.")
+                "lands in the wrong place. See \"Strides, not shapes\" in section 2.")
     return ("Likely mistake: the (batch, head) slice (0, 0) is right but others are not: "
             "compute b = bh // H, h = bh % H and offset every pointer by b * stride_b + "
-            "h * stride_h, using the strides you are given.")
+            "h * stride_h, using the strides you are given. See \"Strides, not shapes\" in "
+            "section 2.")
 
 
 # ---------------------------------------------------------------- forward
 
 
 def blocked_forward(q, k, v, causal, sm_scale, block_m, block_n, *, rescale=True,
-                    normalise_each_block=False, strict_mask=False, key_mask=True):
+                    normalise_each_block=False, strict_mask=False, key_mask=True,
+                    rescale_sum=True, rescale_acc=True, exp_p=False, exp_alpha=False):
     """float64 simulation of the lesson kernel's block order, with switches that reproduce
     the classic mistakes. Returns the output (B, H, N, D)."""
     q, k, v = (x.to(torch.float64) for x in (q, k, v))
@@ -154,10 +189,11 @@ def blocked_forward(q, k, v, causal, sm_scale, block_m, block_n, *, rescale=True
                         rows[:, None] >= c[None, :]
                 s = s.masked_fill(~keep, float("-inf"))
                 m_new = torch.maximum(m, s.amax(-1))
-                alpha = torch.exp2(m - m_new) if rescale else torch.ones_like(m)
-                p = torch.exp2(s - m_new[..., None])
-                l_sum = l_sum * alpha + p.sum(-1)
-                acc = acc * alpha[..., None] + p @ vj
+                alpha = (torch.exp if exp_alpha else torch.exp2)(m - m_new) if rescale \
+                    else torch.ones_like(m)
+                p = (torch.exp if exp_p else torch.exp2)(s - m_new[..., None])
+                l_sum = l_sum * (alpha if rescale_sum else 1.0) + p.sum(-1)
+                acc = acc * (alpha[..., None] if rescale_acc else 1.0) + p @ vj
                 if normalise_each_block:
                     acc = acc / l_sum[..., None]
                 m = m_new
@@ -166,30 +202,65 @@ def blocked_forward(q, k, v, causal, sm_scale, block_m, block_n, *, rescale=True
     return out
 
 
+FORWARD_SECTION = 'section 2 ("The FA2 forward kernel")'
+EXP_HINT = (
+    "The kernel works in base 2 (the wrapper folds log2(e) into qk_scale), but {what} uses the "
+    "natural exponential: every weight then comes out wrong. Re-read \"Base 2\" in "
+    + FORWARD_SECTION + ".")
 FORWARD_MISTAKES = [
     (dict(rescale=False),
-     "The old running sum and accumulator are not rescaled when the running max grows: "
-     "multiply both by alpha = exp2(m_i - m_new) before adding this block."),
+     "The old running sum and accumulator are not rescaled when the running max grows: both "
+     "were computed against the old max. See the online softmax of lesson 1 and "
+     f"{FORWARD_SECTION}."),
+    (dict(rescale_acc=False),
+     "The running sum l_i is rescaled when the running max grows, but the accumulator acc is "
+     "not: acc holds weights computed against the old max too and needs the same rescaling. "
+     f"See {FORWARD_SECTION}."),
+    (dict(rescale_sum=False),
+     "The accumulator acc is rescaled when the running max grows, but the running sum l_i is "
+     "not: l_i holds weights computed against the old max too and needs the same rescaling. "
+     f"See {FORWARD_SECTION}."),
+    (dict(exp_p=True, exp_alpha=True), EXP_HINT.format(what="the kernel")),
+    (dict(exp_p=True), EXP_HINT.format(what="the weights p")),
+    (dict(exp_alpha=True), EXP_HINT.format(what="the rescale factor alpha")),
     (dict(normalise_each_block=True),
      "The accumulator is divided by the running sum inside the loop, so earlier blocks are "
-     "divided again and again. FlashAttention-2 defers the normalisation: keep acc "
-     "unnormalised in the loop and divide by l_i once, after it."),
+     "divided again and again. FlashAttention-2 defers the normalisation to after the loop "
+     f"({FORWARD_SECTION})."),
     (dict(strict_mask=True),
-     "The causal mask is off by one: a query may attend to its own key, so keep "
-     "rows >= cols (not rows > cols). With the diagonal excluded, row 0 sees no key at all "
-     "and comes out NaN."),
+     "The causal mask is off by one: a query may attend to its own key. With the diagonal "
+     "excluded, row 0 sees no key at all and comes out NaN. See \"Causal split\" in "
+     f"{FORWARD_SECTION}."),
     (dict(key_mask=False),
      "Keys past N take part in the softmax: the masked loads return 0, which gives a score of "
-     "0, not -inf. Set the scores of columns >= N to -inf with tl.where."),
+     f"0, not \"no key\". See \"Masks\" in {FORWARD_SECTION}."),
 ]
 NAN_TAIL_HINT = (
-    "Likely mistake: the last key block reads past N. The grader surrounds the inputs with "
-    "NaN: mask the K and V loads (mask=cols[:, None] < N, other=0.0) and the scores of "
-    "columns >= N, and mask the Q load and the stores by rows < N.")
+    "Likely mistake: the last block reads past N. The grader surrounds the inputs with NaN, so "
+    "an unmasked load or store past the end shows up here. See \"Masks\" in "
+    f"{FORWARD_SECTION}.")
 GENERIC_FORWARD_HINT = (
-    "Check the online softmax against the recurrences (log2 units, s = q k^T * qk_scale): "
-    "m_new = max(m_i, rowmax(s)); alpha = exp2(m_i - m_new); p = exp2(s - m_new); "
-    "l_i = l_i * alpha + rowsum(p); acc = acc * alpha + p v; after the loop O = acc / l_i.")
+    "None of the mistakes the grader knows matches this output. Compare each update of the "
+    "online softmax (running max, rescale factor, weights, running sum, accumulator) and the "
+    f"two lines after the loop with the recurrences of lesson 1, in base 2 ({FORWARD_SECTION}); "
+    "the row block named above is where it first goes wrong.")
+DOT_DTYPE_HINT = (
+    "Likely mistake: the operands of a tl.dot have different dtypes. The weights p (or dS) "
+    "are float32 but V (or K, Q) are float16 here: convert the float32 operand to the other "
+    "operand's dtype with .to(...) before tl.dot. The float32 cases pass because both "
+    f"operands are float32 there. See {FORWARD_SECTION}.")
+SIGNATURE_HINT = ("Read the kernel's signature in the lesson: the grader passes exactly those "
+                  "arguments.")
+
+
+def launch_hint(text: str) -> str:
+    """The hint for a kernel that failed to compile or run, from the error's text."""
+    if "same dtype" in text or ("dtype" in text and "dot" in text):
+        return DOT_DTYPE_HINT
+    if any(word in text for word in ("argument", "positional", "keyword", "missing")):
+        return SIGNATURE_HINT
+    return ("The error above names the line of your kernel that failed: the message says "
+            "what Triton could not do there.")
 
 
 def _diagnose_forward(out: np.ndarray, case: Case, q, k, v) -> str:
@@ -285,7 +356,7 @@ def _check_skipped(skipped_tiles) -> str:
 
 
 def reference_grads(q, k, v, do, causal, sm_scale, *, use_delta=True, scale_grads=True,
-                    keep=None):
+                    keep=None, delta_sign=1.0):
     """float64 dQ, dK, dV from the explicit formulas, with switches for known mistakes.
     keep: an (N, N) boolean mask used for P instead of the causal one (a kernel that skips
     whole tiles but forgets the mask inside the tiles it visits)."""
@@ -302,22 +373,30 @@ def reference_grads(q, k, v, do, causal, sm_scale, *, use_delta=True, scale_grad
     o = attention.standard_attention(q, k, v, causal, sm_scale)
     delta = (do * o).sum(-1) if use_delta else torch.zeros_like(lse)
     dv = p.transpose(-1, -2) @ do
-    ds = p * (do @ v.transpose(-1, -2) - delta[..., None])
+    ds = p * (do @ v.transpose(-1, -2) - delta_sign * delta[..., None])
     factor = sm_scale if scale_grads else 1.0
     return ds @ k * factor, ds.transpose(-1, -2) @ q * factor, dv
 
 
+BACKWARD_SECTION = 'section 4 ("The backward pass")'
 BACKWARD_MISTAKES = [
     (dict(scale_grads=False),
-     "dK (or dQ) lacks the factor sm_scale: S = sm_scale * Q K^T, so multiply the "
-     "accumulated gradient by sm_scale once before storing it."),
+     "dK (or dQ) lacks the factor sm_scale: S = sm_scale * Q K^T, so the chain rule brings "
+     f"that factor into the gradients of Q and K. See {BACKWARD_SECTION}."),
     (dict(use_delta=False),
-     "delta is missing: dS = P * (dP - delta) with delta = rowsum(dO * O), one number per "
-     "query row."),
+     "delta is missing from dS: the softmax's gradient subtracts one number per query row. "
+     f"See {BACKWARD_SECTION}."),
+    (dict(delta_sign=-1.0),
+     "delta enters dS with the wrong sign: the softmax's gradient subtracts delta from dP, it "
+     f"does not add it. See {BACKWARD_SECTION}."),
     (dict(keep="tiles"),
-     "P is not causally masked: recomputing exp2(s - L) gives nonzero weights above the "
-     "diagonal; set them to 0 with tl.where(rows >= cols, p, 0)."),
+     "P is not causally masked: recomputing P from s and L gives nonzero weights above the "
+     f"diagonal, which the forward never used. See {BACKWARD_SECTION}."),
 ]
+BACKWARD_GENERIC_HINT = (
+    "None of the mistakes the grader knows matches this output. Compare each step (recomputed "
+    "P in base 2, dV, dP, dS with delta, dQ and dK with their scale factor) with the formulas "
+    f"of {BACKWARD_SECTION}; the row block named above is where it first goes wrong.")
 
 
 def _backward_inputs(case: Case):
@@ -396,9 +475,7 @@ def _diagnose_backward(got, name, case, q, k, v, do, which) -> str:
                 return "Likely mistake: " + hint
     if np.isnan(got).any() and case.N % min(case.block_m, case.block_n):
         return NAN_TAIL_HINT
-    return ("Check the formulas (log2 units inside the kernel): P = exp2(s - L * log2(e)); "
-            "dV += P^T dO; dP = dO V^T; dS = P * (dP - delta); dQ += dS K; dK += dS^T Q; "
-            "dQ and dK carry sm_scale once.")
+    return BACKWARD_GENERIC_HINT
 
 
 @grading.exercise("flash-triton/backward-dkdv", "backward: dK and dV kernel", 1, kernel=True)
@@ -433,7 +510,7 @@ FA1_WHY = {
 
 
 grading.questions("flash-triton/fa1-loop-order", "FA1 vs FA2 loop order",
-                  1, FA1, FA1_WHY, rtol=0.02)
+                  1, FA1, FA1_WHY, rtol=0.02, sections=SECTIONS["flash-triton/fa1-loop-order"])
 
 
 Q1 = {"programs": 4 * 16 * (4096 // 64), "skipped_fraction": 2016 / 4096,
@@ -448,7 +525,7 @@ Q1_WHY = {
 
 
 grading.questions("flash-triton/q1-grid", "Q1: grid, causal skipping and FLOPs",
-                  1, Q1, Q1_WHY, rtol=0.02)
+                  1, Q1, Q1_WHY, rtol=0.02, sections=SECTIONS["flash-triton/q1-grid"])
 
 
 Q2 = {"p_bytes_n16k_fp16": 16384 * 16384 * 2, "saved_per_row": 1,
@@ -463,7 +540,7 @@ Q2_WHY = {
 
 
 grading.questions("flash-triton/q2-backward", "Q2: what the backward saves and recomputes",
-                  1, Q2, Q2_WHY, rtol=0.02)
+                  1, Q2, Q2_WHY, rtol=0.02, sections=SECTIONS["flash-triton/q2-backward"])
 
 
 Q3 = {"exp_unit": "exp2", "mask_only_diagonal": True, "fa3_feature": "warp_specialization"}
@@ -479,7 +556,7 @@ Q3_WHY = {
 
 
 grading.questions("flash-triton/q3-speed", "Q3: where the speed comes from",
-                  1, Q3, Q3_WHY, rtol=0.02)
+                  1, Q3, Q3_WHY, rtol=0.02, sections=SECTIONS["flash-triton/q3-speed"])
 
 
 MISCONCEPTIONS = {
@@ -499,4 +576,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("flash-triton", MISCONCEPTIONS)
+grading.misconceptions("flash-triton", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

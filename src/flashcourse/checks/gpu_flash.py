@@ -11,6 +11,30 @@ from ..traffic import score_matrix_bytes
 
 LESSON = grading.lesson("gpu-flash", "Lesson 1: GPU kernels and FlashAttention", pass_line=8)
 
+
+# Where the lesson explains each question and statement: wrong answers point there.
+SECTIONS = {
+    "gpu-flash/q1-memory": (
+        'section 5 ("Standard attention and its HBM traffic") and section 6 '
+        '("FlashAttention: tiles and an online softmax")'),
+    "gpu-flash/q2-coalescing": (
+        'section 3 ("Four rules of fast kernels")'),
+    "gpu-flash/q3-tools": (
+        'section 4 ("The tool spectrum") and section 6 ("FlashAttention: tiles and an '
+        'online softmax")'),
+}
+MISCONCEPTION_SECTIONS = {
+    "flash_reduces_flops": (
+        'section 6 ("FlashAttention: tiles and an online softmax")'),
+    "running_max_for_safety": (
+        'section 6 ("FlashAttention: tiles and an online softmax")'),
+    "blockwise_softmax_then_concat": (
+        'section 6 ("FlashAttention: tiles and an online softmax")'),
+    "hbm_as_fast_as_shared": (
+        'section 1 ("How a GPU is organised")'),
+}
+
+
 # (n, d, block_size or None for the default, seed, logit scale)
 VISIBLE_CASES = [
     (256, 32, 32, 0, 0.5),  # the lesson's own example
@@ -40,7 +64,7 @@ def _inputs(n: int, d: int, seed: int, logit_scale: float):
 
 def blocked_attention(Q, K, V, block_size, *, rescale=True, running_max=True, final_divide=True,
                       flip_scale=False, per_block_softmax=False, average_blocks=False,
-                      include_old_max=True):
+                      include_old_max=True, rescale_sum=True, rescale_out=True):
     """Blocked attention with switches that reproduce the classic mistakes (for diagnosis)."""
     n, d = Q.shape
     out = np.zeros((n, d))
@@ -65,8 +89,8 @@ def blocked_attention(Q, K, V, block_size, *, rescale=True, running_max=True, fi
                 if not rescale:
                     scale = np.ones_like(scale)
                 p = np.exp(s - new_max[:, None])
-                row_sum = row_sum * scale + p.sum(axis=-1)
-                acc = acc * scale[:, None] + p @ V[j:j + block_size]
+                row_sum = row_sum * (scale if rescale_sum else 1.0) + p.sum(axis=-1)
+                acc = acc * (scale[:, None] if rescale_out else 1.0) + p @ V[j:j + block_size]
                 row_max = new_max
             if per_block_softmax:
                 out[i:i + block_size] = acc / blocks if average_blocks else acc
@@ -75,33 +99,43 @@ def blocked_attention(Q, K, V, block_size, *, rescale=True, running_max=True, fi
     return out
 
 
+SECTION = 'section 6 ("FlashAttention: tiles and an online softmax")'
 PER_BLOCK_HINT = (
      "This is 'softmax each block separately, then combine': each block is normalised by its "
-     "own sum, so the weights of a row no longer sum to 1. Keep one running max and one "
-     "running sum per row across all K/V blocks, and divide once at the end.")
+     "own sum, so the weights of a row no longer sum to 1. The blocks must share one running "
+     f"max and one running sum per row; {SECTION} explains why.")
 MISTAKES = [
     (dict(per_block_softmax=True), PER_BLOCK_HINT),
     (dict(per_block_softmax=True, average_blocks=True), PER_BLOCK_HINT),
     (dict(rescale=False),
-     "The old sum l and the old output O were not rescaled when the running max grew: multiply "
-     "both by scale = exp(m_old - m_new) before adding the new block."),
+     "The old sum l and the old output O were not rescaled when the running max grew: both "
+     f"were computed against the old max. Re-read the rescaling step in {SECTION}."),
+    (dict(rescale_out=False),
+     "The running sum l is rescaled when the running max grows, but the output O is not: O "
+     "holds weights computed against the old max too, so it needs the same rescaling as l. "
+     f"See {SECTION}."),
+    (dict(rescale_sum=False),
+     "The output O is rescaled when the running max grows, but the running sum l is not: l "
+     "holds weights computed against the old max too, so it needs the same rescaling as O. "
+     f"See {SECTION}."),
     (dict(final_divide=False),
-     "The output is never divided by the running sum: return O / l (row by row) at the end."),
+     "The output is never divided by the running sum: the normalisation is deferred to the "
+     f"end of the loop ({SECTION})."),
     (dict(flip_scale=True),
-     "The rescale factor points the wrong way: use exp(m_old - m_new), which is <= 1, not "
-     "exp(m_new - m_old)."),
+     "The rescale factor points the wrong way: the running max only grows, so the factor that "
+     f"corrects old values must be at most 1. See {SECTION}."),
     (dict(running_max=False),
      "Without a running max, exp(score) overflows for large scores (e^89 is inf in float32, "
-     "e^710 in float64): subtract the running max m before exponentiating."),
+     f"e^710 in float64): the scores must be shifted by the running max ({SECTION})."),
     (dict(include_old_max=False),
-     "m_new must be the max of the old running max and this block's max: "
-     "np.maximum(mi, S_ij.max(axis=-1)). Using only the block max overflows when an earlier "
-     "block held the largest score."),
+     "The new running max ignores the old one: using only this block's max overflows or "
+     f"misweights rows whose largest score came in an earlier block. See {SECTION}."),
 ]
 
 GENERIC_HINT = (
-    "Check the four updates against the recurrences: m_new = max(m_old, rowmax(S_ij)); "
-    "scale = exp(m_old - m_new); l_new = l_old*scale + rowsum(p_ij); O = O*scale + p_ij V_j."
+    "None of the mistakes the grader knows matches this output. Compare each of your four "
+    "updates (running max, rescale factor, running sum, output) with the recurrences of "
+    f"{SECTION}, one block at a time: the row block named above is where it first goes wrong."
 )
 
 
@@ -160,7 +194,8 @@ Q1_WHY = {
 }
 
 
-grading.questions("gpu-flash/q1-memory", "Q1: why materialising S is slow and big", 2, Q1, Q1_WHY)
+grading.questions("gpu-flash/q1-memory", "Q1: why materialising S is slow and big", 2, Q1, Q1_WHY,
+                  sections=SECTIONS["gpu-flash/q1-memory"])
 
 
 Q2 = {
@@ -182,7 +217,7 @@ Q2_WHY = {
 
 
 grading.questions("gpu-flash/q2-coalescing", "Q2: coalescing, tiling and coarsening",
-                  2, Q2, Q2_WHY)
+                  2, Q2, Q2_WHY, sections=SECTIONS["gpu-flash/q2-coalescing"])
 
 
 Q3 = {"FA1": "B", "FA2": "C", "FA3": "A", "leave_triton_for": "warp_control"}
@@ -197,7 +232,7 @@ Q3_WHY = {
 
 
 grading.questions("gpu-flash/q3-tools", "Q3: torch.compile vs Triton vs CUDA; FA1/2/3",
-                  2, Q3, Q3_WHY)
+                  2, Q3, Q3_WHY, sections=SECTIONS["gpu-flash/q3-tools"])
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -219,4 +254,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("gpu-flash", MISCONCEPTIONS)
+grading.misconceptions("gpu-flash", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

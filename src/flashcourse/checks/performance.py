@@ -18,6 +18,28 @@ from .. import attention, buffers, grading, kernel_grading, runtime
 from ..traffic import attention_flops
 
 LESSON = grading.lesson("performance", "Lesson 7: Performance engineering", pass_line=8)
+
+
+# Where the lesson explains each question and statement: wrong answers point there.
+SECTIONS = {
+    "performance/q1-measuring": (
+        'section 1 ("Measuring right")'),
+    "performance/q2-ladder": (
+        'section 3 ("The course kernel and its optimisation ladder")'),
+    "performance/q3-versions": (
+        'section 2 ("The tool spectrum, measured") and section 6 ("Results")'),
+}
+MISCONCEPTION_SECTIONS = {
+    "first_call_is_representative": (
+        'section 1 ("Measuring right")'),
+    "cpu_timer_without_sync_is_fine": (
+        'section 1 ("Measuring right")'),
+    "interpreter_timings_predict_gpu": (
+        'section 2 ("The tool spectrum, measured")'),
+    "faster_variant_must_be_rechecked": (
+        'section 3 ("The course kernel and its optimisation ladder")'),
+}
+
 LN2 = math.log(2.0)
 LADDER_ID = "performance/ladder-kernel"
 
@@ -161,7 +183,8 @@ Q1_WHY = {
 }
 
 
-grading.questions("performance/q1-measuring", "Q1: measuring right", 2, Q1, Q1_WHY, rtol=1e-3)
+grading.questions("performance/q1-measuring", "Q1: measuring right", 2, Q1, Q1_WHY, rtol=1e-3,
+                  sections=SECTIONS["performance/q1-measuring"])
 
 
 Q2 = {
@@ -186,7 +209,7 @@ Q2_WHY = {
 
 
 grading.questions("performance/q2-ladder", "Q2: why each rung of the ladder helps",
-                  2, Q2, Q2_WHY, rtol=1e-3)
+                  2, Q2, Q2_WHY, rtol=1e-3, sections=SECTIONS["performance/q2-ladder"])
 
 
 Q3 = {"FA1": "tiling", "FA2": "parallelism", "FA3": "asynchrony",
@@ -203,7 +226,7 @@ Q3_WHY = {
 
 
 grading.questions("performance/q3-versions", "Q3: torch.compile, and FA1 -> FA2 -> FA3",
-                  2, Q3, Q3_WHY, rtol=1e-3)
+                  2, Q3, Q3_WHY, rtol=1e-3, sections=SECTIONS["performance/q3-versions"])
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -225,4 +248,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("performance", MISCONCEPTIONS)
+grading.misconceptions("performance", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

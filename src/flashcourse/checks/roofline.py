@@ -14,6 +14,28 @@ from ..blanks import BlankNotFilled
 LESSON = grading.lesson("roofline", "Lesson 2: Memory and the roofline", pass_line=8)
 
 
+# Where the lesson explains each question and statement: wrong answers point there.
+SECTIONS = {
+    "roofline/q1-intensity": (
+        'section 1 ("Arithmetic intensity") and section 2 ("The roofline")'),
+    "roofline/q2-attention": (
+        'section 3 ("Attention on the roofline")'),
+    "roofline/q3-copy": (
+        'section 4 ("A Triton copy kernel")'),
+}
+MISCONCEPTION_SECTIONS = {
+    "more_flops_always_slower": (
+        'section 2 ("The roofline")'),
+    "memory_bound_means_slow_hbm": (
+        'section 2 ("The roofline")'),
+    "roofline_is_upper_bound": (
+        'section 2 ("The roofline")'),
+    "copy_can_exceed_bandwidth": (
+        'section 5 ("Measuring bandwidth")'),
+}
+
+
+
 def _number(value, case: str) -> float:
     try:
         return float(np.asarray(value, dtype=np.float64))
@@ -246,7 +268,7 @@ Q1_WHY = {
 
 
 def _rounded_question(exercise_id: str, title: str, expected: dict, explanations: dict,
-                      whole_number: str) -> None:
+                      whole_number: str, sections: str | None = None) -> None:
     """A question whose answer `whole_number` is compared after rounding to an integer."""
 
     @grading.exercise(exercise_id, title, 1, kind="question", answers=expected)
@@ -254,11 +276,12 @@ def _rounded_question(exercise_id: str, title: str, expected: dict, explanations
         grading.require_answers(answers, list(expected), exercise_id)
         if isinstance(answers.get(whole_number), (int, float)):
             answers = dict(answers, **{whole_number: round(answers[whole_number])})
-        return grading.grade_answers(exercise_id, answers, expected, explanations)
+        return grading.grade_answers(exercise_id, answers, expected, explanations,
+                                     sections=sections)
 
 
 _rounded_question("roofline/q1-intensity", "Q1: intensity and the ridge point", Q1, Q1_WHY,
-                  "h200_ridge")
+                  "h200_ridge", sections=SECTIONS["roofline/q1-intensity"])
 
 
 Q2 = {
@@ -278,7 +301,7 @@ Q2_WHY = {
 
 
 _rounded_question("roofline/q2-attention", "Q2: standard attention on the roofline", Q2,
-                  Q2_WHY, "standard_us_n4096_d128")
+                  Q2_WHY, "standard_us_n4096_d128", sections=SECTIONS["roofline/q2-attention"])
 
 
 Q3 = {
@@ -294,7 +317,8 @@ Q3_WHY = {
 }
 
 
-grading.questions("roofline/q3-copy", "Q3: the copy kernel", 1, Q3, Q3_WHY)
+grading.questions("roofline/q3-copy", "Q3: the copy kernel", 1, Q3, Q3_WHY,
+                  sections=SECTIONS["roofline/q3-copy"])
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -318,4 +342,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("roofline", MISCONCEPTIONS)
+grading.misconceptions("roofline", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

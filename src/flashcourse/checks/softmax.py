@@ -22,6 +22,29 @@ from ..reference import softmax as reference_softmax
 LESSON = grading.lesson(
     "softmax", "Lesson 5: Softmax, online softmax and merging softmax states", pass_line=8)
 
+
+# Where the lesson explains each question and statement: wrong answers point there.
+SECTIONS = {
+    "softmax/q1-overflow": (
+        'section 1 ("Why `exp` overflows") and section 2 ("The max-subtraction trick")'),
+    "softmax/q2-traffic": (
+        'section 3 ("A fused row softmax in Triton") and '
+        'section 7 ("Performance on a GPU")'),
+    "softmax/q3-merge": (
+        'section 6 ("Merging two softmax states")'),
+}
+MISCONCEPTION_SECTIONS = {
+    "running_max_changes_result": (
+        'section 4 ("The online softmax")'),
+    "blockwise_softmax_then_concat": (
+        'section 4 ("The online softmax")'),
+    "shift_changes_softmax": (
+        'section 2 ("The max-subtraction trick")'),
+    "other_zero_is_fine": (
+        'section 3 ("A fused row softmax in Triton")'),
+}
+
+
 NEG_INF = float("-inf")
 
 
@@ -640,7 +663,8 @@ Q1_WHY = {
 }
 
 
-grading.questions("softmax/q1-overflow", "Q1: where exp overflows", 1, Q1, Q1_WHY, rtol=1e-3)
+grading.questions("softmax/q1-overflow", "Q1: where exp overflows", 1, Q1, Q1_WHY, rtol=1e-3,
+                  sections=SECTIONS["softmax/q1-overflow"])
 
 
 Q2 = {
@@ -660,7 +684,7 @@ Q2_WHY = {
 
 
 grading.questions("softmax/q2-traffic", "Q2: bytes moved by the softmax kernels",
-                  1, Q2, Q2_WHY, rtol=1e-3)
+                  1, Q2, Q2_WHY, rtol=1e-3, sections=SECTIONS["softmax/q2-traffic"])
 
 
 Q3 = {
@@ -676,7 +700,8 @@ Q3_WHY = {
 }
 
 
-grading.questions("softmax/q3-merge", "Q3: merging two softmax states", 1, Q3, Q3_WHY, rtol=1e-3)
+grading.questions("softmax/q3-merge", "Q3: merging two softmax states", 1, Q3, Q3_WHY, rtol=1e-3,
+                  sections=SECTIONS["softmax/q3-merge"])
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -697,4 +722,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("softmax", MISCONCEPTIONS)
+grading.misconceptions("softmax", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

@@ -24,6 +24,28 @@ from ..matmul_model import (
 
 LESSON = grading.lesson("tiling", "Lesson 4: Tiling a matrix product", pass_line=8)
 
+
+# Where the lesson explains each question and statement: wrong answers point there.
+SECTIONS = {
+    "tiling/q1-traffic": (
+        'section 1 ("What a matrix product costs") and section 2 ("Tiles: reuse on chip")'),
+    "tiling/q2-registers-smem": (
+        'section 6 ("Exercise: the tiled Triton kernel")'),
+    "tiling/q3-grouped-order": (
+        'section 5 ("Grouped launch order")'),
+}
+MISCONCEPTION_SECTIONS = {
+    "bigger_tiles_always_faster": (
+        'section 6 ("Exercise: the tiled Triton kernel")'),
+    "group_m_changes_flops": (
+        'section 5 ("Grouped launch order")'),
+    "fp16_accumulator_is_enough": (
+        'section 6 ("Exercise: the tiled Triton kernel")'),
+    "unmasked_load_past_end_raises": (
+        'section 4 ("A naive kernel, for contrast")'),
+}
+
+
 # ---------------------------------------------------------------- numpy: blocked matmul + bytes
 
 # (M, N, K, BM, BN, BK, numpy dtype, seed)
@@ -436,7 +458,7 @@ Q1_WHY = {
 
 
 grading.questions("tiling/q1-traffic", "Q1: HBM bytes and arithmetic intensity of tiles",
-                  2, Q1, Q1_WHY, rtol=1e-3)
+                  2, Q1, Q1_WHY, rtol=1e-3, sections=SECTIONS["tiling/q1-traffic"])
 
 
 Q2 = {
@@ -455,7 +477,7 @@ Q2_WHY = {
 
 
 grading.questions("tiling/q2-registers-smem", "Q2: register tiling and shared-memory staging",
-                  1, Q2, Q2_WHY)
+                  1, Q2, Q2_WHY, sections=SECTIONS["tiling/q2-registers-smem"])
 
 
 def _best_group(num_tiles: int, wave: int) -> int:
@@ -480,7 +502,7 @@ Q3_WHY = {
 
 
 grading.questions("tiling/q3-grouped-order", "Q3: grouped launch order and L2 reuse",
-                  1, Q3, Q3_WHY)
+                  1, Q3, Q3_WHY, sections=SECTIONS["tiling/q3-grouped-order"])
 
 
 # ---------------------------------------------------------------- veto misconceptions
@@ -502,7 +524,7 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("tiling", MISCONCEPTIONS)
+grading.misconceptions("tiling", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
 
 
 __all__ = ["grouped_order", "launch"]
