@@ -70,6 +70,9 @@ def setup(verbose: bool = True) -> Runtime:
         _current = _choose()
         if _current.interpreter:
             os.environ["TRITON_INTERPRET"] = "1"
+    from .grading import install_message_handler
+
+    install_message_handler()  # in a notebook, course errors show their message only
     if verbose:
         print(_current.describe())
         _just_announced = _current
