@@ -199,3 +199,81 @@ def test_student_works_in_the_workspace_and_resets_a_lesson(sync_api, lab, root)
 def _flash_attention_cell(path: Path) -> str:
     cells = json.loads(path.read_text())["cells"]
     return next("".join(c["source"]) for c in cells if c.get("id") == "exercise-flash-attention")
+
+
+# ---------------------------------------------------------------- the instructor's page
+
+HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
+
+
+def _graded_class():
+    """Submissions as the grader reports them: two students, two lessons, a hostile name."""
+    from flashcourse.grader.submission import ExerciseResult, Submission
+
+    def sub(label, lesson, status, earned, message="", opens=None):
+        items = [ExerciseResult("gpu-flash/flash-attention", "numpy FlashAttention", "code", 4,
+                                4 if status == "PASS" else 0,
+                                "pass" if status == "PASS" else "wrong", message)]
+        return Submission(label=label, path=label, status=status, lesson=lesson,
+                          earned=earned, exercises=items, open_answers=opens or {})
+
+    return [
+        sub("alice/01-gpu-flash.ipynb", "01-gpu-flash", "PASS", 10,
+            opens={"open-q1": "S is N by N, <b>four</b> passes", "open-q2": "**Your answer to "
+                   "Q2**, in your own words (your instructor reads this cell):\nwrite it here."}),
+        sub("alice/06-flash-attention.ipynb", "06-flash-attention", "FAIL", 4,
+            "case 2/6: max abs error 0.5\nLikely mistake: the accumulator acc is not rescaled"),
+        sub(f"{HOSTILE}/01-gpu-flash.ipynb", "01-gpu-flash", "FAIL", 0, f"raised {HOSTILE}"),
+    ]
+
+
+def test_instructor_page_one_row_per_student_with_click_through(sync_api, tmp_path):
+    import csv
+
+    from flashcourse.grader import report
+
+    subs = _graded_class()
+    out = tmp_path / "out"
+    report.write_all(subs, out, timeout=60, jobs=1)
+    (out / "executed").mkdir()
+    for sub in subs:
+        (out / "executed" / report.executed_name(sub)).write_text("{}")
+    rows = list(csv.DictReader((out / "students.csv").open()))
+    assert [r["student"] for r in rows] == ["alice", HOSTILE]
+    assert rows[0]["01-gpu-flash"] == "PASS 10/10" and rows[0]["06-flash-attention"] == \
+        "FAIL 4/10" and rows[1]["06-flash-attention"] == ""
+    with sync_api.sync_playwright() as play:
+        browser = play.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page()
+            page.goto((out / "progress.html").as_uri())
+            page.wait_for_selector("#progress tbody tr")
+            assert page.locator("#progress tbody tr").count() == 2  # one row per student
+            assert page.locator("#progress thead th").all_inner_texts() == [
+                "student", "01-gpu-flash", "06-flash-attention"]
+            assert page.locator("img").count() == 0 and page.title() == "Grading progress"
+            hostile_row = page.locator("#progress tbody tr").nth(1)
+            assert hostile_row.locator("th").inner_text() == HOSTILE  # shown as text
+            alice = page.locator("#progress tbody tr").nth(0)
+            reason = alice.locator("pre.reason")
+            assert not reason.is_visible()
+            alice.locator("td").nth(1).locator("summary").click()
+            reason.wait_for(state="visible")
+            assert "accumulator acc is not rescaled" in reason.inner_text()
+            alice.locator("td").nth(0).locator("summary").click()
+            answer = alice.locator("pre.open-answer")
+            answer.wait_for(state="visible")
+            assert answer.inner_text() == "S is N by N, <b>four</b> passes"
+            assert "not answered" in alice.locator("td").nth(0).inner_text()  # open-q2
+            link = alice.locator("td").nth(0).locator("a.executed")
+            target = (out / "progress.html").parent / link.get_attribute("href")
+            assert target.is_file() and target.name == report.executed_name(subs[0])
+            page.screenshot(path=str(_artifacts() / "progress.png"), full_page=True)
+        finally:
+            browser.close()
+
+
+def _artifacts() -> Path:
+    folder = Path(__file__).resolve().parents[1] / "test-artifacts"
+    folder.mkdir(exist_ok=True)
+    return folder

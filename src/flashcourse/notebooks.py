@@ -48,6 +48,11 @@ BLANK_IMPORT = re.compile(
     r"^(?P<head>\s*from flashcourse import )(?P<names>[^#]*?)\s*(?P<comment>#.*)?$")
 
 
+# `::: {#open-q1 .open-answer}` ... `:::`: the markdown cell `open-q1`, where the student answers
+# an explanation question in words (the grader collects cells whose ids start with `open-`).
+OPEN_ANSWER_DIV = re.compile(r"^:::+\s*\{#(open-[A-Za-z0-9_-]+)(?:\s[^}]*)?\}$")
+
+
 class LessonSourceError(ValueError):
     """The lesson source breaks a rule of the generator; the message names file and line."""
 
@@ -100,6 +105,19 @@ def parse(path: Path) -> Lesson:
             if end == len(lines):
                 raise LessonSourceError(f"{path}:{index + 1}: code cell is never closed")
             cells.append(_code_cell(lines[index + 1:end], path, index + 2))
+            index = end + 1
+            continue
+        opened = OPEN_ANSWER_DIV.match(line.strip())
+        if opened:  # a cell of its own, with a stable id, where the student writes an answer
+            _flush_markdown(markdown, cells, path)
+            end = index + 1
+            while end < len(lines) and lines[end].strip() != ":::":
+                end += 1
+            if end == len(lines):
+                raise LessonSourceError(f"{path}:{index + 1}: open-answer block is never closed")
+            inner = "\n".join(lines[index + 1:end]).strip("\n")
+            cells.append(Cell("markdown", inner, options={"id": opened.group(1)},
+                              book_source="\n".join(lines[index:end + 1])))
             index = end + 1
             continue
         markdown.append(line)

@@ -69,7 +69,21 @@ def _submission_lines(sub: Submission) -> list[str]:
         lines.append(f"    PROBLEM: {problem}")
     for note in sub.notes:
         lines.append(f"    note: {note}")
+    for cell_id, text in sub.open_answers.items():
+        shown = " ".join(text.split())
+        lines.append(f"    open answer {cell_id}: "
+                     + (shown[:300] if answered(text) else "(not answered)"))
     return lines
+
+
+OPEN_PROMPT = "write it here."
+
+
+def answered(text: str) -> bool:
+    """False for an open-answer cell the student left as the exercise gave it (or empty)."""
+    words = " ".join(text.split())
+    return bool(words) and not (words.startswith("**Your answer to")
+                                and words.endswith(OPEN_PROMPT))
 
 
 def scorecard_text(subs: list[Submission]) -> str:
@@ -148,46 +162,109 @@ th { background: #f3f3f3; }
 .bar { background: #eee; width: 8rem; height: .8rem; display: inline-block; }
 .bar span { display: block; height: 100%; background: #4a8; }
 small { color: #555; }
+details summary { cursor: pointer; } .none { color: #999; }
+pre { white-space: pre-wrap; max-width: 60rem; margin: .2rem 0; }
+.submission { border-top: 1px solid #ddd; margin-top: .4rem; }
 """
 
 
-def write_html(subs: list[Submission], path: Path) -> None:
+# ---------------------------------------------------------------- one row per student
+
+
+def student_of(sub: Submission) -> str:
+    """Whose submission this is: the first folder of its label (submissions/alice/01-....ipynb
+    -> alice), else the file name without .ipynb."""
+    first, sep, _ = sub.label.partition("/")
+    if sep:
+        return first
+    return sub.label[:-6] if sub.label.endswith(".ipynb") else sub.label
+
+
+def by_student(subs: list[Submission]) -> tuple[dict[str, dict[str, list[Submission]]],
+                                                list[str]]:
+    """{student: {lesson: [submissions]}} in label order, and the lessons in course order."""
+    table: dict[str, dict[str, list[Submission]]] = {}
+    for sub in subs:
+        table.setdefault(student_of(sub), {}).setdefault(sub.lesson or "?", []).append(sub)
+    lessons = sorted({lesson for row in table.values() for lesson in row},
+                     key=lambda name: (name == "?", name))
+    return table, lessons
+
+
+def _lesson_summary(subs: list[Submission]) -> str:
+    return " + ".join(f"{s.status} {s.earned:g}/{s.total:g}" for s in subs)
+
+
+def write_students_csv(subs: list[Submission], path: Path) -> None:
+    table, lessons = by_student(subs)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["student", "submissions", "lessons_passed", *lessons])
+        for student, row in table.items():
+            passed = sum(all(s.passed for s in row[lesson]) for lesson in row)
+            writer.writerow([csv_safe(v) for v in [
+                student, sum(len(v) for v in row.values()), passed,
+                *(_lesson_summary(row[lesson]) if lesson in row else "" for lesson in lessons)]])
+
+
+def _submission_details(sub: Submission) -> str:
     esc = html.escape
-    columns = _exercise_columns(subs)
+    items = []
+    for item in sub.exercises:
+        good = item.status == "pass"
+        score = ("ok" if good else item.status) if item.kind == "veto" else \
+            f"{item.earned:g}/{item.points:g} {'' if good else item.status}"
+        reason = f"<pre class=\"reason\">{esc(item.message)}</pre>" if item.message else ""
+        items.append(f'<li class="{"pass" if good else "bad"}"><b>{esc(item.title)}</b>: '
+                     f"{esc(score)}{reason}</li>")
+    notes = [*(f"veto: {v}" for v in sub.vetoes), *(f"tampered: {t}" for t in sub.tampering),
+             *sub.problems, *sub.notes]
+    opens = []
+    for cell_id, text in sub.open_answers.items():
+        body = (f"<pre class=\"open-answer\">{esc(text)}</pre>" if answered(text) else
+                "<p><i>not answered</i></p>")
+        opens.append(f"<h4>{esc(cell_id)}</h4>{body}")
+    executed = f"executed/{executed_name(sub)}"
+    return (f'<div class="submission"><p>{esc(sub.label)}: <b>{esc(sub.status)}</b> '
+            f"{sub.earned:g}/{sub.total:g} (pass line {sub.pass_line:g}) &middot; "
+            f'<a class="executed" href="{esc(executed)}">executed notebook</a></p>'
+            f"<ul>{''.join(items)}</ul>"
+            + (f"<p><small>{'<br>'.join(esc(n) for n in notes)}</small></p>" if notes else "")
+            + (f'<div class="open-answers"><h4>Open answers</h4>{"".join(opens)}</div>'
+               if opens else "")
+            + "</div>")
+
+
+def write_html(subs: list[Submission], path: Path) -> None:
+    """progress.html: one row per student, one column per lesson; each cell opens (details)
+    onto every item's reason, the executed notebook and the open answers."""
+    esc = html.escape
+    table, lessons = by_student(subs)
     passed = sum(s.passed for s in subs)
     rows = []
-    for sub in subs:
-        by_id = {item.id: item for item in sub.exercises}
+    for number, (student, row) in enumerate(table.items()):
         cells = []
-        for column in columns:
-            item = by_id.get(column)
-            if item is None:
-                cells.append("<td></td>")
+        for lesson in lessons:
+            if lesson not in row:
+                cells.append('<td class="none">&ndash;</td>')
                 continue
-            good = item.status == "pass"
-            text = ("ok" if good else item.status) if item.kind == "veto" else \
-                f"{item.earned:g}/{item.points:g}"
-            cells.append(f'<td class="{"pass" if good else "bad"}" title="{esc(item.message)}">'
-                         f"{esc(text)}</td>")
-        share = 0 if not sub.total else min(1.0, sub.earned / sub.total)
-        details = [*(f"veto: {v}" for v in sub.vetoes), *(f"tampered: {t}" for t in
-                                                          sub.tampering),
-                   *sub.problems, *sub.notes]
-        rows.append(
-            f'<tr class="{esc(sub.status)}"><td>{esc(sub.label)}</td><td>{esc(sub.lesson)}</td>'
-            f"<td><b>{esc(sub.status)}</b></td>"
-            f'<td>{sub.earned:g}/{sub.total:g} <span class="bar"><span style="width:'
-            f'{share * 100:.0f}%"></span></span></td>{"".join(cells)}'
-            f"<td><small>{'<br>'.join(esc(d) for d in details)}</small></td></tr>")
-    header = "".join(f"<th>{esc(c)}</th>" for c in columns)
+            group = row[lesson]
+            status = "PASS" if all(s.passed for s in group) else group[-1].status
+            cells.append(f'<td class="{esc(status)}"><details id="s{number}-{esc(lesson)}">'
+                         f"<summary>{esc(_lesson_summary(group))}</summary>"
+                         f"{''.join(_submission_details(s) for s in group)}</details></td>")
+        rows.append(f'<tr><th scope="row" class="student">{esc(student)}</th>'
+                    f"{''.join(cells)}</tr>")
+    header = "".join(f"<th>{esc(lesson)}</th>" for lesson in lessons)
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Grading progress</title>
 <style>{STYLE}</style></head><body>
 <h1>Grading progress</h1>
 <p>{passed} of {len(subs)} submissions passed (pass line 8 of 10, no veto misconception, no
-tampering). Generated {esc(time.strftime("%Y-%m-%d %H:%M"))}.</p>
-<table><thead><tr><th>submission</th><th>lesson</th><th>status</th><th>points</th>{header}
-<th>details</th></tr></thead>
+tampering), from {len(table)} students. Click a lesson's cell for each item's reason, the
+executed notebook and the open answers. The same rows: <a href="students.csv">students.csv</a>.
+Generated {esc(time.strftime("%Y-%m-%d %H:%M"))}.</p>
+<table id="progress"><thead><tr><th>student</th>{header}</tr></thead>
 <tbody>
 {chr(10).join(rows)}
 </tbody></table></body></html>
@@ -201,6 +278,7 @@ def write_all(subs: list[Submission], out: Path, timeout: float, jobs: int) -> N
     write_csv(subs, out / "results.csv")
     write_junit(subs, out / "junit.xml")
     write_html(subs, out / "progress.html")
+    write_students_csv(subs, out / "students.csv")
     (out / "results.json").write_text(json.dumps(
         {"timeout": timeout, "jobs": jobs, "passed": sum(s.status == PASS for s in subs),
          "submissions": [as_dict(s) for s in subs]}, indent=1), encoding="utf-8")
