@@ -109,14 +109,14 @@ class Grader:
                 paths = {n: f"{base}/{n}" for n in ("run", "out", "records", "home")}
                 inner = [sys.executable, str(inside), f"{base}/run/run.ipynb", f"{base}/out",
                          f"--timeout={self.timeout:g}"]
-                argv = sandbox.command(self.root, work, self.hidden, prefix + inner)
+                argv = sandbox.limits(self.gpu) + sandbox.command(self.root, work, self.hidden,
+                                                                   prefix + inner)
             else:
                 paths = {n: str(work / n) for n in ("run", "out", "records", "home")}
                 argv = [sys.executable, str(inside), paths["run"] + "/run.ipynb", paths["out"],
                         f"--timeout={self.timeout:g}"]
             env = _sandbox_env(paths, self.interpreter)
-            status, seconds = sandbox.run(argv, env, wall, work / "sandbox.log", self.gpu,
-                                          self.sandboxed)
+            status, seconds = sandbox.run(argv, env, wall, work / "sandbox.log")
         finally:
             self.slots.put(slot)
         sub = job.sub

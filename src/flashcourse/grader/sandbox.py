@@ -20,7 +20,6 @@ is left off (CUDA reserves far more address space than it uses).
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -99,26 +98,23 @@ def drop_privileges(uid: int) -> list[str]:
             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
 
 
-def _limits(gpu: bool):
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (PROCESS_LIMIT, PROCESS_LIMIT))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if not gpu:
-            resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-    return apply
+def limits(gpu: bool) -> list[str]:
+    """The prefix setting the sandbox's resource limits (util-linux prlimit; a preexec function
+    would run Python between fork and exec, which can deadlock a threaded grader)."""
+    prefix = ["prlimit", f"--nproc={PROCESS_LIMIT}", "--nofile=4096", f"--fsize={FILE_LIMIT}",
+              "--core=0"]
+    if not gpu:
+        prefix.append(f"--as={MEMORY_LIMIT}")
+    return prefix + ["--"]
 
 
-def run(argv: list[str], env: dict, wall: float, log: Path, gpu: bool,
-        sandboxed: bool = True) -> tuple[int | None, float]:
-    """Run `argv` (a `command(...)`) with the limits, kill its process group at `wall` seconds;
+def run(argv: list[str], env: dict, wall: float, log: Path) -> tuple[int | None, float]:
+    """Run `argv` (`limits(...)` + `command(...)`), kill its process group at `wall` seconds;
     (exit status or None when killed, seconds)."""
     started = time.monotonic()
     with log.open("wb") as handle:
         process = subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True,
-                                   preexec_fn=_limits(gpu) if sandboxed else None)
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             status = process.wait(timeout=wall)
         except subprocess.TimeoutExpired:
