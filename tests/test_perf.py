@@ -153,7 +153,8 @@ def test_questions_and_vetoes(known_wrong):
     from flashcourse.checks import performance
 
     check("performance/q2-ladder", dict(performance.Q2))
-    with known_wrong("performance/q2-ladder", "exp2 for accuracy", match="native"):
+    with known_wrong("performance/q2-ladder", "exp2 for accuracy",
+                     match=r"exp2_reason = 'more_accurate' is not right\. Re-read section 3"):
         check("performance/q2-ladder", {**performance.Q2, "exp2_reason": "more_accurate"})
     with known_wrong("performance/misconceptions", "wrong interpreter_timings_predict_gpu",
                      exc=fc.VetoMisconception, match="interpreter"):

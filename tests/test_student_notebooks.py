@@ -9,7 +9,7 @@ import pytest
 
 from flashcourse import notebooks
 
-ANSWERS_TITLE = "Reference answers to the open parts"
+ANSWERS_TITLE = "Reference answer to Q"  # one per question: "... to Q1 (the rubric)"
 
 
 def _cells(root, folder, slug):
@@ -25,9 +25,33 @@ def test_exercises_hold_no_reference_answers_and_the_book_keeps_them_collapsed(r
         exercise = "\n".join("".join(c["source"]) for c in _cells(root, "exercises", slug))
         solution = "\n".join("".join(c["source"]) for c in _cells(root, "solutions", slug))
         book = (root / "book" / f"{slug}.qmd").read_text()
-        assert "Reference answers" not in exercise and ".answers" not in exercise, slug
+        assert "Reference answer" not in exercise and ".answers" not in exercise, slug
         assert ANSWERS_TITLE in solution and ":::" not in solution, slug
         assert f'::: {{.callout-tip .answers collapse="true"}}\n## {ANSWERS_TITLE}' in book, slug
+
+
+def test_each_explanation_question_has_an_open_answer_cell_with_its_rubric_beside_it(root):
+    for slug in _slugs(root):
+        exercise, solution = (_cells(root, folder, slug) for folder in ("exercises", "solutions"))
+        for cells in (exercise, solution):
+            ids = [c["id"] for c in cells if c["id"].startswith("open-")]
+            assert ids == ["open-q1", "open-q2", "open-q3"], (slug, ids)
+            assert all(c["cell_type"] == "markdown" for c in cells if c["id"] in ids)
+        for number in (1, 2, 3):
+            at = next(i for i, c in enumerate(solution) if c["id"] == f"open-q{number}")
+            rubric = "".join(solution[at + 1]["source"])
+            assert rubric.startswith(f"## {ANSWERS_TITLE}{number} (the rubric)"), (slug, rubric)
+        book = (root / "book" / f"{slug}.qmd").read_text()
+        assert "::: {#open-q1 .open-answer}" in book, slug
+
+
+def test_an_open_answer_block_becomes_a_cell_with_its_id(tmp_path):
+    lesson = _lesson(tmp_path, "Before.\n\n::: {#open-q1 .open-answer}\nYour answer.\n:::\n\n"
+                     "After.")
+    cells = notebooks.to_notebook(lesson, "exercise").cells
+    opened = [c for c in cells if c.id == "open-q1"]
+    assert len(opened) == 1 and opened[0].cell_type == "markdown"
+    assert opened[0].source == "Your answer." and "After." not in opened[0].source
 
 
 def test_cells_that_run_unfinished_code_let_run_all_go_on_in_exercises_only(root):
