@@ -13,7 +13,6 @@ import hashlib
 import io
 import json
 import shutil
-import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -93,10 +92,18 @@ def graded(tmp_path_factory, root):
     status, stdout, subs = _grade(folder, out, root, TIMEOUT)
     after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*.ipynb")
              if not p.is_symlink()}
-    daemons = subprocess.run(["pgrep", "-f", "ATTACK-DAEMON"], capture_output=True, text=True)
+    daemons = [p.parent.name for p in Path("/proc").glob("[0-9]*/cmdline")
+               if b"ATTACK-DAEMON" in _read_or_empty(p)]
     return {"status": status, "stdout": stdout, "out": out, "subs": subs,
             "unchanged": before == after, "course_unchanged": course_before ==
-            _course_digest(root), "daemons": daemons.stdout.split()}
+            _course_digest(root), "daemons": daemons}
+
+
+def _read_or_empty(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # the process ended meanwhile
+        return b""
 
 
 def _items(sub):
