@@ -147,11 +147,19 @@ def test_student_works_in_the_workspace_and_resets_a_lesson(sync_api, lab, root)
             page.get_by_role("menuitem", name="Run", exact=True).click()
             page.locator("li[data-command='runmenu:run-all']").click()
             scorecard = _cell(page, SCORECARD)
-            _output(scorecard, "gpu-flash").first.wait_for()
+            _output(scorecard, "Total: 0/10").first.wait_for()
             _idle(page)
             tried, check = _cell(page, TRY), _cell(page, CHECK)
             _output(tried, "Fill in the blank").wait_for()
             _output(check, "Fill in the blank").wait_for()
+            # messages first: the course's errors show their message, no traceback into the
+            # package; the scorecard says what to do next and links the next lesson
+            for cell in (check, scorecard):
+                shown = cell.locator(".jp-OutputArea").inner_text()
+                assert "Traceback" not in shown and "grading.py" not in shown, shown
+            assert "What to do next" in scorecard.inner_text()
+            link = scorecard.locator("a", has_text="Open Lesson 2")
+            assert "/02-memory-roofline.ipynb" in link.get_attribute("href")
             check.scroll_into_view_if_needed()
             page.screenshot(path=str(shots / "browser-2-run-all.png"))
             assert page.get_by_text(NEWS).count() == 0  # the news pop-up is off
