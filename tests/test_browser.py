@@ -11,6 +11,7 @@ Skipped when Chromium or Playwright is missing; CI installs both (`apt-get insta
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -164,20 +165,32 @@ def test_student_works_in_the_workspace_and_resets_a_lesson(sync_api, lab, root)
             page.screenshot(path=str(shots / "browser-2-run-all.png"))
             assert page.get_by_text(NEWS).count() == 0  # the news pop-up is off
 
-            # fill the four blanks through the editor, run the cell, then the check
+            # first a wrong answer (the running max grows but l and O are not rescaled): the
+            # check names the mistake, without a traceback and without the right code
             editor = _cell(page, "def flash_attention").locator(".cm-content")
-            editor.click()
-            page.keyboard.press("Control+a")
-            page.keyboard.insert_text(solution)
-            assert "______" not in editor.inner_text()
-            page.keyboard.press("Shift+Enter")
-            _idle(page)
-            check.locator(".cm-content").click()
-            page.keyboard.press("Shift+Enter")
+            wrong, count = re.subn(r"^(\s*)scale = .*$", r"\1scale = np.ones_like(m_new)",
+                                   solution, flags=re.M)
+            assert count == 1
+            for answer in (wrong, solution):
+                editor.click()
+                page.keyboard.press("Control+a")
+                page.keyboard.insert_text(answer)
+                assert "______" not in editor.inner_text()
+                page.keyboard.press("Shift+Enter")
+                _idle(page)
+                check.locator(".cm-content").click()
+                page.keyboard.press("Shift+Enter")
+                if answer is wrong:
+                    named = _output(check, "were not rescaled")
+                    named.wait_for()
+                    shown = check.locator(".jp-OutputArea").inner_text()
+                    assert "Traceback" not in shown and "exp(m_old - m_new)" not in shown, shown
+                    page.screenshot(path=str(shots / "browser-3-wrong.png"))
+                    _idle(page)
             passed = _output(check, "\u2713 gpu-flash/flash-attention")
             passed.wait_for()
             check.scroll_into_view_if_needed()
-            page.screenshot(path=str(shots / "browser-3-passed.png"))
+            page.screenshot(path=str(shots / "browser-4-passed.png"))
             assert "cases match standard attention" in passed.inner_text()
 
             # save (File > Save), wait until the file on disk holds the answer
