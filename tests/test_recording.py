@@ -108,3 +108,31 @@ def test_a_secret_reseeds_every_case(tmp_path, monkeypatch, flash_attention, rec
     with pytest.raises(recording.RecordMismatch, match="inputs"):
         grading.replay(EXERCISE, public)  # made without the secret: other inputs
     record_rejection("grade/replay", "a record made on the public seeds")
+
+
+def test_a_launch_records_the_tensors_not_what_the_launch_returns(monkeypatch):
+    """Compiled Triton returns a CompiledKernel from kernel[grid](...) (the interpreter returns
+    None): a check's launch must record the tensors the kernel wrote, not that object."""
+    import torch
+
+    from flashcourse import kernel_grading
+
+    class Launched:  # stands for triton.compiler.CompiledKernel
+        pass
+
+    class Kernel:
+        def __getitem__(self, grid):
+            def run(out):
+                out.fill_(1.0)
+                return Launched()
+            return run
+
+    monkeypatch.setattr(recording, "_recording", {"exercise": "x", "answer": {}, "events": []})
+    kernel_grading.launch(Kernel(), (1,), "case 1", torch.zeros(4))
+    event = recording._recording["events"][0]
+    assert event["result"] is None
+    monkeypatch.setattr(recording, "_recording", None)
+    replayed = torch.zeros(4)
+    with recording.replaying({"events": [event]}):
+        kernel_grading.launch(recording.StandIn("kernel"), (1,), "case 1", replayed)
+    assert replayed.tolist() == [1.0] * 4
