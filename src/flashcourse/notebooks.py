@@ -325,6 +325,9 @@ def to_notebook(lesson: Lesson, variant: str) -> nbformat.NotebookNode:
     return nb
 
 
+SCORECARD_CALL = re.compile(r"^\s*fc\.scorecard\(", re.M)
+
+
 def to_book_page(lesson: Lesson) -> str:
     """A Quarto page: each exercise as the student sees it, then the reference answer in a
     collapsed callout."""
@@ -350,6 +353,8 @@ def to_book_page(lesson: Lesson) -> str:
                       "```{python}", *options, _without_blank_import(_solution_source(cell)),
                       "```", "", ":::", ""]
         else:
+            if SCORECARD_CALL.search(cell.source):  # its next-lesson link is for notebooks;
+                options.append("#| output: false")  # the book has its own navigation
             parts += ["```{python}", *options, _without_blank_import(cell.source), "```", ""]
     return "\n".join(parts).rstrip("\n") + "\n"
 
