@@ -54,6 +54,8 @@ WRONG_ANSWERS = {
         dict(**{"return": "O"}), "never divided by the running sum"),
     "wrong scale direction": (
         dict(scale="np.exp(m_new - mi)"), "points the wrong way"),
+    "running max floored at 0 (max with initial=0): NaN on very negative rows": (
+        dict(m_new="np.maximum(mi, S_ij.max(axis=-1, initial=0))"), "never goes below 0"),
     "running max without the old max": (
         dict(m_new="S_ij.max(axis=-1)"), "ignores the old one"),
     "row sum over the whole block": (

@@ -112,17 +112,27 @@ WRONG = {
         dict(lines={"m_new": "block.max(axis=-1)"}), "with the block max alone"),
     ("softmax/online-stats", "no max subtraction"): (
         dict(lines={"m_new": "np.zeros_like(m)"}), "Without subtracting the running max"),
+    ("softmax/online-stats", "no safe max: a masked first block gives NaN"): (
+        dict(lines={"m_safe": "m_new"}), "first block is masked entirely"),
+    ("softmax/online-stats", "running max started at 0, not -inf"): (
+        dict(replace=[("m = np.full(rows, -np.inf)", "m = np.zeros(rows)", 1)]),
+        "not a finite number (a row masked entirely)"),
     # exercise 4: the online kernel
     ("softmax/online-kernel", "sum not rescaled"): (
-        dict(replace=[("l = l * tl.exp(m - m_new) + ", "l = l + ", 1)]), "not rescaled"),
+        dict(replace=[("l = l * tl.exp(m - m_safe) + ", "l = l + ", 1)]), "not rescaled"),
     ("softmax/online-kernel", "rescale the wrong way"): (
-        dict(replace=[("tl.exp(m - m_new)", "tl.exp(m_new - m)", 1)]), "points the wrong way"),
+        dict(replace=[("tl.exp(m - m_safe)", "tl.exp(m_new - m)", 1)]), "points the wrong way"),
     ("softmax/online-kernel", "block max only"): (
         dict(lines={"m_new": "tl.max(x, axis=0)"}), "With the block max alone"),
     ("softmax/online-kernel", "padding loaded as 0"): (
         dict(replace=[('other=float("-inf")', "other=0.0", 2)]), "fills the padding lanes"),
     ("softmax/online-kernel", "no division by the sum"): (
         dict(lines={"y": "tl.exp(x - m)"}), "without dividing"),
+    ("softmax/online-kernel", "no safe max: a masked first block gives NaN"): (
+        dict(lines={"m_safe": "m_new"}), "first block is masked entirely"),
+    ("softmax/online-kernel", "a row masked entirely written as 0, not NaN"): (
+        dict(lines={"y": "tl.where(l > 0, tl.exp(x - m) / l, 0.0)"}),
+        "not a finite number (a row masked entirely)"),
     ("softmax/online-kernel", "store without a mask"): (
         dict(replace=[("tl.store(y_row + cols, y, mask=mask)", "tl.store(y_row + cols, y)", 1)]),
         "Mask the stores"),
@@ -137,6 +147,8 @@ WRONG = {
         dict(lines={"a1": "np.exp(m - m1)", "a2": "np.exp(m - m2)"}), "point the wrong way"),
     ("softmax/merge-states", "first max kept"): (
         dict(lines={"m": "m1"}), "not m1"),
+    ("softmax/merge-states", "no safe max: two empty states give NaN"): (
+        dict(lines={"m_safe": "m"}), "Two empty states"),
 }
 
 
@@ -155,7 +167,7 @@ def test_known_wrong_answer_is_rejected_with_its_message(root, known_wrong,
 
 def test_failure_message_says_where_and_how_much(root, known_wrong):
     wrong = answer(root, "softmax/online-kernel",
-                   replace=[("l = l * tl.exp(m - m_new) + ", "l = l + ", 1)])
+                   replace=[("l = l * tl.exp(m - m_safe) + ", "l = l + ", 1)])
     with known_wrong("softmax/online-kernel", "sum not rescaled") as caught:
         check("softmax/online-kernel", wrong)
     text = str(caught.value)

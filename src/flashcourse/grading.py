@@ -346,6 +346,20 @@ def compare(actual, expected, case: str, atol: float, rtol: float = 0.0,
             f"{case}: {count} of {actual.size} outputs are NaN or inf, first at "
             f"{_locate(first, actual.shape, tile_rows)}. {hint}".rstrip()
         )
+    # Where the reference itself is not finite (-inf for an empty softmax state, NaN for the
+    # softmax of a row masked entirely), the answer must be the same non-finite value.
+    unexpected = ~np.isfinite(expected64) & ~(
+        (actual64 == expected64) | (np.isnan(actual64) & np.isnan(expected64)))
+    if unexpected.any():
+        first = int(np.flatnonzero(unexpected)[0])
+        count = int(unexpected.sum())
+        raise WrongAnswer(
+            f"{case}: {count} of {actual.size} outputs differ where the result is not a finite "
+            f"number (a row masked entirely), first at "
+            f"{_locate(first, actual.shape, tile_rows)}. {hint}".rstrip()
+        )
+    finite = np.isfinite(expected64)
+    actual64, expected64 = np.where(finite, actual64, 0.0), np.where(finite, expected64, 0.0)
     error = np.abs(actual64 - expected64)
     allowed = atol + rtol * np.abs(expected64)
     if (error > allowed).any():

@@ -39,6 +39,9 @@ WARP_SIZE = 32
 # Measured on the course's NVIDIA H200 (torch 2.11, Triton 3.6).
 H200_MEASURED_GEMM_BF16_TFLOPS = 790
 H200_MEASURED_COPY_TBS = 4.3
+# L2 of the course's H200 as the device reports it (torch.cuda.get_device_properties(0)
+# .L2_cache_size = 62914560 bytes); the H100 SXM's is 50 MB.
+H200_L2_MIB = 60
 
 
 def ridge_point(peak_tflops: float, bandwidth_tbs: float) -> float:

@@ -72,7 +72,7 @@ def time_bound_us(point: KernelPoint, peak_tflops: float = H200_PEAK_TFLOPS,
 def fused_read_once_point(n: int, d: int, dtype: str = "bf16") -> KernelPoint:
     """The fused kernel when K and V come from L2 after their first read: HBM sees Q, K, V
     once and O once (one head's K and V, 2 MiB at N = 4096 and 16 MiB at N = 32k with
-    d = 128 in bf16, fit in a 50 MB L2)."""
+    d = 128 in bf16, fit in the H200's 60 MiB L2)."""
     once = traffic.flash_attention_traffic(n, d, dtype, block_rows=n)
     flops = 4.0 * n * n * d + SOFTMAX_FLOPS_PER_SCORE * float(n) * n
     return KernelPoint("fused, K and V read once", flops, once.total)

@@ -35,36 +35,48 @@ MISCONCEPTION_SECTIONS = {
 }
 
 
-# (n, d, block_size or None for the default, seed, logit scale)
+# (n, d, block_size or None for the default, seed, logit scale, kind); kind "extreme": rows of
+# scores near -1000 (exp underflows to 0 unless shifted by the row's own max), rows near +1000
+# (exp overflows unless shifted) and rows of equal scores (q = 0), as trained models produce
 VISIBLE_CASES = [
-    (256, 32, 32, 0, 0.5),  # the lesson's own example
-    (64, 16, 64, 1, 0.5),  # a single block
-    (100, 16, 32, 2, 0.5),  # n not a multiple of the block size
-    (257, 64, 64, 3, 0.5),  # one row in the last block
-    (130, 8, 16, 4, 0.5),  # many small blocks
-    (200, 32, None, 5, 0.5),  # the default block_size=64
-    (96, 16, 32, 6, 8.0),  # scores of magnitude ~1e3: exp must not overflow
+    (256, 32, 32, 0, 0.5, "normal"),  # the lesson's own example
+    (64, 16, 64, 1, 0.5, "normal"),  # a single block
+    (100, 16, 32, 2, 0.5, "normal"),  # n not a multiple of the block size
+    (257, 64, 64, 3, 0.5, "normal"),  # one row in the last block
+    (130, 8, 16, 4, 1.0, "extreme"),  # many small blocks; scores near -1000, +1000, equal
+    (200, 32, None, 5, 0.5, "normal"),  # the default block_size=64
+    (96, 16, 32, 6, 8.0, "normal"),  # scores of magnitude ~1e3: exp must not overflow
 ]
 HIDDEN_CASES = [
-    (77, 24, 16, 101, 1.0),
-    (321, 16, 128, 102, 0.3),
-    (150, 40, 64, 103, 9.0),
+    (77, 24, 16, 101, 1.0, "extreme"),
+    (321, 16, 128, 102, 0.3, "normal"),
+    (150, 40, 64, 103, 9.0, "normal"),
 ]
 
 
-def _inputs(n: int, d: int, seed: int, logit_scale: float):
+EXTREME_NOTE = ", rows of scores near -1000, near +1000 and all equal"
+
+
+def _inputs(n: int, d: int, seed: int, logit_scale: float, kind: str = "normal"):
     rng = np.random.default_rng(grading.case_seed(seed))
     Q = rng.standard_normal((n, d)) * logit_scale
     K = rng.standard_normal((n, d)) * logit_scale
     V = rng.standard_normal((n, d))
     if logit_scale > 1:  # push scores towards +-1e3 and give each row one clear winner
         K[rng.integers(0, n, size=4)] *= 3
+    if kind == "extreme":  # every key shares a direction u, so q = t u / 10 scores near t
+        u = np.ones(d) / np.sqrt(d)
+        K = 0.5 * K + 10.0 * u
+        target = np.array([-1000.0, 1000.0, 0.0, 0.0])[np.arange(n) % 4]
+        Q = 0.05 * Q + (target / 10.0)[:, None] * u
+        Q[np.arange(n) % 4 == 2] = 0.0  # rows of equal scores (all exactly 0)
     return Q, K, V
 
 
 def blocked_attention(Q, K, V, block_size, *, rescale=True, running_max=True, final_divide=True,
                       flip_scale=False, per_block_softmax=False, average_blocks=False,
-                      include_old_max=True, rescale_sum=True, rescale_out=True):
+                      include_old_max=True, rescale_sum=True, rescale_out=True,
+                      initial_max=-np.inf):
     """Blocked attention with switches that reproduce the classic mistakes (for diagnosis)."""
     n, d = Q.shape
     out = np.zeros((n, d))
@@ -72,7 +84,7 @@ def blocked_attention(Q, K, V, block_size, *, rescale=True, running_max=True, fi
         for i in range(0, n, block_size):
             q = Q[i:i + block_size]
             acc, row_sum = np.zeros((len(q), d)), np.zeros(len(q))
-            row_max = np.full(len(q), -np.inf)
+            row_max = np.full(len(q), initial_max)
             blocks = 0
             for j in range(0, n, block_size):
                 blocks += 1
@@ -127,6 +139,10 @@ MISTAKES = [
     (dict(running_max=False),
      "Without a running max, exp(score) overflows for large scores (e^89 is inf in float32, "
      f"e^710 in float64): the scores must be shifted by the running max ({SECTION})."),
+    (dict(initial_max=0.0),
+     "The running max never goes below 0 (it starts at 0, or the max is taken with 0): a row "
+     "whose scores are all below about -745 then has exp(score - 0) = 0 for every key, and its "
+     f"output is 0/0 = NaN. The running max must start below every score ({SECTION})."),
     (dict(include_old_max=False),
      "The new running max ignores the old one: using only this block's max overflows or "
      f"misweights rows whose largest score came in an earlier block. See {SECTION}."),
@@ -151,12 +167,13 @@ def _check_flash_attention(flash_attention) -> str:
     if not callable(flash_attention):
         raise grading.WrongAnswer("Pass the function itself: check(..., flash_attention).")
     cases = grading.with_hidden(VISIBLE_CASES, HIDDEN_CASES)
-    for number, (n, d, block, seed, logit_scale) in enumerate(cases, 1):
-        Q, K, V = _inputs(n, d, seed, logit_scale)
+    for number, (n, d, block, seed, logit_scale, kind) in enumerate(cases, 1):
+        Q, K, V = _inputs(n, d, seed, logit_scale, kind)
         copies = [x.copy() for x in (Q, K, V)]
         label = (f"case {number}/{len(cases)} (n={n}, d={d}, block_size="
                  f"{block if block else 'default 64'}, seed={seed}"
-                 f"{', scores ~1e3' if logit_scale > 1 else ''})")
+                 f"{', scores ~1e3' if logit_scale > 1 else ''}"
+                 f"{EXTREME_NOTE if kind == 'extreme' else ''})")
         kwargs = {} if block is None else {"block_size": block}
         with np.errstate(all="ignore"):
             output = grading.run_student(flash_attention, label, Q, K, V, **kwargs)

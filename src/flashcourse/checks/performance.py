@@ -174,7 +174,7 @@ Q1 = {
 Q1_WHY = {
     "median_not_mean": "One slow outlier (a clock change, another process) moves the mean but "
                        "not the median; do_bench reports the median here.",
-    "flush_l2": "Without flushing, a second run finds its inputs in the 50 MB L2 and looks "
+    "flush_l2": "Without flushing, a second run finds its inputs in the 60 MiB L2 and looks "
                 "faster than any real call, whose inputs come from HBM.",
     "tflops_d128_causal": "FLOPs = 4*B*H*N*N*d / 2 for causal = 4*2*16*16384^2*128/2; divide by "
                           "10 ms = 1e-2 s and by 1e12.",

@@ -51,13 +51,16 @@ NEG_INF = float("-inf")
 # ---------------------------------------------------------------- inputs
 
 
-def logits(rows: int, n: int, seed: int, scale: float = 1.0, kind: str = "normal"):
+def logits(rows: int, n: int, seed: int, scale: float = 1.0, kind: str = "normal",
+           block: int = 1):
     """Test logits, float64, shape (rows, n).
 
     kind "normal": Gaussian; "neg_inf": about a fifth of the entries are -inf (as a mask would
     make them; column 0 always stays finite); "ramp": every row increases along the columns,
     so the running max grows in every block; "offset": rows are shifted far apart (row i by
-    -i * 1000), so one max for the whole array is wrong for all rows but one.
+    -i * 1000), so one max for the whole array is wrong for all rows but one; "masked": row 0
+    is -inf entirely (a row with no key), row r >= 1 has its first r blocks of `block` columns
+    at -inf (at least its last column stays finite), as padding or a sliding window makes them.
     """
     rng = np.random.default_rng(grading.case_seed(seed))
     x = rng.standard_normal((rows, n)) * scale
@@ -69,7 +72,15 @@ def logits(rows: int, n: int, seed: int, scale: float = 1.0, kind: str = "normal
         x = np.sort(x, axis=-1) + np.linspace(0.0, 4.0 * scale, n)
     elif kind == "offset":
         x = x - 1000.0 * np.arange(rows)[:, None]
+    elif kind == "masked":
+        for r in range(rows):
+            x[r, :n if r == 0 else min(n - 1, r * block)] = -np.inf
     return x
+
+
+def safe_max(m: np.ndarray) -> np.ndarray:
+    """The running max with -inf (a row that saw no finite value yet) replaced by 0."""
+    return np.where(m == -np.inf, 0.0, m)
 
 
 def _describe(rows: int, n: int, scale: float, kind: str, dtype: str | None = None,
@@ -87,6 +98,8 @@ def _describe(rows: int, n: int, scale: float, kind: str, dtype: str | None = No
         parts.append("rows increase, so the max grows in every block")
     elif kind == "offset":
         parts.append("rows 1000 apart")
+    elif kind == "masked":
+        parts.append("row 0 masked entirely, row r >= 1 with its first r blocks masked")
     if seed is not None:
         parts.append(f"seed={seed}")
     return ", ".join(parts)
@@ -246,10 +259,12 @@ def online_softmax(kernel, x: torch.Tensor, block: int = 128) -> torch.Tensor:
 
 
 def blocked_stats(x: np.ndarray, block: int, *, rescale=True, include_old_max=True,
-                  flip_scale=False, pad_zero=False, subtract_max=True, dtype=np.float64):
+                  flip_scale=False, pad_zero=False, subtract_max=True, guard=True,
+                  dtype=np.float64):
     """Running max and running sum over column blocks, with switches that reproduce the
     classic mistakes. pad_zero: the last block is padded with zeros (a masked load with
-    other=0.0) instead of -inf."""
+    other=0.0) instead of -inf; guard=False: no safe max, so a block masked entirely while the
+    running max is still -inf gives exp(-inf - (-inf)) = NaN."""
     x = x.astype(dtype)
     rows, n = x.shape
     m = np.full(rows, -np.inf, dtype=dtype)
@@ -263,10 +278,11 @@ def blocked_stats(x: np.ndarray, block: int, *, rescale=True, include_old_max=Tr
             m_new = np.maximum(m, block_max) if include_old_max else block_max
             if not subtract_max:
                 m_new = np.zeros_like(m_new)
-            scale = np.exp(m_new - m) if flip_scale else np.exp(m - m_new)
+            shift = safe_max(m_new) if guard else m_new
+            scale = np.exp(shift - m) if flip_scale else np.exp(m - shift)
             if not rescale:
                 scale = np.ones_like(scale)
-            total = total * scale + np.exp(xb - m_new[:, None]).sum(axis=-1)
+            total = total * scale + np.exp(xb - shift[:, None]).sum(axis=-1)
             m = m_new
     return m, total
 
@@ -288,6 +304,10 @@ NO_LOAD_MASK_HINT = (
     "Every output of the row is NaN: the load read past the end of the row, and the grader "
     "puts NaN there (on a GPU it would be another row's data or a fault). Load with "
     "mask=cols < n_cols and other=float(\"-inf\").")
+NO_GUARD_HINT = (
+    "A row whose first block is masked entirely (all -inf) turns NaN: its running max is still "
+    "-inf, and exp(-inf - (-inf)) is NaN, which then stays in the running sum. Shift by a safe "
+    "max, 0 while the running max is -inf (section 4, \"The online softmax\").")
 NO_DIVIDE_HINT = "The outputs are exp(x - max) but never divided by the sum of the row."
 ROW_STRIDE_HINT = (
     "Row r starts at x_ptr + r * x_row_stride, not r * n_cols: the grader's rows are not "
@@ -312,6 +332,7 @@ def _online_mistakes(x, block):
         return _normalised(x, m, total, np.float32, divide)
 
     return [
+        (output(guard=False), NO_GUARD_HINT),
         (output(rescale=False),
          "The running sum is not rescaled when the max grows: multiply it by "
          "exp(m_old - m_new) before adding the new block's sum."),
@@ -379,21 +400,23 @@ ONLINE_CASES = [
     (2, 1000, 128, "fp32", 1.0, "neg_inf", 4),
     (3, 200, 32, "fp16", 1.0, "ramp", 5),
     (2, 150, 32, "fp32", 1e3, "normal", 6),  # e^1000 overflows
+    (4, 100, 16, "fp32", 30.0, "masked", 7),  # first blocks masked; row 0 masked entirely
 ]
 ONLINE_HIDDEN = [
     (3, 333, 64, "fp16", 30.0, "neg_inf", 101),
     (1, 1000, 256, "fp32", 1e3, "ramp", 102),
     (5, 17, 16, "fp16", 1.0, "ramp", 103),
+    (3, 300, 64, "fp16", 1.0, "masked", 104),
 ]
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 KERNEL_TOLERANCE = {"fp32": (2e-6, 2e-5), "fp16": (1e-5, 2e-3)}  # (atol, rtol)
 
 
 def _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, seed,
-                     candidates_for):
+                     candidates_for, block=1):
     dtype = DTYPES[dtype_name]
     device = runtime.current().device
-    x_values = torch.from_numpy(logits(rows, n, seed, scale, kind)).to(dtype)
+    x_values = torch.from_numpy(logits(rows, n, seed, scale, kind, block)).to(dtype)
     x = buffers.poisoned(x_values.to(device))
     y = buffers.Canaried((rows, n), dtype, device)
     with np.errstate(all="ignore"):  # the interpreter computes with numpy: no warning noise
@@ -408,7 +431,8 @@ def _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, se
                 f"would lie. {ROW_STRIDE_HINT}") from None
         raise
     x64 = x_values.to(torch.float64).numpy()
-    expected = reference_softmax(x64)
+    with np.errstate(invalid="ignore"):  # a row masked entirely: NaN, as torch.softmax gives
+        expected = reference_softmax(x64)
     atol, rtol = KERNEL_TOLERANCE[dtype_name]
     output = y.tensor.detach().cpu().to(torch.float64).numpy()
 
@@ -452,14 +476,20 @@ STATS_CASES = [
     (2, 50, 7, 4, 1.0, "neg_inf"),
     (3, 100, 16, 5, 1e3, "normal"),  # e^1000 overflows float64
     (2, 20, 1, 6, 1.0, "ramp"),  # one element at a time
+    (4, 30, 4, 7, 30.0, "masked"),  # first blocks masked; row 0 masked entirely
 ]
 STATS_HIDDEN = [
     (5, 77, 10, 101, 1e3, "ramp"),
     (1, 300, 64, 102, 5.0, "neg_inf"),
     (6, 9, 9, 103, 1.0, "normal"),
+    (5, 40, 3, 104, 1e3, "masked"),
 ]
 
 STATS_MISTAKES = [
+    (dict(guard=False),
+     "A row whose first block is masked entirely (all -inf) turns NaN: m_new is still -inf, "
+     "and exp(-inf - (-inf)) is NaN. Shift by a safe max, 0 while the running max is -inf "
+     "(section 4)."),
     (dict(rescale=False),
      "The running sum is not rescaled when the max grows: l = l * exp(m - m_new) + (sum of "
      "this block)."),
@@ -480,7 +510,7 @@ def _check_online_stats(online_softmax_stats) -> str:
     _require_callable(online_softmax_stats, "softmax/online-stats", "online_softmax_stats")
     cases = grading.with_hidden(STATS_CASES, STATS_HIDDEN)
     for number, (rows, n, block, seed, scale, kind) in enumerate(cases, 1):
-        x = logits(rows, n, seed, scale, kind)
+        x = logits(rows, n, seed, scale, kind, block)
         label = (f"case {number}/{len(cases)} "
                  f"({_describe(rows, n, scale, kind, block=block, seed=seed)})"
                  .replace("BLOCK=", "block_size="))
@@ -493,8 +523,8 @@ def _check_online_stats(online_softmax_stats) -> str:
             raise grading.WrongAnswer(f"{label}: return the pair (m, l), got "
                                       f"{type(result).__name__}.")
         m, total = result
-        m_ref = x.max(axis=-1)
-        total_ref = np.exp(x - m_ref[:, None]).sum(axis=-1)
+        m_ref = x.max(axis=-1)  # -inf for a row masked entirely, whose sum is 0
+        total_ref = np.exp(x - safe_max(m_ref)[:, None]).sum(axis=-1)
         for name, got, ref in (("the running max m", m, m_ref), ("the running sum l", total,
                                                                     total_ref)):
             try:
@@ -523,7 +553,7 @@ def _check_online_kernel(kernel) -> str:
             launch_online_softmax(kernel, x, y, block)
 
         _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, seed,
-                         lambda x, b=block: _online_mistakes(x, b))
+                         lambda x, b=block: _online_mistakes(x, b), block)
     return _passed(len(cases), "match the float64 reference, no write outside the output")
 
 
@@ -534,22 +564,25 @@ def softmax_state(scores: np.ndarray, values: np.ndarray):
     """The partial softmax state of one chunk of keys: (m, l, o) with m the row max, l the sum
     of exp(scores - m) and o the unnormalised output exp(scores - m) @ values."""
     m = scores.max(axis=-1)
-    p = np.exp(scores - m[:, None])
+    p = np.exp(scores - safe_max(m)[:, None])  # a chunk masked entirely: (-inf, 0, 0)
     return m, p.sum(axis=-1), p @ values
 
 
-# (rows, n, d, split points, seed, scale)
+# (rows, n, d, split points, seed, scale, masked): with masked, row 0 is masked entirely and
+# row r >= 1 has its first r chunks masked (all -inf), so their states are empty
 MERGE_CASES = [
-    (3, 10, 4, (5,), 0, 1.0),
-    (4, 9, 3, (2,), 1, 1.0),  # unequal chunks
-    (5, 40, 8, (13,), 2, 1e3),  # e^1000 overflows: merge with maxima, not raw sums
-    (6, 12, 2, (11,), 3, 30.0),  # a one-key chunk
-    (4, 64, 5, (16, 32, 48), 4, 10.0),  # four chunks merged one after the other (a ring)
+    (3, 10, 4, (5,), 0, 1.0, False),
+    (4, 9, 3, (2,), 1, 1.0, False),  # unequal chunks
+    (5, 40, 8, (13,), 2, 1e3, False),  # e^1000 overflows: merge with maxima, not raw sums
+    (6, 12, 2, (11,), 3, 30.0, False),  # a one-key chunk
+    (4, 64, 5, (16, 32, 48), 4, 10.0, False),  # four chunks merged one after the other (a ring)
+    (4, 30, 3, (8, 16), 5, 30.0, True),  # empty states: masked first chunks, a masked row
 ]
 MERGE_HIDDEN = [
-    (7, 50, 6, (7, 20), 101, 1e3),
-    (2, 30, 16, (29,), 102, 1.0),
-    (3, 100, 4, (10, 30, 60, 90), 103, 50.0),
+    (7, 50, 6, (7, 20), 101, 1e3, False),
+    (2, 30, 16, (29,), 102, 1.0, False),
+    (3, 100, 4, (10, 30, 60, 90), 103, 50.0, False),
+    (5, 60, 4, (10, 25, 40), 104, 1e3, True),
 ]
 
 
@@ -558,7 +591,10 @@ def merge_candidate(state1, state2, mistake: str):
     (m1, l1, o1), (m2, l2, o2) = state1, state2
     with np.errstate(all="ignore"):
         m = np.maximum(m1, m2)
-        a1, a2 = np.exp(m1 - m), np.exp(m2 - m)
+        a1, a2 = np.exp(m1 - safe_max(m)), np.exp(m2 - safe_max(m))
+        if mistake == "no_guard":
+            a1, a2 = np.exp(m1 - m), np.exp(m2 - m)
+            return m, a1 * l1 + a2 * l2, a1[:, None] * o1 + a2[:, None] * o2
         if mistake == "no_rescale":
             return m, l1 + l2, o1 + o2
         if mistake == "o_not_rescaled":
@@ -578,6 +614,9 @@ def merge_candidate(state1, state2, mistake: str):
 
 
 MERGE_MISTAKES = {
+    "no_guard": "Two empty states (chunks masked entirely: m = -inf, l = 0) merge into NaN: "
+                "exp(-inf - (-inf)) is NaN. Rescale against a safe max, 0 when the merged max "
+                "is -inf, so that they merge into the empty state (section 6).",
     "no_rescale": "l1 + l2 and o1 + o2 add terms measured against different maxima. Rescale "
                   "each state to the common max first: a1 = exp(m1 - m), a2 = exp(m2 - m).",
     "o_not_rescaled": "l is rescaled but o is not: o = a1 * o1 + a2 * o2 (a1, a2 per row, "
@@ -596,14 +635,19 @@ MERGE_MISTAKES = {
 def _check_merge_states(merge_states) -> str:
     _require_callable(merge_states, "softmax/merge-states", "merge_states")
     cases = grading.with_hidden(MERGE_CASES, MERGE_HIDDEN)
-    for number, (rows, n, d, splits, seed, scale) in enumerate(cases, 1):
+    for number, (rows, n, d, splits, seed, scale, masked) in enumerate(cases, 1):
         rng = np.random.default_rng(grading.case_seed(seed))
         scores = rng.standard_normal((rows, n)) * scale
         values = rng.standard_normal((n, d))
         chunks = np.split(np.arange(n), list(splits))
+        if masked:
+            for r in range(rows):
+                scores[r, :n if r == 0 else splits[min(r, len(splits)) - 1]] = -np.inf
         label = (f"case {number}/{len(cases)} ({rows} rows, {n} keys in {len(chunks)} chunks "
                  f"of {', '.join(str(len(c)) for c in chunks)}, d={d}"
-                 f"{f', scores ~{scale:g}' if scale > 10 else ''}, seed={seed})")
+                 f"{f', scores ~{scale:g}' if scale > 10 else ''}"
+                 f"{', row 0 masked entirely, row r >= 1 its first r chunks' if masked else ''}"
+                 f", seed={seed})")
         states = [softmax_state(scores[:, c], values[c]) for c in chunks]
         merged = states[0]
         for step, state in enumerate(states[1:], 1):
@@ -634,8 +678,11 @@ def _check_merge_states(merge_states) -> str:
                             break
                     raise grading.WrongAnswer(f"{err}\n{hint}") from None
             merged = tuple(np.asarray(a) for a in result)
-        attention = merged[2] / merged[1][:, None]
-        grading.compare(attention, reference_softmax(scores) @ values,
+        with np.errstate(all="ignore"):
+            attention = merged[2] / np.where(merged[1] == 0, 1.0, merged[1])[:, None]
+            expected = reference_softmax(scores) @ values
+        expected[np.isneginf(scores).all(axis=-1)] = 0.0  # no key at all: the output is 0
+        grading.compare(attention, expected,
                         f"{label}, o / l after the last merge", atol=1e-12, rtol=1e-9)
     return _passed(len(cases), "merge to the state of the whole row")
 
