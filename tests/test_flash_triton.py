@@ -270,3 +270,14 @@ def test_memory_model_and_figure():
 def test_zz_report_rejected_count():
     print(f"\nlesson 6: {len(REJECTED)} known-wrong answers rejected")
     assert len([r for r in REJECTED if r[0] == "forward"]) >= 5
+
+
+def test_backward_factor_is_this_lessons_and_fa3_overlap_is_pingpong(known_wrong):
+    from flashcourse.checks import flash_triton
+
+    with known_wrong("flash-triton/q2-backward", "the conventional 2.5x for this backward",
+                     match="backward_flop_factor"):
+        check("flash-triton/q2-backward", dict(flash_triton.Q2, backward_flop_factor=2.5))
+    with known_wrong("flash-triton/q3-speed", "warp specialisation for the softmax overlap",
+                     match="fa3_feature"):
+        check("flash-triton/q3-speed", dict(flash_triton.Q3, fa3_feature="warp_specialization"))

@@ -346,9 +346,10 @@ def _check_skipped(skipped_tiles) -> str:
         if got != skipped:
             total = visited + skipped
             hint = ("you returned the tiles visited, not skipped" if got == visited else
-                    f"there are {total} tiles in all (ceil(n/block_m) * ceil(n/block_n)); "
-                    "query block i visits ceil(min((i+1)*block_m, n) / block_n) key blocks")
-            raise grading.WrongAnswer(f"{label}: got {got!r}, expected {skipped}: {hint}.")
+                    f"there are {total} tiles in all; count, for each query block, the key "
+                    "blocks that lie entirely right of its last row")
+            raise grading.WrongAnswer(f"{label}: you returned {got!r}, which is not the number "
+                                      f"of tiles skipped here: {hint}.")
     return f"{len(SKIP_CASES)} sizes counted right"
 
 
@@ -529,12 +530,13 @@ grading.questions("flash-triton/q1-grid", "Q1: grid, causal skipping and FLOPs",
 
 
 Q2 = {"p_bytes_n16k_fp16": 16384 * 16384 * 2, "saved_per_row": 1,
-      "backward_flop_factor": 2.5, "recompute": "P"}
+      "backward_flop_factor": 3.5, "recompute": "P"}
 Q2_WHY = {
     "p_bytes_n16k_fp16": "P is (N, N) per head: 16384 * 16384 * 2 bytes = 512 MiB.",
     "saved_per_row": "The forward saves one float per query row, the logsumexp L.",
-    "backward_flop_factor": "The backward does five N x N x D products (S, dP, dV, dQ, dK) "
-                            "against the forward's two: 2.5x.",
+    "backward_flop_factor": "This lesson's backward does seven N x N x D products (S and dP "
+                            "in each of its two kernels, dV, dK, dQ) against the forward's "
+                            "two: 3.5x (the usual convention, one recomputation, counts 2.5x).",
     "recompute": "The backward recomputes P = exp(S - L) block by block: 'P'.",
 }
 
@@ -543,15 +545,16 @@ grading.questions("flash-triton/q2-backward", "Q2: what the backward saves and r
                   1, Q2, Q2_WHY, rtol=0.02, sections=SECTIONS["flash-triton/q2-backward"])
 
 
-Q3 = {"exp_unit": "exp2", "mask_only_diagonal": True, "fa3_feature": "warp_specialization"}
+Q3 = {"exp_unit": "exp2", "mask_only_diagonal": True, "fa3_feature": "pingpong_scheduling"}
 Q3_WHY = {
     "exp_unit": "exp2 maps to one hardware instruction; folding log2(e) into the scale makes "
                 "exp(x) = exp2(x * log2(e)) free: 'exp2'.",
     "mask_only_diagonal": "Blocks left of the diagonal block are entirely visible: only the "
                           "diagonal block needs the causal mask, so the loop is split in two "
                           "and the causal comparison costs nothing off the diagonal.",
-    "fa3_feature": "FA3 overlaps softmax and matmuls by giving producer and consumer warps "
-                   "different roles (with TMA and wgmma on Hopper): 'warp_specialization'.",
+    "fa3_feature": "FA3's warp specialisation overlaps loads (producer warps, TMA) with "
+                   "compute; the softmax of one warpgroup runs during another's matmuls by "
+                   "ping-pong scheduling: 'pingpong_scheduling'.",
 }
 
 
