@@ -186,3 +186,14 @@ def test_intensity_numbers_are_consistent():
 def test_zz_at_least_three_wrong_answers_per_exercise():
     for exercise_id in CELLS:  # questions: tests/test_self_checks.py
         assert len([r for r in REJECTED if r[0] == exercise_id]) >= 3, exercise_id
+
+
+def test_feedback_never_shows_the_right_value(known_wrong):
+    from flashcourse import roofline as model
+    from flashcourse.checks.roofline import GEMM_CASES
+
+    right = f"{model.gemm_intensity(*GEMM_CASES[0]):.6g}"
+    with known_wrong("roofline/gemm-intensity", "a constant, answer not shown",
+                     match="not this GEMM's intensity") as caught:
+        check("roofline/gemm-intensity", lambda m, n, k, b: 1.0)
+    assert right not in str(caught.value)

@@ -97,10 +97,11 @@ def _check_sectors(sectors_and_lines) -> str:
         if got != want:
             hint = next((why for value, why in _sector_variants(addresses, size)
                          if value == got),
-                        "A thread's read covers bytes a .. a + access_bytes - 1; count the "
-                        "distinct values of byte // 32 (sectors) and byte // 128 (lines).")
-            raise grading.WrongAnswer(f"{case}: you returned (sectors, lines) = {got}, "
-                                      f"expected {want}. {hint}")
+                        "A thread's read covers every byte from its address to the end of "
+                        "its element; count the distinct 32-byte sectors and 128-byte lines "
+                        f"those bytes fall in: {SECTIONS['coalescing/q1-sectors']}.")
+            raise grading.WrongAnswer(f"{case}: you returned (sectors, lines) = {got}, which "
+                                      f"is not right for this access pattern. {hint}")
     return f"{len(cases)} access patterns right{grading.hidden_note()}"
 
 
@@ -155,15 +156,16 @@ def _check_warp_efficiency(warp_efficiency) -> str:
             continue
         case = f"case {number}/{len(cases)} (256 threads, predicate {what})"
         # name the mistake whose values match the student's on every case
-        hint = "Per warp, paths = (any lane True) + (any lane False); efficiency = " \
-               "threads / (32 * total paths)."
+        hint = ("Count, per warp, how many paths of the branch run (one for each side that "
+                "at least one lane takes), then how many lane slots were busy: "
+                f"{SECTIONS['coalescing/q2-divergence']}.")
         for index in range(4):
             expected = [_efficiency_variants(p)[index][0] for _, p in cases]
             if np.allclose(results, expected, rtol=1e-9):
                 hint = _efficiency_variants(predicate)[index][1]
                 break
-        raise grading.WrongAnswer(f"{case}: you returned {value:.4g}, expected {want:.4g}. "
-                                  f"{hint}")
+        raise grading.WrongAnswer(f"{case}: you returned {value:.4g}, which is not this "
+                                  f"predicate's warp efficiency. {hint}")
     return f"{len(cases)} predicates right{grading.hidden_note()}"
 
 
@@ -264,7 +266,8 @@ def _transpose_mistake(got, x, values, m, n) -> str:
                 "the stride you are given, x_ptr + rows * stride_xm + cols.")
     if m == n and grading.same_result(got, values.cpu(), 0):
         return ("The output equals the input: the tile was stored without being transposed. "
-                "Store tl.trans(tile) to pointers laid out (BLOCK_N, BLOCK_M).")
+                "Transpose the tile before storing it, to pointers laid out the other way "
+                "round.")
     return ("y[j, i] must be x[i, j]: read x at rows * stride_xm + cols, write y at "
             "cols * stride_yn + rows, both masked.")
 

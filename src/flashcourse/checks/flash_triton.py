@@ -346,8 +346,9 @@ def _check_skipped(skipped_tiles) -> str:
         if got != skipped:
             total = visited + skipped
             hint = ("you returned the tiles visited, not skipped" if got == visited else
-                    f"there are {total} tiles in all; count, for each query block, the key "
-                    "blocks that lie entirely right of its last row")
+                    f"there are {total} tiles in all, a partial last block counting as a "
+                    "block (round up, not down); count, for each query block, the key blocks "
+                    "that lie entirely right of its last row")
             raise grading.WrongAnswer(f"{label}: you returned {got!r}, which is not the number "
                                       f"of tiles skipped here: {hint}.")
     return f"{len(SKIP_CASES)} sizes counted right"

@@ -103,13 +103,12 @@ def _diagnose(out: np.ndarray, case: Case, q, k, v) -> str:
         cand, _ = _attention64(q, k, v, True, case.scale(), left_bonus=case.block_m)
         if grading.same_result(out, cand, atol=2e-3):
             return ("The keys left of the diagonal block are counted twice: the masked loop "
-                    "must start at the diagonal block, masked_lo = start_m * BLOCK_M, not at 0.")
+                    "must start at the diagonal block, not at key 0.")
         return ("The non-causal cases passed, so look at the causal bounds: the unmasked loop "
-                "covers keys 0 .. start_m * BLOCK_M (all left of every row of this block), the "
-                "masked loop the diagonal block start_m * BLOCK_M .. min((start_m + 1) * "
-                "BLOCK_M, N).")
-    return ("Without causal masking the unmasked loop covers the full key blocks, 0 .. "
-            "(N // BLOCK_N) * BLOCK_N, and the masked loop the ragged tail up to N.")
+                "must cover only keys left of every row of this query block, and the masked "
+                "loop only the diagonal block (re-read the split causal loop in the lesson).")
+    return ("Without causal masking, look at the bounds: the unmasked loop must cover only the "
+            "full key blocks, and the masked loop only the ragged tail up to N.")
 
 
 def _run_case(kernel, case: Case, number: int, total: int) -> None:

@@ -79,9 +79,11 @@ def _check_gemm(gemm_intensity) -> str:
         if not np.isclose(got, want, rtol=1e-9):
             hint = next((why for value, why in _gemm_variants(m, n, k, b)
                          if np.isclose(got, value, rtol=1e-9)),
-                        "FLOPs: 2*m*n*k; bytes: (m*k + k*n + m*n) * element_bytes.")
-            raise grading.WrongAnswer(f"{case}: you returned {got:.6g} FLOP/B, expected "
-                                      f"{want:.6g}. {hint}")
+                        "Count the FLOPs of one multiply-add per output element and k, and "
+                        "the bytes of reading A and B once and writing C once: "
+                        f"{SECTIONS['roofline/q1-intensity']}.")
+            raise grading.WrongAnswer(f"{case}: you returned {got:.6g} FLOP/B, which is not "
+                                      f"this GEMM's intensity. {hint}")
     return f"{len(cases)} shapes right{grading.hidden_note()}"
 
 
@@ -215,8 +217,8 @@ def _copy_hint(out, values, n, block) -> str:
     written = ~out.unwritten().cpu()
     if n > block and bool(written[:block].all()) and not bool(written[block:].any()):
         return ("Only the first block was written: every program stored to the same "
-                "offsets. Start each program at its own block: "
-                "offsets = pid * BLOCK + tl.arange(0, BLOCK).")
+                "offsets. Each program must start at its own block (its program id times "
+                f"the block size): {SECTIONS['roofline/q3-copy']}.")
     if bool(written[:-1].all()) and not bool(written[-1]):
         return ("The last element was never written: the mask must keep offsets < n_elements "
                 "(not n_elements - 1).")

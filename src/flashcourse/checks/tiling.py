@@ -119,10 +119,11 @@ def _check_blocked(blocked_matmul) -> str:
         if not isinstance(bytes_read, (int, np.integer)) or bytes_read != reads:
             hint = next((why for wrong, why in _byte_mistakes(M, N, K, BM, BN, BK, itemsize)
                          if wrong == bytes_read and wrong != reads),
-                        "Add a.nbytes + b.nbytes for every tile pair a, b that the K loop loads.")
+                        "Count the bytes of every A tile and B tile that the K loop loads, "
+                        "for every output tile.")
             raise grading.WrongAnswer(
-                f"{label}: bytes_read = {bytes_read!r}, expected {reads:,} = (M*K*cdiv(N, BN) "
-                f"+ K*N*cdiv(M, BM)) * {itemsize} bytes. {hint}")
+                f"{label}: bytes_read = {bytes_read!r} is not what this blocked product reads "
+                f"from HBM. {hint}")
     hidden = grading.hidden_note()
     return f"{len(cases)} cases: products and byte counts match the formula{hidden}"
 
@@ -164,10 +165,10 @@ def _check_order(grouped_order_fn) -> str:
         row_major = [(p // pn, p % pn) for p in range(pm * pn)]
         hint = ("This is row-major order, one tile row after the other: walk down a group of "
                 "GROUP_M rows first, then move one column right." if got == row_major else
-                "Within a group, consecutive programs go down the rows (pid % group_rows) and "
-                "then right (pid // group_rows).")
-        raise grading.WrongAnswer(f"{label}: program {pid} computes tile {got[pid]}, expected "
-                                  f"{want[pid]}. {hint}")
+                "Within a group, consecutive programs go down the group's rows first, then "
+                "one column right.")
+        raise grading.WrongAnswer(f"{label}: program {pid} computes tile {got[pid]}, which is "
+                                  f"not its tile in grouped order. {hint}")
     return f"{len(ORDER_CASES)} grids: every program maps to its tile in grouped order"
 
 
