@@ -1,11 +1,11 @@
-"""Figures drawn by code (never pasted images), shared by the lessons."""
+"""Figures of lesson 1: the memory hierarchy and the HBM traffic of attention."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .hardware import H100_MEMORY, MemoryLevel
+from ..hardware import H100_MEMORY, MemoryLevel
 
 
 def memory_hierarchy(levels: tuple[MemoryLevel, ...] = H100_MEMORY):
