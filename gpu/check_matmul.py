@@ -29,7 +29,7 @@ TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 4e-3}
 def load_solution():
     """The kernel, launcher and naive-kernel cells of the solution, imported as one module."""
     prelude = lesson_cells.PRELUDE + ("import flashcourse as fc\n"
-                                      "from flashcourse.kernel_grading import run_kernel\n"
+                                      "from flashcourse import run_kernel\n"
                                       "device = fc.runtime.current().device\n")
     return lesson_cells.load_cells(LESSON, list(CELLS), prelude=prelude)
 

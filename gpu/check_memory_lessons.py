@@ -21,7 +21,7 @@ os.environ["FLASHCOURSE_GRADING"] = "1"  # graders run their hidden cases too
 import flashcourse as fc  # noqa: E402
 from flashcourse import check, lesson_cells  # noqa: E402
 
-PRELUDE = lesson_cells.PRELUDE + "from flashcourse.kernel_grading import run_kernel\n"
+PRELUDE = lesson_cells.PRELUDE + "from flashcourse import run_kernel\n"
 
 
 def main() -> int:

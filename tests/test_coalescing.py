@@ -16,7 +16,7 @@ from flashcourse import (
 )
 
 REJECTED = []
-PRELUDE = lesson_cells.PRELUDE + "from flashcourse.kernel_grading import run_kernel\n"
+PRELUDE = lesson_cells.PRELUDE + "from flashcourse import run_kernel\n"
 
 
 @pytest.fixture(scope="module")

@@ -274,7 +274,7 @@ def test_zz_report_rejected_count():
 
 
 def test_backward_factor_is_this_lessons_and_fa3_overlap_is_pingpong(known_wrong):
-    from flashcourse.checks import flash_triton
+    from flashcourse.checks import flash_attention as flash_triton
 
     with known_wrong("flash-triton/q2-backward", "the conventional 2.5x for this backward",
                      match="backward_flop_factor"):

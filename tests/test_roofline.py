@@ -152,7 +152,7 @@ def test_untouched_exercise_says_fill_in_the_blank(lesson, exercise_id):
 def test_run_kernel_turns_a_blank_into_a_short_error(lesson):
     source = lesson_cells.exercise_source(lesson, "exercise-copy-kernel")
     module = lesson_cells.load(source, prelude=lesson_cells.PRELUDE +
-                               "from flashcourse.kernel_grading import run_kernel\n")
+                               "from flashcourse import run_kernel\n")
     import torch
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
         module.copy(torch.zeros(10))
@@ -190,7 +190,7 @@ def test_zz_at_least_three_wrong_answers_per_exercise():
 
 def test_feedback_never_shows_the_right_value(known_wrong):
     from flashcourse import roofline as model
-    from flashcourse.checks.roofline import GEMM_CASES
+    from flashcourse.checks.memory_roofline import GEMM_CASES
 
     right = f"{model.gemm_intensity(*GEMM_CASES[0]):.6g}"
     with known_wrong("roofline/gemm-intensity", "a constant, answer not shown",

@@ -24,7 +24,7 @@ from flashcourse import (  # noqa: E402
     grading,
     lesson_cells,
 )
-from flashcourse.checks import tiling  # noqa: E402
+from flashcourse.checks import tiling_matmul as tiling  # noqa: E402
 
 flashcourse.setup(verbose=False)  # before any kernel is defined: the interpreter in tests
 

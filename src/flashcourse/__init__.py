@@ -10,6 +10,7 @@ Every notebook starts with:
 from . import figures, hardware, reference, traffic  # noqa: E402,F401  (fc.figures etc.)
 from .blanks import BlankNotFilled, ______
 from .grading import VetoMisconception, WrongAnswer, check, scorecard
+from .launch import run_kernel
 from .runtime import CourseInputError, setup
 from .show import show
 
@@ -20,6 +21,7 @@ __all__ = [
     "VetoMisconception",
     "WrongAnswer",
     "check",
+    "run_kernel",
     "scorecard",
     "setup",
     "show",

@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from .grading import WrongAnswer
+from .errors import WrongAnswer
 
 GUARD = 16384  # poisoned elements before and after: more than one 128x128 tile
 PAD_ROWS = 64  # extra rows after each matrix, so a tail block reads NaN, not a neighbour

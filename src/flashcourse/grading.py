@@ -8,26 +8,26 @@ and a hint; success prints one short deterministic line.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import blanks, recording
 from .blanks import BlankNotFilled, is_blank, refuse_blanks
-from .runtime import truthy
 
-GRADING_MODE_ENV = "FLASHCOURSE_GRADING"
-SECRET_ENV = "FLASHCOURSE_GRADING_SECRET"  # set by `grade --secret`: reseeds every case
-
-
-class WrongAnswer(AssertionError):
-    """The answer ran but is wrong; the message says which case, where, and what to try."""
-
-
-class VetoMisconception(WrongAnswer):
-    """A misconception the rubric vetoes: the lesson fails whatever the other points are."""
+# Checks reach these through `grading.`: each has its one home in the module named.
+from .cases import (  # noqa: F401
+    GRADING_MODE_ENV,
+    SECRET_ENV,
+    case_seed,
+    grading_mode,
+    hidden_note,
+    with_hidden,
+)
+from .compare import compare, same_result, to_numpy  # noqa: F401
+from .errors import VetoMisconception, WrongAnswer
+from .messages import install_message_handler  # noqa: F401
 
 
 @dataclass
@@ -89,36 +89,15 @@ def exercise(exercise_id: str, title: str, points: float, kind: str = "code",
     return register
 
 
-def grading_mode() -> bool:
-    """True when an instructor grades: checks then also run hidden cases."""
-    return truthy(os.environ.get(GRADING_MODE_ENV))
-
-
-def with_hidden(visible: list, hidden: list) -> list:
-    """The visible cases, plus the hidden ones when a grader runs the check."""
-    return visible + (hidden if grading_mode() else [])
-
-
-def case_seed(seed: int) -> int:
-    """The seed a check uses for a case: `seed` itself, or, when an instructor grades with
-    `--secret`, a number derived from the secret and `seed`, so that no input a grader builds
-    can be computed in advance from the public repository."""
-    secret = os.environ.get(SECRET_ENV)
-    if not secret or not grading_mode():
-        return seed
-    import hashlib
-
-    digest = hashlib.sha256(f"{secret}:{seed}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
-
-
-def hidden_note() -> str:
-    """What a passing check tells a student: the grader will run more cases."""
-    return "" if grading_mode() else " (graders also run hidden cases)"
+CHECKS_PACKAGE = "flashcourse.checks"
 
 
 def _load_checks() -> None:
-    from . import checks  # noqa: F401  (importing registers every lesson's exercises)
+    """Import the lesson check modules, which register their exercises here. Found by name,
+    like plugins: the registry does not depend on the lessons, the lessons depend on it."""
+    import importlib
+
+    importlib.import_module(CHECKS_PACKAGE)
 
 
 def get(exercise_id: str) -> Exercise:
@@ -308,93 +287,6 @@ def list_ids() -> list[str]:
     return sorted(EXERCISES)
 
 
-# ---------------------------------------------------------------- comparing arrays
-
-
-def _locate(flat_index: int, shape: Sequence[int], tile_rows: int | None) -> str:
-    index = np.unravel_index(flat_index, shape)
-    if len(shape) >= 2:
-        *lead, row, col = (int(i) for i in index)
-        where = f"row {row}, column {col}"
-        if lead:
-            where = f"index {tuple(lead)}, " + where
-        if tile_rows:
-            first = row // tile_rows * tile_rows
-            where += f" (row block {row // tile_rows}: rows {first}..{first + tile_rows - 1})"
-        return where
-    return f"index {int(index[0])}"
-
-
-def compare(actual, expected, case: str, atol: float, rtol: float = 0.0,
-            tile_rows: int | None = None, hint: str = "") -> None:
-    """Raise WrongAnswer unless `actual` matches `expected` (shape, finiteness, values)."""
-    if is_blank(actual):
-        raise BlankNotFilled(f"Fill in the blank: {case} returned ______.")
-    actual, expected = to_numpy(actual), to_numpy(expected)
-    if actual.dtype == object:
-        raise WrongAnswer(f"{case}: the result is not a numeric array (got objects). {hint}")
-    if actual.shape != expected.shape:
-        raise WrongAnswer(f"{case}: result has shape {actual.shape}, expected "
-                          f"{expected.shape}. {hint}".rstrip())
-    actual64 = actual.astype(np.float64)
-    expected64 = expected.astype(np.float64)
-    bad_values = ~np.isfinite(actual64) & np.isfinite(expected64)
-    if bad_values.any():
-        first = int(np.flatnonzero(bad_values)[0])
-        count = int(bad_values.sum())
-        raise WrongAnswer(
-            f"{case}: {count} of {actual.size} outputs are NaN or inf, first at "
-            f"{_locate(first, actual.shape, tile_rows)}. {hint}".rstrip()
-        )
-    # Where the reference itself is not finite (-inf for an empty softmax state, NaN for the
-    # softmax of a row masked entirely), the answer must be the same non-finite value.
-    unexpected = ~np.isfinite(expected64) & ~(
-        (actual64 == expected64) | (np.isnan(actual64) & np.isnan(expected64)))
-    if unexpected.any():
-        first = int(np.flatnonzero(unexpected)[0])
-        count = int(unexpected.sum())
-        raise WrongAnswer(
-            f"{case}: {count} of {actual.size} outputs differ where the result is not a finite "
-            f"number (a row masked entirely), first at "
-            f"{_locate(first, actual.shape, tile_rows)}. {hint}".rstrip()
-        )
-    finite = np.isfinite(expected64)
-    actual64, expected64 = np.where(finite, actual64, 0.0), np.where(finite, expected64, 0.0)
-    error = np.abs(actual64 - expected64)
-    allowed = atol + rtol * np.abs(expected64)
-    if (error > allowed).any():
-        worst = int(np.argmax(error - allowed))
-        count = int((error > allowed).sum())
-        raise WrongAnswer(
-            f"{case}: max abs error {error.max():.3g} (allowed {atol:g} + {rtol:g}*|ref|) "
-            f"at {_locate(worst, actual.shape, tile_rows)}; {count} of {actual.size} "
-            f"values are off. {hint}".rstrip()
-        )
-
-
-def to_numpy(value) -> np.ndarray:
-    """numpy view of an array or a torch tensor on any device (bf16 widened to float32)."""
-    if hasattr(value, "detach"):
-        value = value.detach().cpu()
-        if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16
-            value = value.float()
-        return value.numpy()
-    return np.asarray(value)
-
-
-def same_result(actual, candidate, atol: float) -> bool:
-    """True when `actual` equals `candidate` (NaN where it has NaN): used to name a mistake."""
-    try:
-        a = to_numpy(actual).astype(np.float64)
-    except (TypeError, ValueError, BlankNotFilled):
-        return False
-    c = to_numpy(candidate).astype(np.float64)
-    if a.shape != c.shape:
-        return False
-    with np.errstate(invalid="ignore"):
-        return bool(np.allclose(a, c, atol=atol, rtol=1e-6, equal_nan=True))
-
-
 # ---------------------------------------------------------------- self-check answers
 
 
@@ -501,65 +393,3 @@ def misconceptions(lesson_id: str, statements: dict[str, tuple[bool, str]],
         return f"all {len(statements)} statements judged right"
 
 
-# ---------------------------------------------------------------- messages first, in notebooks
-
-
-def course_errors() -> tuple[type, ...]:
-    """The course's own exception classes: their message is the whole story."""
-    from .runtime import CourseInputError
-
-    return (WrongAnswer, BlankNotFilled, CourseInputError)  # VetoMisconception is a WrongAnswer
-
-
-def _package_dir() -> str:
-    return os.path.dirname(os.path.abspath(__file__))
-
-
-def student_frames(err: BaseException) -> list[str]:
-    """The traceback of the student's own code that caused `err` (its __cause__), cut to the
-    student's frames: no frame of this package, of Python's library or of installed packages."""
-    import sysconfig
-    import traceback
-
-    cause = err.__cause__
-    if cause is None or cause.__traceback__ is None:
-        return []
-    skip = [_package_dir(), *{sysconfig.get_paths()[k] for k in ("stdlib", "purelib",
-                                                               "platlib")}]
-    frames = [f for f in traceback.extract_tb(cause.__traceback__)
-              if not any(os.path.abspath(f.filename).startswith(s) for s in skip)]
-    if not frames:
-        return []
-    return ["Traceback of your code (most recent call last):\n",
-            *traceback.format_list(frames),
-            *traceback.format_exception_only(type(cause), cause)]
-
-
-def short_message(err: BaseException) -> list[str]:
-    """What a notebook shows for a course error: its class and message, then the student's own
-    frames when the student's code raised it; never the package's traceback."""
-    red, bold, reset = "\x1b[0;31m", "\x1b[1m", "\x1b[0m"
-    return [f"{red}{bold}{type(err).__name__}{reset}: {err}", *student_frames(err)]
-
-
-def _custom_exc(shell, etype, value, tb, tb_offset=None):
-    # IPython leaves showing a custom exception to its handler: show it the way a traceback is
-    # shown (the kernel sends it as the cell's error, with the exception's name and message)
-    stb = short_message(value)
-    shell._showtraceback(etype, value, stb)
-    return stb
-
-
-def install_message_handler(shell=None) -> bool:
-    """In IPython, show the course's errors as their message only (`short_message`). The cell
-    still fails: the kernel reports the error, so Run All, nbval and the grader see it."""
-    if shell is None:
-        try:
-            from IPython import get_ipython
-        except ImportError:
-            return False
-        shell = get_ipython()
-    if shell is None or not hasattr(shell, "set_custom_exc"):
-        return False
-    shell.set_custom_exc(course_errors(), _custom_exc)
-    return True

@@ -13,6 +13,7 @@ import torch
 
 from . import attention, buffers, grading, recording, runtime
 from .blanks import BlankNotFilled, refuse_blanks, source_of
+from .launch import raise_blank_or_stub
 
 # (atol, rtol) of attention outputs (lessons 6 and 7); L and the gradients have their own
 ATTENTION_TOLERANCES = {torch.float32: (2e-4, 1e-3), torch.float16: (4e-3, 8e-3)}
@@ -108,7 +109,7 @@ def guarded(case: str, run, hint: str = "", tensors=()):
             runtime.CourseInputError):
         raise
     except Exception as err:  # noqa: BLE001  (any crash inside student code)
-        _raise_blank_or_stub(err)
+        raise_blank_or_stub(err)
         text = str(err)
         if "NotImplementedError" in text:  # a stub compiled on the GPU
             raise NotImplementedError(text) from None
@@ -142,24 +143,3 @@ def unwritten_hint(unwritten: torch.Tensor, case: str, what: str) -> None:
     raise grading.WrongAnswer(
         f"{case}: {count} of {unwritten.numel()} outputs were never written, first at {where}. "
         f"{what}")
-
-
-def _raise_blank_or_stub(err: Exception) -> None:
-    """Triton wraps errors raised while it runs a kernel: re-raise a blank or a stub found
-    inside as itself."""
-    cause = err.__cause__ or err.__context__
-    if isinstance(cause, (BlankNotFilled, NotImplementedError)):
-        raise cause from None
-
-
-def run_kernel(kernel, grid, *args, **kwargs):
-    """`kernel[grid](*args, **kwargs)` for notebook cells: an unfilled blank or a stub inside
-    the kernel raises its own short error instead of a Triton interpreter stack trace."""
-    refuse_blanks(kernel, getattr(getattr(kernel, "fn", kernel), "__name__", "the kernel"))
-    try:
-        return kernel[grid](*args, **kwargs)
-    except (BlankNotFilled, NotImplementedError):
-        raise
-    except Exception as err:
-        _raise_blank_or_stub(err)
-        raise

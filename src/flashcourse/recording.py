@@ -154,7 +154,7 @@ def _error_name(err: BaseException) -> str:
 
 def _replay_call(label: str, inputs, tensors):
     from .blanks import BlankNotFilled
-    from .grading import WrongAnswer
+    from .errors import WrongAnswer
 
     events, number = _replay["events"], _replay["next"]
     if number >= len(events):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .errors import CourseInputError  # noqa: F401  (raised here; fc.CourseInputError)
+
 FORCE_INTERPRETER_ENV = "FLASHCOURSE_INTERPRET"
 
 
@@ -70,7 +72,7 @@ def setup(verbose: bool = True) -> Runtime:
         _current = _choose()
         if _current.interpreter:
             os.environ["TRITON_INTERPRET"] = "1"
-    from .grading import install_message_handler
+    from .messages import install_message_handler
 
     install_message_handler()  # in a notebook, course errors show their message only
     if verbose:
@@ -88,10 +90,6 @@ def reset_for_tests() -> None:
     """Forget the choice (tests only; kernels defined earlier keep their mode)."""
     global _current, _just_announced
     _current = _just_announced = None
-
-
-class CourseInputError(ValueError):
-    """Bad input to a course wrapper: the message names the problem and the fix."""
 
 
 def check_tensors(*tensors, names: tuple[str, ...] | None = None, dot: bool = False) -> None:

@@ -1,4 +1,5 @@
-"""One module per lesson; importing this package registers every exercise."""
+"""The checks of each lesson, one module named after the lesson's file (lessons/NN-<name>.qmd):
+importing this package registers every exercise with `flashcourse.grading`."""
 
 from ..runtime import current
 
@@ -7,11 +8,11 @@ from ..runtime import current
 current()
 
 from . import (  # noqa: E402,F401
-    coalescing,
-    flash_triton,
-    gpu_flash,
-    performance,
-    roofline,
-    softmax,
-    tiling,
+    coalescing,  # 03-coalescing
+    flash_attention,  # 06-flash-attention
+    gpu_flash,  # 01-gpu-flash
+    memory_roofline,  # 02-memory-roofline
+    performance,  # 07-performance
+    softmax,  # 05-softmax
+    tiling_matmul,  # 04-tiling-matmul
 )

@@ -1,0 +1,95 @@
+"""Comparing a student's array with the reference: shape, finiteness, values, and where the
+largest error is (row, column, tile)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .blanks import BlankNotFilled, is_blank
+from .errors import WrongAnswer
+
+
+def _locate(flat_index: int, shape: Sequence[int], tile_rows: int | None) -> str:
+    index = np.unravel_index(flat_index, shape)
+    if len(shape) >= 2:
+        *lead, row, col = (int(i) for i in index)
+        where = f"row {row}, column {col}"
+        if lead:
+            where = f"index {tuple(lead)}, " + where
+        if tile_rows:
+            first = row // tile_rows * tile_rows
+            where += f" (row block {row // tile_rows}: rows {first}..{first + tile_rows - 1})"
+        return where
+    return f"index {int(index[0])}"
+
+
+def compare(actual, expected, case: str, atol: float, rtol: float = 0.0,
+            tile_rows: int | None = None, hint: str = "") -> None:
+    """Raise WrongAnswer unless `actual` matches `expected` (shape, finiteness, values)."""
+    if is_blank(actual):
+        raise BlankNotFilled(f"Fill in the blank: {case} returned ______.")
+    actual, expected = to_numpy(actual), to_numpy(expected)
+    if actual.dtype == object:
+        raise WrongAnswer(f"{case}: the result is not a numeric array (got objects). {hint}")
+    if actual.shape != expected.shape:
+        raise WrongAnswer(f"{case}: result has shape {actual.shape}, expected "
+                          f"{expected.shape}. {hint}".rstrip())
+    actual64 = actual.astype(np.float64)
+    expected64 = expected.astype(np.float64)
+    bad_values = ~np.isfinite(actual64) & np.isfinite(expected64)
+    if bad_values.any():
+        first = int(np.flatnonzero(bad_values)[0])
+        count = int(bad_values.sum())
+        raise WrongAnswer(
+            f"{case}: {count} of {actual.size} outputs are NaN or inf, first at "
+            f"{_locate(first, actual.shape, tile_rows)}. {hint}".rstrip()
+        )
+    # Where the reference itself is not finite (-inf for an empty softmax state, NaN for the
+    # softmax of a row masked entirely), the answer must be the same non-finite value.
+    unexpected = ~np.isfinite(expected64) & ~(
+        (actual64 == expected64) | (np.isnan(actual64) & np.isnan(expected64)))
+    if unexpected.any():
+        first = int(np.flatnonzero(unexpected)[0])
+        count = int(unexpected.sum())
+        raise WrongAnswer(
+            f"{case}: {count} of {actual.size} outputs differ where the result is not a finite "
+            f"number (a row masked entirely), first at "
+            f"{_locate(first, actual.shape, tile_rows)}. {hint}".rstrip()
+        )
+    finite = np.isfinite(expected64)
+    actual64, expected64 = np.where(finite, actual64, 0.0), np.where(finite, expected64, 0.0)
+    error = np.abs(actual64 - expected64)
+    allowed = atol + rtol * np.abs(expected64)
+    if (error > allowed).any():
+        worst = int(np.argmax(error - allowed))
+        count = int((error > allowed).sum())
+        raise WrongAnswer(
+            f"{case}: max abs error {error.max():.3g} (allowed {atol:g} + {rtol:g}*|ref|) "
+            f"at {_locate(worst, actual.shape, tile_rows)}; {count} of {actual.size} "
+            f"values are off. {hint}".rstrip()
+        )
+
+
+def to_numpy(value) -> np.ndarray:
+    """numpy view of an array or a torch tensor on any device (bf16 widened to float32)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16
+            value = value.float()
+        return value.numpy()
+    return np.asarray(value)
+
+
+def same_result(actual, candidate, atol: float) -> bool:
+    """True when `actual` equals `candidate` (NaN where it has NaN): used to name a mistake."""
+    try:
+        a = to_numpy(actual).astype(np.float64)
+    except (TypeError, ValueError, BlankNotFilled):
+        return False
+    c = to_numpy(candidate).astype(np.float64)
+    if a.shape != c.shape:
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool(np.allclose(a, c, atol=atol, rtol=1e-6, equal_nan=True))
