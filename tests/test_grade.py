@@ -12,6 +12,7 @@ import csv
 import hashlib
 import io
 import json
+import os
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -389,3 +390,15 @@ def test_without_the_sandbox_every_line_says_so(tmp_path, root):
     assert "alice/01-gpu-flash.ipynb: PASS  (UNSANDBOXED)" in stdout.getvalue()
     rows = list(csv.DictReader((tmp_path / "out" / "results.csv").open()))
     assert rows[0]["sandbox"] == "none"
+
+
+def test_grading_leaves_the_environment_as_it_was(tmp_path, root, monkeypatch):
+    from flashcourse import grading
+
+    monkeypatch.delenv(grading.GRADING_MODE_ENV, raising=False)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "01-gpu-flash.ipynb").write_text("not json")
+    main(["grade", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--root", str(root),
+          "--no-sandbox", "--secret", "s"])
+    assert grading.GRADING_MODE_ENV not in os.environ
+    assert grading.SECRET_ENV not in os.environ

@@ -140,7 +140,23 @@ def grade(found: list[collect.Found], missing: list[str], out: Path | None = Non
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
           sandboxed: bool = True, progress=None, secret: str | None = None) -> list[Submission]:
     """Grade every found notebook; write the reports under `out` when given. `secret` reseeds
-    every case the checks build (the same secret gives the same inputs)."""
+    every case the checks build (the same secret gives the same inputs). The replays need
+    grading mode (and the secret) in this process's environment: it is restored afterwards."""
+    saved = {name: os.environ.get(name) for name in (grading.GRADING_MODE_ENV,
+                                                     grading.SECRET_ENV)}
+    try:
+        return _grade(found, missing, out, jobs, timeout, root, sandboxed, progress, secret)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _grade(found: list[collect.Found], missing: list[str], out: Path | None = None,
+          jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
+          sandboxed: bool = True, progress=None, secret: str | None = None) -> list[Submission]:
     if sandboxed:
         sandbox.bwrap()  # raises SandboxUnavailable with what to do
     root = (root or collect.course_root()).resolve()
