@@ -76,3 +76,21 @@ def test_a_course_error_still_fails_the_cell(tmp_path):
     with pytest.raises(CellExecutionError, match="WrongAnswer"):
         client.execute()
     assert nb.cells[2].outputs == []
+
+
+def test_recorded_tables_render_as_tables_in_a_notebook(root):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "from flashcourse import bench\n"
+        'bench.show_recorded("02-copy-bandwidth", ["kernel", "GB/s"])'))
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(root)}}).execute()
+    outputs = nb.cells[0].outputs
+    markdown = [o for o in outputs if "text/markdown" in o.get("data", {})]
+    assert markdown, outputs  # a table, not Markdown source printed as text
+    text = markdown[0]["data"]["text/markdown"]
+    assert text.startswith("Measured ") and "| kernel | GB/s |" in text
+    assert not [o for o in outputs if o.get("output_type") == "stream"]

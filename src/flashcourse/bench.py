@@ -151,6 +151,16 @@ def show_recorded(name: str, columns: list[str]) -> None:
         print(f"No recorded results for {name} yet.")
         return
     first = rows[0]
-    print(f"Measured {first['date']} on {first['gpu']}, torch {first['torch']}, "
-          f"Triton {first['triton']}:")
-    print(markdown_table(rows, columns))
+    header = (f"Measured {first['date']} on {first['gpu']}, torch {first['torch']}, "
+              f"Triton {first['triton']}:")
+    table = markdown_table(rows, columns)
+    try:  # in a notebook (and on the book's pages) the table renders as a table
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(Markdown(f"{header}\n\n{table}"))
+        return
+    print(header)
+    print(table)
