@@ -123,7 +123,7 @@ WRONG = {
     ("softmax/online-kernel", "rescale the wrong way"): (
         dict(replace=[("tl.exp(m - m_safe)", "tl.exp(m_new - m)", 1)]), "points the wrong way"),
     ("softmax/online-kernel", "block max only"): (
-        dict(lines={"m_new": "tl.max(x, axis=0)"}), "With the block max alone"),
+        dict(lines={"m_new": "tl.max(x, axis=0)"}), "this block's max alone"),
     ("softmax/online-kernel", "padding loaded as 0"): (
         dict(replace=[('other=float("-inf")', "other=0.0", 2)]), "fills the padding lanes"),
     ("softmax/online-kernel", "no division by the sum"): (

@@ -132,17 +132,17 @@ STABLE_HIDDEN = [
 STABLE_MISTAKES = [
     ("no_max",
      "Without subtracting the max, np.exp overflows for large logits (e^89 is inf in float32, "
-     "e^710 in float64) and inf/inf gives NaN: compute np.exp(x - x.max(axis=-1, "
-     "keepdims=True))."),
+     "e^710 in float64) and inf/inf gives NaN: shift each row by its own max before "
+     "exponentiating (section 1 explains why that changes nothing)."),
     ("global_max",
      "The max is taken over the whole array, not per row: a row far below the global max "
-     "underflows to 0/0. Use x.max(axis=-1, keepdims=True)."),
+     "underflows to 0/0. Take the max of each row."),
     ("global_sum",
      "The sum runs over the whole array, not per row, so each row sums to less than 1. "
-     "Use e.sum(axis=-1, keepdims=True)."),
+     "Sum each row on its own."),
     ("axis0",
-     "The reductions run over axis 0 (down the columns); softmax is over the last axis: "
-     "axis=-1."),
+     "The reductions run over axis 0 (down the columns); softmax normalises along each "
+     "row, the last axis."),
 ]
 
 
@@ -295,8 +295,8 @@ def _normalised(x, m, total, dtype=np.float64, divide=True):
 
 PAD_ZERO_HINT = (
     "The masked load fills the padding lanes with 0 (other=0.0, or no other= at all), so the "
-    "padding adds exp(0 - max) to the sum. Load with other=float(\"-inf\"): exp(-inf) = 0, and "
-    "-inf never wins the max.")
+    "padding adds exp(0 - max) to the sum. Padding must load as a value whose exponential "
+    "is 0 and that never wins the max.")
 NO_MAX_HINT = (
     "exp overflows for large logits (e^89 is inf in float32) and inf/inf is NaN: subtract the "
     "row max before tl.exp.")
@@ -340,9 +340,9 @@ def _online_mistakes(x, block):
          "The rescale factor points the wrong way: use exp(m_old - m_new), which is <= 1 (and 0 "
          "on the first block, where m_old = -inf), not exp(m_new - m_old)."),
         (output(include_old_max=False),
-         "m_new must be the max of the running max and this block's max: "
-         "tl.maximum(m, tl.max(x, axis=0)). With the block max alone, a larger value in an "
-         "earlier block makes exp(m - m_new) > 1, which overflows for large logits."),
+         "m_new must be the max over everything seen so far, the running max included, not "
+         "this block's max alone: otherwise a larger value in an earlier block makes the "
+         "rescale factor > 1, which overflows for large logits."),
         (output(pad_zero=True), PAD_ZERO_HINT),
         (output(subtract_max=False), NO_MAX_HINT),
         (output(divide=False),
@@ -357,8 +357,8 @@ def _diagnose_kernel(output, x, candidates, atol, stored_nothing) -> str:
     out = np.asarray(output, dtype=np.float64)
     if np.isnan(out).all():
         if stored_nothing():
-            return ("Likely mistake: nothing was stored. Write the result with "
-                    "tl.store(y_ptrs, ..., mask=mask).")
+            return ("Likely mistake: nothing was stored: the kernel must write each row's "
+                    "result to the output, masked like the load.")
         if x.shape[1] > 1:
             return "Likely mistake: " + NO_LOAD_MASK_HINT
     if out.shape[0] > 1 and np.isfinite(out[0]).all() and np.isnan(out[1:]).all():
