@@ -96,7 +96,7 @@ WRONG_KERNELS = {
         {"group_rows = min(num_pid_m - first_pid_m, GROUP_M)": "group_rows = GROUP_M"},
         "no program wrote output tile"),
     "pointers never advance along K": (
-        {"a_ptrs += BLOCK_K * stride_ak": "a_ptrs += 0"}, "Check the loop"),
+        {"a_ptrs += BLOCK_K * stride_ak": "a_ptrs += 0"}, "Check the K loop"),
 }
 
 

@@ -208,13 +208,13 @@ def _check_strided(strided_copy_kernel) -> str:
                 raise grading.WrongAnswer(
                     f"{case}: your kernel wrote {outside} values outside the output, more than "
                     "a missing mask on the last block could: the stride belongs to the load "
-                    "only. Store to y_ptr + offsets, load from x_ptr + offsets * stride.")
+                    "only: the output is contiguous, the input is read every stride-th element.")
             out.verify(case)
             want = source[::stride][:n]
             got = out.tensor.cpu()
             if stride > 1 and n > 1 and grading.same_result(got, source[:n].cpu(), 0):
-                raise grading.WrongAnswer(f"{case}: you copied x[i], not x[i * stride]: load "
-                                          "from x_ptr + offsets * stride.")
+                raise grading.WrongAnswer(f"{case}: you copied x[i], not x[i * stride]: the "
+                                          "load must step by the stride.")
             kernel_grading.unwritten_hint(
                 out.unwritten().cpu(), case,
                 "(NaN: never stored, or loaded from outside the input.) The mask compares "
@@ -263,13 +263,13 @@ def _transpose_mistake(got, x, values, m, n) -> str:
     packed = flat.reshape(m, n).cpu()
     if grading.same_result(got, packed.T, 0):
         return ("You read x with row stride N: x is a view whose rows are longer than N. Use "
-                "the stride you are given, x_ptr + rows * stride_xm + cols.")
+                "the row stride you are given.")
     if m == n and grading.same_result(got, values.cpu(), 0):
         return ("The output equals the input: the tile was stored without being transposed. "
                 "Transpose the tile before storing it, to pointers laid out the other way "
                 "round.")
-    return ("y[j, i] must be x[i, j]: read x at rows * stride_xm + cols, write y at "
-            "cols * stride_yn + rows, both masked.")
+    return ("y[j, i] must be x[i, j]: read x with its row stride, write y with its own "
+            "(rows and columns swapped), both masked. Re-read the transpose section.")
 
 
 def _check_transpose(kernel, exercise_id, name, tiled) -> str:
@@ -298,8 +298,8 @@ def _check_transpose(kernel, exercise_id, name, tiled) -> str:
                 text = str(err).split(". Mask")[0]
                 raise grading.WrongAnswer(
                     f"{text}. This case has no ragged edge, so it is not a missing mask: "
-                    "check the output's pointers, y_ptr + cols * stride_yn + rows (y has "
-                    "shape (N, M) and its own row stride).") from None
+                    "check the output's pointers: y has shape (N, M) and its own row "
+                    "stride.") from None
             got = out.tensor.cpu()
             try:
                 grading.compare(got, values.T.cpu(), case, atol=0)

@@ -97,7 +97,7 @@ def _pad(case: Case) -> int:
 
 
 OFFSET_HINT = ("If the stores are masked, check the batch and head offsets of this output: use "
-               "its own strides (b * stride_b + h * stride_h), never (b * H + h) * stride_h. "
+               "its own batch and head strides, never the head stride times a head count. "
                'See "Strides, not shapes" and "Masks" in section 2 ("The FA2 forward kernel").')
 
 
@@ -144,9 +144,9 @@ def _where_wrong(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: fl
         return ""
     if not per_slice[0].any():
         return ("Likely mistake: batch 0 is right but later batches are not. The batch offset "
-                "must use the batch stride (b * stride_b + h * stride_h): here the inputs are "
-                "not contiguous, so stride_b is not H * stride_h, and (b * H + h) * stride_h "
-                "lands in the wrong place. See \"Strides, not shapes\" in section 2.")
+                "must use the batch stride: here the inputs are not contiguous, so the batch "
+                "stride is not H times the head stride. See \"Strides, not shapes\" in "
+                "section 2.")
     return ("Likely mistake: the (batch, head) slice (0, 0) is right but others are not: "
             "compute b = bh // H, h = bh % H and offset every pointer by b * stride_b + "
             "h * stride_h, using the strides you are given. See \"Strides, not shapes\" in "

@@ -330,9 +330,9 @@ def _diagnose(kernel, A, B, out_dtype, cfg, actual, expected, atol, label) -> st
         for name, make in transposed.items():
             if grading.same_result(actual, make(), atol):
                 return (f"Likely mistake: your kernel computed {name}, a transposed index. "
-                        "A[m, k] sits at a_ptr + m*stride_am + k*stride_ak (offs_m down the "
-                        "rows, [:, None]); B[k, n] at b_ptr + k*stride_bk + n*stride_bn (offs_k "
-                        "down the rows); C[m, n] at c_ptr + m*stride_cm + n*stride_cn.")
+                        "Check which offsets run down the rows and which across the columns "
+                        "of A, B and C, each with its own strides (the pointer section of the "
+                        "lesson).")
     try:
         contiguous, _ = _run_kernel(kernel, A, B, out_dtype, cfg, label, "contiguous")
         if grading.same_result(contiguous, expected, atol):
@@ -362,11 +362,10 @@ def _diagnose(kernel, A, B, out_dtype, cfg, actual, expected, atol, label) -> st
         off_true = np.abs(actual - expected).max()
         if np.abs(actual - sim).max() < 0.25 * off_true:
             return ("Likely mistake: the accumulator is fp16. Each addition rounds to 11 "
-                    "significant bits, and over a long K the errors add up: keep "
-                    "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) and cast only when "
-                    "storing.")
-    return ("Check the loop: acc = tl.dot(a, b, acc) once per K step, then advance a_ptrs by "
-            "BLOCK_K * stride_ak and b_ptrs by BLOCK_K * stride_bk.")
+                    "significant bits, and over a long K the errors add up: accumulate in "
+                    "fp32 and cast only when storing.")
+    return ("Check the K loop: one product of the two tiles added to the accumulator per "
+            "step, then both pointers advanced by one K block, each along its own stride.")
 
 
 def _refuse_stub(kernel, name):
