@@ -402,3 +402,16 @@ def test_grading_leaves_the_environment_as_it_was(tmp_path, root, monkeypatch):
           "--no-sandbox", "--secret", "s"])
     assert grading.GRADING_MODE_ENV not in os.environ
     assert grading.SECRET_ENV not in os.environ
+
+
+def test_submissions_inside_the_course_are_hidden_from_every_sandbox(root):
+    from flashcourse.grader import cli, sandbox
+
+    submitted = [root / "submissions" / "alice" / "01-gpu-flash.ipynb"]
+    folders = cli.hidden_folders(root, submitted, root / "reports")
+    assert root / "submissions" in folders and root / "submissions" / "alice" in folders
+    assert root not in folders and root.parent not in folders
+    argv = sandbox.command(root, Path("/tmp/x"), folders, ["true"])
+    mounted = [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
+    assert str(root / ".git") in mounted  # existing folders inside the course are covered
+    assert str(root) not in mounted

@@ -136,6 +136,21 @@ class Grader:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
+def hidden_folders(root: Path, submitted: list[Path], out: Path | None) -> list[Path]:
+    """Folders a sandbox must not see although they lie in what it mounts: every folder above a
+    submission up to the course (so a classmate's notebook beside it is hidden too), the
+    reports, the students' workspace and the repository's history."""
+    folders = {root / "work", root / "grading-output", root / ".git"}
+    if out is not None:
+        folders.add(out)
+    for path in submitted:
+        for parent in Path(os.path.abspath(path)).parents:
+            if root.is_relative_to(parent):
+                break  # never the course itself, nor anything above it
+            folders.add(parent)
+    return sorted(folders)
+
+
 def grade(found: list[collect.Found], missing: list[str], out: Path | None = None,
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
           sandboxed: bool = True, progress=None, secret: str | None = None) -> list[Submission]:
@@ -169,8 +184,7 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
     else:
         os.environ.pop(grading.SECRET_ENV, None)
     jobs = max(1, jobs or min(len(found) or 1, os.cpu_count() or 1))
-    hidden = [p for p in {item.path.parent for item in found}] + \
-        [root / "work", root / "grading-output", root / ".git"] + ([out] if out else [])
+    hidden = hidden_folders(root, [item.path for item in found], out)
     subs: list[Submission] = []
     prepared: list[tuple[int, collect.Job]] = []
     for number, item in enumerate(found):
