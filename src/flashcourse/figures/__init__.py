@@ -2,11 +2,15 @@
 
 - `overview.py` (lesson 1): the memory hierarchy and attention's HBM traffic;
 - `roofline_plot.py` (lesson 2): a machine's two ceilings and kernels placed under them;
-- `access.py` (lesson 3): which sectors and lines a warp's load touches.
+- `access.py` (lesson 3): which sectors and lines a warp's load touches;
+- `algorithm.py` (lessons 1 and 6): the FlashAttention tiling, the causal tile map and the
+  backward's data flow.
 """
 
 from .access import access_patterns
+from .algorithm import backward_flow, causal_tile_map, flash_tiling
 from .overview import attention_traffic, memory_hierarchy
 from .roofline_plot import roofline
 
-__all__ = ["access_patterns", "attention_traffic", "memory_hierarchy", "roofline"]
+__all__ = ["access_patterns", "attention_traffic", "backward_flow", "causal_tile_map",
+           "flash_tiling", "memory_hierarchy", "roofline"]
