@@ -112,6 +112,16 @@ PATCHES = {
         "    try:\n        target.write_text('import os  # planted')\n"
         "        print('ATTACK-MARKER wrote', target)\n"
         "    except OSError as err:\n        print('refused', type(err).__name__)"),
+    "process-flood": (  # stopped by the sandbox's process limit, then killed with it
+        "import subprocess\nstarted = 0\n"
+        "try:\n    for _ in range(3000):\n"
+        "        subprocess.Popen(['sleep', '600'])\n        started += 1\n"
+        "except OSError as err:\n"
+        "    print('process limit reached after', started, type(err).__name__)"
+        + FAKE_RESULTS),
+    "memory-hog": (
+        "try:\n    hog = bytearray(40 * 2**30)\n    print('ATTACK-MARKER allocated 40 GiB')\n"
+        "except MemoryError:\n    print('refused: MemoryError')" + FAKE_RESULTS),
     "network": (
         "import socket\n"
         "try:\n    socket.create_connection(('pypi.org', 443), timeout=5)\n"

@@ -212,12 +212,15 @@ def test_attacks_reach_nothing_outside_their_sandbox(graded):
     assert graded["course_unchanged"], "a submission changed the course or the venv"
     assert graded["daemons"] == [], "a background process outlived its sandbox"
     out = graded["out"]
-    for name in ("read-classmates", "write-course", "network"):
+    for name in ("read-classmates", "write-course", "network", "memory-hog"):
         printed = _executed_outputs(out, name)
         assert "nothing found" in printed or "refused" in printed or "no network" in printed
         assert attacks.MARKER not in printed, (name, printed[:2000])
     subs = graded["subs"]
     assert subs["alice"]["status"] == "PASS"  # killers and forgers did not touch a classmate
+    flood = _executed_outputs(out, "process-flood")
+    started = int(flood.split("process limit reached after ")[1].split()[0])
+    assert started < 600, flood[:500]  # the sandbox user's process limit (512) held
     for name in ("kill-group", "kill-parents"):
         assert subs[name]["status"] in ("CRASHED", "FAIL", "TAMPERED"), subs[name]
 
