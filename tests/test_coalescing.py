@@ -12,8 +12,8 @@ from flashcourse import (
     check,
     grading,
     lesson_cells,
-    memory_model,
 )
+from flashcourse.models import memory as memory_model
 
 REJECTED = []
 PRELUDE = lesson_cells.PRELUDE + "from flashcourse import run_kernel\n"

@@ -174,7 +174,7 @@ def test_a_plain_function_is_not_a_kernel(known_wrong):
 
 def test_intensity_numbers_are_consistent():
     # the lesson's claims: softmax 1.25 FLOP/B, matmuls approach d, ridge ~184
-    from flashcourse import roofline
+    from flashcourse.models import roofline
 
     points = roofline.attention_points(32768, 128)
     assert points[1].intensity == pytest.approx(1.25)
@@ -189,8 +189,8 @@ def test_zz_at_least_three_wrong_answers_per_exercise():
 
 
 def test_feedback_never_shows_the_right_value(known_wrong):
-    from flashcourse import roofline as model
     from flashcourse.checks.memory_roofline import GEMM_CASES
+    from flashcourse.models import roofline as model
 
     right = f"{model.gemm_intensity(*GEMM_CASES[0]):.6g}"
     with known_wrong("roofline/gemm-intensity", "a constant, answer not shown",

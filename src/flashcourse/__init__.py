@@ -7,10 +7,11 @@ Every notebook starts with:
     fc.setup()
 """
 
-from . import figures, hardware, reference, traffic  # noqa: E402,F401  (fc.figures etc.)
+from . import figures, hardware, models, reference  # noqa: E402,F401  (fc.figures etc.)
 from .blanks import BlankNotFilled, ______
 from .grading import VetoMisconception, WrongAnswer, check, scorecard
 from .launch import run_kernel
+from .models import traffic  # noqa: F401  (fc.traffic, used by the lessons' cells)
 from .runtime import CourseInputError, setup
 from .show import show
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from . import runtime
-from .matmul_model import cdiv
+from .models.matmul import cdiv
 from .runtime import CourseInputError
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)

@@ -4,7 +4,7 @@ course's Triton FlashAttention (every step of its optimisation ladder).
     python -m flashcourse.benchmark [--quick] [--out DIR] [--modes fwd,fwdbwd] [--no-ladder]
 
 Timing: triton.testing.do_bench (L2 flushed before every run), median. FLOPs: 4*B*H*N*N*d,
-halved when causal, 2.5x for the backward (flashcourse.traffic.attention_flops); fwd+bwd rows
+halved when causal, 2.5x for the backward (models/traffic.py, attention_flops); fwd+bwd rows
 count forward + backward = 3.5x. B*N = 32k tokens, H = 32 for d = 64 and 16 for d = 128.
 
 Every course-kernel case is checked against an fp32 reference before timing and again after;
@@ -58,7 +58,7 @@ class Case:
         return max(1, TOKENS // self.n)
 
     def flops(self) -> float:
-        from .traffic import attention_flops
+        from .models.traffic import attention_flops
 
         fwd = attention_flops(self.n, self.d, self.batch, self.heads, self.causal)
         if self.mode == "fwd":

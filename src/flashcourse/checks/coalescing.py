@@ -8,7 +8,8 @@ import numpy as np
 import torch
 import triton
 
-from .. import buffers, grading, kernel_grading, memory_model, runtime
+from .. import buffers, grading, kernel_grading, runtime
+from ..models import memory as memory_model
 
 LESSON = grading.lesson("coalescing", "Lesson 3: Coalescing, divergence and transposes",
                         pass_line=8)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import grading
+from ..models.traffic import score_matrix_bytes
 from ..reference import standard_attention
-from ..traffic import score_matrix_bytes
 
 LESSON = grading.lesson("gpu-flash", "Lesson 1: GPU kernels and FlashAttention", pass_line=8)
 

@@ -8,8 +8,9 @@ import numpy as np
 import torch
 import triton
 
-from .. import buffers, grading, kernel_grading, recording, roofline, runtime, traffic
+from .. import buffers, grading, kernel_grading, recording, runtime
 from ..blanks import BlankNotFilled
+from ..models import roofline, traffic
 
 LESSON = grading.lesson("roofline", "Lesson 2: Memory and the roofline", pass_line=8)
 

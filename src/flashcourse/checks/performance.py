@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .. import attention, buffers, grading, kernel_grading, runtime
-from ..traffic import attention_flops
+from ..models.traffic import attention_flops
 
 LESSON = grading.lesson("performance", "Lesson 7: Performance engineering", pass_line=8)
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import grading, kernel_grading, recording, runtime
 from ..blanks import BlankNotFilled, is_blank, refuse_blanks, source_of
-from ..matmul_model import (
+from ..models.matmul import (
     cdiv,
     grouped_order,
     launch_order,
@@ -497,7 +497,7 @@ Q3_WHY = {
     "stripes_group_8": "GROUP_M=8: the first 64 programs form an 8 x 8 block of tiles: 8 + 8 "
                        "stripes.",
     "best_group_m": "A square block of 64 tiles (8 x 8) needs the fewest stripes; compare "
-                    "sum(fc.matmul_model.wave_stripes(...)) for each GROUP_M.",
+                    "sum(matmul_model.wave_stripes(...)) for each GROUP_M.",
 }
 
 

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Rectangle
 
-from ..memory_model import LINE_BYTES, SECTOR_BYTES, sectors_and_lines
+from ..models.memory import LINE_BYTES, SECTOR_BYTES, sectors_and_lines
 
 SHOW_LINES = 6  # lines drawn per pattern; the title gives the full count
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..roofline import attainable_tflops
+from ..models.roofline import attainable_tflops
 
 MARKERS = {"S = Q K^T": "o", "P = softmax(S)": "v", "O = P V": "s",
            "fused FlashAttention": "*"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .hardware import H100_SMS, WARP_SIZE
+from ..hardware import H100_SMS, WARP_SIZE
 
 SECTOR_BYTES = 32
 LINE_BYTES = 128

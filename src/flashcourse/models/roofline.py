@@ -1,5 +1,5 @@
 """The roofline model: arithmetic intensity, attainable throughput, and where the kernels of
-attention sit (lesson 2). FLOPs are counted here; bytes come from `flashcourse.traffic`."""
+attention sit (lesson 2). FLOPs are counted here; bytes come from `traffic.py` beside it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import hardware, traffic
+from .. import hardware
+from . import traffic
 
 # max, subtract, exp, sum and divide: five FLOPs per score for a row softmax (exp counted as one)
 SOFTMAX_FLOPS_PER_SCORE = 5
