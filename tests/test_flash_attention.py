@@ -182,6 +182,62 @@ def test_wrong_backward_kernel_is_rejected_with_its_message(known_wrong, mistake
     REJECTED.append(("backward", mistake))
 
 
+NUMPY_BACKWARD = lesson_cells.solution_source(LESSON, "exercise-backward-numpy")
+DS_LINE = "ds = p * (dp - d_row[:, None])"
+WRONG_NUMPY_BACKWARD = {
+    "D forgotten": ([(DS_LINE, "ds = p * dp")], "D is missing from dS"),
+    "D as the unweighted row sum of dP": (
+        [(DS_LINE, "ds = p * (dp - dp.sum(axis=1)[:, None])")], "plain row sum of dP"),
+    "D added instead of subtracted": (
+        [(DS_LINE, "ds = p * (dp + d_row[:, None])")], "wrong sign"),
+    "sm_scale missing on dQ and dK": (
+        [("dq = ds @ k * sm_scale", "dq = ds @ k"), ("dk = ds.T @ q * sm_scale", "dk = ds.T @ q")],
+        "lack the factor sm_scale"),
+    "sm_scale on dV": (
+        [("dv = p.T @ d_out", "dv = p.T @ d_out * sm_scale")], "dV carries sm_scale"),
+    "dK from dS, not its transpose": (
+        [("dk = ds.T @ q", "dk = ds @ q")], "dK is built from dS where"),
+    "dV from P, not its transpose": (
+        [("dv = p.T @ d_out", "dv = p @ d_out")], "dV is built from P where"),
+    "softmax without the row max": (
+        [("np.exp(s - s.max(axis=1, keepdims=True))", "np.exp(s)")],
+        "unless each row's maximum is subtracted"),
+}
+
+
+def test_numpy_backward_solution_passes(capsys, monkeypatch):
+    module = lesson_cells.load(NUMPY_BACKWARD, [])
+    check("flash-triton/backward-numpy", module.attention_backward)
+    assert "3 cases match torch autograd, dQ, dK and dV" in capsys.readouterr().out
+    # D as the P-weighted row sum of dP is the same number: it must pass too
+    weighted = lesson_cells.load(
+        NUMPY_BACKWARD, [(DS_LINE, "ds = p * (dp - (p * dp).sum(axis=1)[:, None])")])
+    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    check("flash-triton/backward-numpy", weighted.attention_backward)
+    assert "6 cases match torch autograd" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_NUMPY_BACKWARD))
+def test_wrong_numpy_backward_is_rejected_with_its_message(known_wrong, mistake):
+    edits, message = WRONG_NUMPY_BACKWARD[mistake]
+    module = lesson_cells.load(NUMPY_BACKWARD, edits)
+    with known_wrong("flash-triton/backward-numpy", mistake, match=re.escape(message)) as caught:
+        check("flash-triton/backward-numpy", module.attention_backward)
+    text = str(caught.value)
+    assert re.search(r"case \d+/\d+ \(n=\d+", text), text
+    assert not [code for code in ("ds.T @", "p.T @", "d_out * o") if code in text], text
+    REJECTED.append(("backward-numpy", mistake))
+
+
+def test_numpy_backward_needs_the_function_and_three_gradients(known_wrong):
+    with known_wrong("flash-triton/backward-numpy", "arrays instead of the function",
+                     match="Pass the function itself"):
+        check("flash-triton/backward-numpy", (1, 2, 3))
+    with known_wrong("flash-triton/backward-numpy", "returns dq only",
+                     match=r"return the tuple \(dq, dk, dv\)"):
+        check("flash-triton/backward-numpy", lambda q, k, v, d_out, sm_scale: q)
+
+
 def test_blank_in_a_helper_says_fill_in_the_blank():
     module = student_module((ALPHA, "alpha = ______"))
     with pytest.raises(BlankNotFilled, match=r"Fill in the blank in attend_blocks"):
@@ -271,6 +327,7 @@ def test_memory_model_and_figure():
 def test_zz_report_rejected_count():
     print(f"\nlesson 6: {len(REJECTED)} known-wrong answers rejected")
     assert len([r for r in REJECTED if r[0] == "forward"]) >= 5
+    assert len([r for r in REJECTED if r[0] == "backward-numpy"]) >= 5
 
 
 def test_backward_factor_is_this_lessons_and_fa3_overlap_is_pingpong(known_wrong):

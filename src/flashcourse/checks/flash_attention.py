@@ -291,7 +291,7 @@ def _run_forward(kernel, case: Case, label: str):
     return q, k, v, out.tensor.detach().cpu(), lse.tensor.detach().cpu()
 
 
-@grading.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 3, kernel=True)
+@grading.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 2, kernel=True)
 def _check_forward(kernel) -> str:
     kernel_grading.require_jit_kernel(kernel, "flash-triton/forward")
     cases = grading.with_hidden(FORWARD_CASES, FORWARD_HIDDEN)
@@ -478,6 +478,123 @@ def _diagnose_backward(got, name, case, q, k, v, do, which) -> str:
     if np.isnan(got).any() and case.N % min(case.block_m, case.block_n):
         return NAN_TAIL_HINT
     return BACKWARD_GENERIC_HINT
+
+
+# ---------------------------------------------------------------- backward in numpy
+
+# (n, d, sm_scale, seed, how): how = "normal", "large" (scores in the hundreds: a softmax
+# without its max subtracted overflows) or "equal" (every score of a row equal)
+NUMPY_BACKWARD_CASES = [
+    (5, 4, 0.5, 21, "normal"),
+    (37, 16, 0.25, 22, "normal"),  # ragged: n is no power of two
+    (29, 8, 1.0, 23, "large"),
+]
+NUMPY_BACKWARD_HIDDEN = [
+    (1, 8, 0.35, 121, "normal"),
+    (64, 32, 1.0, 122, "large"),
+    (12, 8, 0.5, 123, "equal"),
+]
+
+
+def _numpy_backward_inputs(n: int, d: int, seed: int, how: str):
+    rng = np.random.default_rng(grading.case_seed(seed))
+    q, k, v, d_out = (rng.standard_normal((n, d)) for _ in range(4))
+    if how == "large":
+        q, k = q * 10.0, k * 10.0
+    elif how == "equal":
+        q = np.zeros_like(q)
+    return q, k, v, d_out
+
+
+def numpy_backward(q, k, v, d_out, sm_scale, *, delta="o", scale_grads=True, scale_dv=False,
+                   transpose_dk=True, transpose_dv=True, delta_sign=1.0):
+    """float64 dQ, dK, dV of one head from the explicit formulas, with switches for known
+    mistakes (delta: "o" = rowsum(dO * O), "dp" = rowsum(dP), "none")."""
+    s = sm_scale * q @ k.T
+    p = np.exp(s - s.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    o = p @ v
+    dp = d_out @ v.T
+    row = {"o": (d_out * o).sum(1), "dp": dp.sum(1), "none": np.zeros(len(q))}[delta]
+    ds = p * (dp - delta_sign * row[:, None])
+    factor = sm_scale if scale_grads else 1.0
+    dq = ds @ k * factor
+    dk = (ds.T if transpose_dk else ds) @ q * factor
+    dv = (p.T if transpose_dv else p) @ d_out * (sm_scale if scale_dv else 1.0)
+    return dq, dk, dv
+
+
+def _autograd_grads(q, k, v, d_out, sm_scale):
+    """dQ, dK, dV of standard attention by torch autograd, in float64."""
+    q64, k64, v64 = (torch.tensor(x, dtype=torch.float64, requires_grad=True)
+                     for x in (q, k, v))
+    out = torch.softmax(sm_scale * q64 @ k64.T, dim=-1) @ v64
+    out.backward(torch.tensor(d_out, dtype=torch.float64))
+    return tuple(x.grad.numpy() for x in (q64, k64, v64))
+
+
+NUMPY_BACKWARD_MISTAKES = [
+    (dict(delta="none"),
+     "D is missing from dS: the softmax's Jacobian subtracts one number per query row, the "
+     "P-weighted mean of that row of dP."),
+    (dict(delta="dp"),
+     "D is the plain row sum of dP: each entry of dP must be weighted by its probability "
+     "P before summing (which equals the row sum of dO * O)."),
+    (dict(delta_sign=-1.0),
+     "D enters dS with the wrong sign: the softmax's Jacobian subtracts D from dP."),
+    (dict(scale_grads=False),
+     "dQ and dK lack the factor sm_scale: S = sm_scale * Q K^T, so the chain rule brings that "
+     "factor into the gradients of Q and K."),
+    (dict(scale_dv=True),
+     "dV carries sm_scale: V does not enter S, so its gradient has no such factor."),
+    (dict(transpose_dk=False),
+     "dK is built from dS where the chain rule needs its transpose: a key's gradient sums "
+     "over the queries, which index the rows of dS."),
+    (dict(transpose_dv=False),
+     "dV is built from P where the chain rule needs its transpose: a value's gradient sums "
+     "over the queries, which index the rows of P."),
+]
+NUMPY_BACKWARD_HINT = (
+    "None of the mistakes the grader knows matches this output. Check each step against the "
+    f"derivation of {BACKWARD_SECTION}: P (with the row max subtracted), dV, dP, D, dS, then "
+    "dQ and dK.")
+
+
+@grading.exercise("flash-triton/backward-numpy", "backward of one head in numpy, derived", 1)
+def _check_backward_numpy(attention_backward) -> str:
+    if not callable(attention_backward):
+        raise grading.WrongAnswer(
+            "Pass the function itself: check(\"flash-triton/backward-numpy\", "
+            "attention_backward).")
+    cases = grading.with_hidden(NUMPY_BACKWARD_CASES, NUMPY_BACKWARD_HIDDEN)
+    for number, (n, d, sm_scale, seed, how) in enumerate(cases, 1):
+        label = f"case {number}/{len(cases)} (n={n}, d={d}, sm_scale={sm_scale}, {how} scores)"
+        q, k, v, d_out = _numpy_backward_inputs(n, d, seed, how)
+        got = grading.run_student(attention_backward, label, q.copy(), k.copy(), v.copy(),
+                                  d_out.copy(), sm_scale)
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            raise grading.WrongAnswer(f"{label}: return the tuple (dq, dk, dv), got "
+                                      f"{type(got).__name__}.")
+        expected = _autograd_grads(q, k, v, d_out, sm_scale)
+        for index, name in enumerate(("dQ", "dK", "dV")):
+            scale = max(1.0, float(np.abs(expected[index]).max()))
+            try:
+                grading.compare(got[index], expected[index], f"{label}, {name}",
+                                atol=1e-7 * scale, rtol=1e-6)
+            except grading.WrongAnswer as err:
+                answer = np.asarray(got[index], dtype=np.float64)
+                hint = NUMPY_BACKWARD_HINT
+                if answer.shape == expected[index].shape and np.isfinite(answer).all():
+                    for switches, text in NUMPY_BACKWARD_MISTAKES:
+                        candidate = numpy_backward(q, k, v, d_out, sm_scale, **switches)
+                        if np.allclose(answer, candidate[index], atol=1e-7 * scale, rtol=1e-6):
+                            hint = f"Likely mistake: {text} See {BACKWARD_SECTION}."
+                            break
+                elif how == "large":
+                    hint = ("the scores of this case reach the hundreds: exp overflows unless "
+                            "each row's maximum is subtracted before it.")
+                raise grading.WrongAnswer(f"{err}\n{hint}") from None
+    return f"{len(cases)} cases match torch autograd, dQ, dK and dV{grading.hidden_note()}"
 
 
 @grading.exercise("flash-triton/backward-dkdv", "backward: dK and dV kernel", 1, kernel=True)
