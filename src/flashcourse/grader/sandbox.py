@@ -86,10 +86,16 @@ def command(course: Path, work: Path, hidden: list[Path], inner: list[str]) -> l
             "--unshare-cgroup-try", "--hostname", "grading",
             *_mounts(course, hidden),
             "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            *[a for device in sorted(Path("/dev").glob("nvidia*"))
-              for a in ("--dev-bind", str(device), str(device))],
+            *gpu_devices(),
             "--bind", str(work), MOUNT_POINT, "--chdir", f"{MOUNT_POINT}/run",
             "--", *inner]
+
+
+def gpu_devices() -> list[str]:
+    """NVIDIA's device files, and /sys read-only (CUDA reads the PCI tree), when there are any."""
+    devices = sorted(Path("/dev").glob("nvidia*"))
+    args = [a for device in devices for a in ("--dev-bind", str(device), str(device))]
+    return args + (["--ro-bind-try", "/sys", "/sys"] if devices else [])
 
 
 def drop_privileges(uid: int) -> list[str]:
