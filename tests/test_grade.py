@@ -43,11 +43,12 @@ def _course_digest(root: Path) -> dict:
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
 
 
-def _grade(folder: Path, out: Path, root: Path, timeout: float) -> tuple[int, str, dict]:
+def _grade(folder: Path, out: Path, root: Path, timeout: float,
+           *extra: str) -> tuple[int, str, dict]:
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         status = main(["grade", str(folder), "--out", str(out), "--jobs", "2",
-                       "--timeout", str(timeout), "--root", str(root)])
+                       "--timeout", str(timeout), "--root", str(root), *extra])
     report = json.loads((out / "results.json").read_text())
     subs = {s["label"].split("/")[0]: s for s in report["submissions"]}
     return status, stdout.getvalue(), subs
@@ -385,12 +386,9 @@ def test_grader_refuses_without_bubblewrap(tmp_path, monkeypatch, capsys):
 
 def test_without_the_sandbox_every_line_says_so(tmp_path, root):
     samples.write(samples.filled_notebook(root), tmp_path / "in" / "alice" / "01-gpu-flash.ipynb")
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        status = main(["grade", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
-                       "--timeout", str(TIMEOUT), "--root", str(root), "--no-sandbox"])
+    status, stdout, _ = _grade(tmp_path / "in", tmp_path / "out", root, TIMEOUT, "--no-sandbox")
     assert status == 0
-    assert "alice/01-gpu-flash.ipynb: PASS  (UNSANDBOXED)" in stdout.getvalue()
+    assert "alice/01-gpu-flash.ipynb: PASS  (UNSANDBOXED)" in stdout
     rows = list(csv.DictReader((tmp_path / "out" / "results.csv").open()))
     assert rows[0]["sandbox"] == "none"
 

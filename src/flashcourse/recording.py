@@ -28,6 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
+
+from . import runtime
+from .blanks import BlankNotFilled, ______, is_blank
+from .errors import WrongAnswer
 
 RECORD_DIR_ENV = "FLASHCOURSE_RECORD_DIR"
 MAX_RECORD_BYTES = 256 * 2**20  # one record file larger than this is refused unread
@@ -129,9 +134,9 @@ def student_call(label: str, run: Callable[[], object], inputs=(), tensors=()):
     except BaseException as err:
         event["raised"] = _error_name(err)
         event["message"] = str(err)[:4000]
-        event["tensors"] = [encode_storage(t) for t in tensors]
         raise
-    event["tensors"] = [encode_storage(t) for t in tensors]
+    finally:  # what the call wrote, whether it returned or raised
+        event["tensors"] = [encode_storage(t) for t in tensors]
     try:
         event["result"] = encode(result)
     except TypeError as err:
@@ -153,8 +158,6 @@ def _error_name(err: BaseException) -> str:
 
 
 def _replay_call(label: str, inputs, tensors):
-    from .blanks import BlankNotFilled
-    from .errors import WrongAnswer
 
     events, number = _replay["events"], _replay["next"]
     if number >= len(events):
@@ -202,7 +205,6 @@ _SCALARS = (bool, int, float, str, type(None))
 
 def describe_answer(answer) -> dict:
     """What the record keeps of the answer: the value itself when it is data, else its kind."""
-    from .blanks import is_blank
 
     if is_blank(answer):
         return {"blank": True}
@@ -217,7 +219,6 @@ def describe_answer(answer) -> dict:
 def encode(value, depth: int = 0):
     """JSON-able form of plain data: scalars, arrays, tensors, and lists, tuples and dicts of
     them. Anything else raises TypeError (an object that compares equal to anything, say)."""
-    from .blanks import is_blank
 
     if depth > 8:
         raise TypeError("data nested too deep")
@@ -235,9 +236,7 @@ def encode(value, depth: int = 0):
         array = np.ascontiguousarray(value)
         return {"array": array.dtype.str, "shape": list(array.shape),
                 "data": base64.b64encode(array.tobytes()).decode()}
-    if _is_tensor(value):
-        import torch
-
+    if isinstance(value, torch.Tensor):
         flat = value.detach().cpu().contiguous()
         raw = flat.view(torch.uint8) if flat.numel() and flat.element_size() else flat
         return {"tensor": str(value.dtype).removeprefix("torch."), "shape": list(flat.shape),
@@ -251,10 +250,6 @@ def encode(value, depth: int = 0):
 
 def decode(data):
     """The inverse of `encode`, for data read from a record: builds only plain values."""
-    import torch
-
-    from . import runtime
-    from .blanks import ______
 
     if type(data) in _SCALARS:
         return data
@@ -293,21 +288,8 @@ def _as_list(value) -> list:
     return value
 
 
-def _is_tensor(value) -> bool:
-    torch = _torch()
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
-def _torch():
-    import sys
-
-    return sys.modules.get("torch")
-
-
 def _storage_bytes(tensor):
     """A uint8 view of the whole storage behind `tensor` (padding and canaries included)."""
-    import torch
-
     storage = tensor.untyped_storage()
     return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(
         storage, 0, (storage.nbytes(),))
@@ -318,8 +300,6 @@ def encode_storage(tensor) -> str:
 
 
 def restore_storage(tensor, data) -> None:
-    import torch
-
     raw = base64.b64decode(str(data), validate=True)
     view = _storage_bytes(tensor)
     if len(raw) != view.numel():
@@ -344,7 +324,7 @@ def _feed(sha, value, depth: int = 0) -> None:
     if isinstance(value, np.ndarray) and not value.dtype.hasobject:
         sha.update(f"nd{value.dtype.str}{value.shape}".encode())
         sha.update(np.ascontiguousarray(value).tobytes())
-    elif _is_tensor(value):
+    elif isinstance(value, torch.Tensor):
         sha.update(f"t{value.dtype}{tuple(value.shape)}{value.stride()}".encode())
         sha.update(_storage_bytes(value).cpu().numpy().tobytes())
     elif isinstance(value, (list, tuple)):

@@ -19,6 +19,7 @@ submission passed, 1 otherwise, 2 when there was nothing to grade or no sandbox 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import shutil
@@ -90,8 +91,6 @@ class Grader:
         shutil.copytree(self.home, work / "home")
         for name in ("run", "out", "records"):
             (work / name).mkdir(parents=True)
-        import json
-
         (work / "run" / "run.ipynb").write_text(json.dumps(job.notebook), encoding="utf-8")
         inside = Path(__file__).with_name("inside.py")
         cells = sum(1 for c in job.notebook["cells"] if c["cell_type"] == "code")

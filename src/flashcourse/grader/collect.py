@@ -88,9 +88,9 @@ def _refusal(path: Path, base: Path) -> str:
     return ""
 
 
-def read_notebook(path: Path) -> dict:
-    """The submission as JSON, read once without following a link; ValueError when it is not a
-    notebook."""
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file read once, never through a link, refused above `limit`
+    bytes; ValueError saying why otherwise. Submissions and what a sandbox left are read so."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as err:
@@ -99,10 +99,16 @@ def read_notebook(path: Path) -> dict:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise ValueError("not a regular file")
-        if info.st_size > MAX_NOTEBOOK_BYTES:
+        if info.st_size > limit:
             raise ValueError(f"the file is {info.st_size / 2**20:.0f} MiB (limit "
-                             f"{MAX_NOTEBOOK_BYTES / 2**20:.0f} MiB)")
-        raw = handle.read(MAX_NOTEBOOK_BYTES + 1)
+                             f"{limit / 2**20:.0f} MiB)")
+        return handle.read(limit + 1)
+
+
+def read_notebook(path: Path) -> dict:
+    """The submission as JSON, read once without following a link; ValueError when it is not a
+    notebook."""
+    raw = read_regular(path, MAX_NOTEBOOK_BYTES)
     try:
         notebook = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import html
 import json
+import re
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -25,8 +26,6 @@ def csv_safe(value) -> str:
 
 def executed_name(sub: Submission) -> str:
     """The file name of a submission's executed copy under executed/."""
-    import re
-
     stem = sub.label[:-6] if sub.label.endswith(".ipynb") else sub.label
     return re.sub(r"[^A-Za-z0-9_.-]", "_", stem.replace("/", "__"))[:120] + ".ipynb"
 

@@ -86,6 +86,15 @@ def _to_python(source: str) -> str:
     return TransformerManager().transform_cell(source)
 
 
+def _parse(source: str) -> ast.Module | None:
+    """A cell's syntax tree, magics turned into calls; None for a syntax error (a cell that does
+    not parse cannot run either, so it is not tampering)."""
+    try:
+        return ast.parse(_to_python(source))
+    except SyntaxError:
+        return None
+
+
 def _root(node: ast.AST) -> str | None:
     """The name at the start of an attribute/subscript chain: `np` for `np.linalg.norm[0]`."""
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
@@ -253,9 +262,8 @@ def imported_names(sources: list[str]) -> dict[str, str]:
     """Every name any cell binds by an import, with the module it comes from."""
     names: dict[str, str] = {}
     for source in sources:
-        try:
-            tree = ast.parse(_to_python(source))
-        except SyntaxError:
+        tree = _parse(source)
+        if tree is None:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -269,9 +277,8 @@ def imported_names(sources: list[str]) -> dict[str, str]:
 
 def scan_cell(cell_label: str, source: str, imported: dict[str, str]) -> list[Finding]:
     """Findings of tampering in one student cell (a syntax error is not tampering)."""
-    try:
-        tree = ast.parse(_to_python(source))
-    except SyntaxError:
+    tree = _parse(source)
+    if tree is None:
         return []
     scanner = _Scanner(cell_label, imported)
     scanner.visit(tree)
@@ -371,9 +378,8 @@ def reference_calls(cells: list[dict], answer_ids: set[str]) -> list[Finding]:
     for label, source in student:
         if label not in answer_ids:
             continue
-        try:
-            tree = ast.parse(_to_python(source))
-        except SyntaxError:
+        tree = _parse(source)
+        if tree is None:
             continue
         for node in ast.walk(tree):
             found = None
@@ -404,9 +410,8 @@ def kernel_problems(cells: list[dict], answers: dict[str, str]) -> list[str]:
     be bound by a `@triton.jit` function in the student's cells and nowhere else."""
     bindings: dict[str, list[str]] = {}
     for label, source in student_cells(cells):
-        try:
-            tree = ast.parse(_to_python(source))
-        except SyntaxError:
+        tree = _parse(source)
+        if tree is None:
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

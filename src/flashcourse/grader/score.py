@@ -11,30 +11,25 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 
 from .. import grading, recording
 from ..blanks import BlankNotFilled
-from .collect import Job, printable
+from .collect import Job, printable, read_regular
 from .submission import CRASHED, FAIL, PASS, TAMPERED, TIMEOUT, ExerciseResult, Submission
 
 MESSAGE_CHARS = 600
 
 
 def read_untrusted(path: Path, limit: int) -> bytes | None:
-    """The bytes of a file the sandbox wrote, or None: never through a link, at most `limit`."""
-    try:
-        if any(os.path.islink(p) for p in (path, *list(path.parents)[:3])):
-            return None
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
+    """The bytes of a file the sandbox wrote, or None: not through a link (the file or the
+    folders above it in the work folder), at most `limit`."""
+    if any(os.path.islink(p) for p in (path, *list(path.parents)[:3])):
         return None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        return handle.read(limit)
+    try:
+        return read_regular(path, limit)
+    except ValueError:
+        return None
 
 
 def read_json(path: Path, limit: int):
@@ -113,7 +108,7 @@ def score(sub: Submission, job: Job, work: Path, timeout: float, wall_killed: bo
         sub.exercises.append(item)
         path = work / "records" / recording.record_name(ex.id)
         record = read_json(path, recording.MAX_RECORD_BYTES)
-        if record is None and read_untrusted(path, 1) is None and path.exists():
+        if record is None and (path.exists() or path.is_symlink()):
             item.status, item.message = "error", "its record could not be read"
             continue
         item.status, item.message = replay_item(ex, record)
