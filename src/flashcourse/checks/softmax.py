@@ -334,11 +334,12 @@ def _online_mistakes(x, block):
     return [
         (output(guard=False), NO_GUARD_HINT),
         (output(rescale=False),
-         "The running sum is not rescaled when the max grows: multiply it by "
-         "exp(m_old - m_new) before adding the new block's sum."),
+         "The running sum is not rescaled when the max grows: it was measured against the "
+         "old max, and must be brought to the new one before the new block's sum is added "
+         "(section 4)."),
         (output(flip_scale=True),
-         "The rescale factor points the wrong way: use exp(m_old - m_new), which is <= 1 (and 0 "
-         "on the first block, where m_old = -inf), not exp(m_new - m_old)."),
+         "The rescale factor points the wrong way: it must shrink the old sum (a factor of at "
+         "most 1, and 0 on the first block), not grow it (section 4)."),
         (output(include_old_max=False),
          "m_new must be the max over everything seen so far, the running max included, not "
          "this block's max alone: otherwise a larger value in an earlier block makes the "
@@ -491,14 +492,15 @@ STATS_MISTAKES = [
      "and exp(-inf - (-inf)) is NaN. Shift by a safe max, 0 while the running max is -inf "
      "(section 4)."),
     (dict(rescale=False),
-     "The running sum is not rescaled when the max grows: l = l * exp(m - m_new) + (sum of "
-     "this block)."),
+     "The running sum is not rescaled when the max grows: it was measured against the old "
+     "max, and must be brought to the new one before this block's sum is added (section 4)."),
     (dict(flip_scale=True),
-     "The rescale factor points the wrong way: use exp(m - m_new) (old minus new, <= 1), not "
-     "exp(m_new - m)."),
+     "The rescale factor points the wrong way: it must shrink the old sum (a factor of at "
+     "most 1), not grow it (section 4)."),
     (dict(include_old_max=False),
-     "m_new must be np.maximum(m, block.max(axis=-1)): with the block max alone, m ends as "
-     "the max of the last block, not of the row (and exp(m - m_new) > 1 can overflow)."),
+     "m_new must be the max over everything seen so far: with the block max alone, m ends as "
+     "the max of the last block, not of the row (and the rescale factor can exceed 1 and "
+     "overflow)."),
     (dict(subtract_max=False),
      "Without subtracting the running max, exp overflows for large logits (e^710 is inf in "
      "float64): exponentiate block - m_new."),
@@ -530,8 +532,8 @@ def _check_online_stats(online_softmax_stats) -> str:
             try:
                 grading.compare(got, ref, f"{label}, {name}", atol=1e-12, rtol=1e-9)
             except grading.WrongAnswer as err:
-                hint = ("Check the two updates: m_new = max(m, block max); "
-                        "l = l * exp(m - m_new) + sum(exp(block - m_new)).")
+                hint = ("Check the two updates of section 4: the new running max, then the "
+                        "running sum brought to it before this block's terms are added.")
                 for switches, mistake in STATS_MISTAKES:  # recognised by their sums
                     if grading.same_result(total, blocked_stats(x, block, **switches)[1], 1e-9):
                         hint = "Likely mistake: " + mistake
@@ -618,16 +620,17 @@ MERGE_MISTAKES = {
                 "exp(-inf - (-inf)) is NaN. Rescale against a safe max, 0 when the merged max "
                 "is -inf, so that they merge into the empty state (section 6).",
     "no_rescale": "l1 + l2 and o1 + o2 add terms measured against different maxima. Rescale "
-                  "each state to the common max first: a1 = exp(m1 - m), a2 = exp(m2 - m).",
-    "o_not_rescaled": "l is rescaled but o is not: o = a1 * o1 + a2 * o2 (a1, a2 per row, "
-                      "broadcast over the columns of o).",
-    "swapped": "The factors are swapped: state 1 is rescaled by a1 = exp(m1 - m) and state 2 "
-               "by a2 = exp(m2 - m).",
-    "flipped": "The rescale factors point the wrong way: exp(m1 - m) (<= 1), not exp(m - m1).",
-    "first_max": "The merged max must be np.maximum(m1, m2), not m1: otherwise a larger m2 "
-                 "overflows exp(m2 - m1).",
-    "no_max": "Rescaling by exp(m1) and exp(m2) overflows for large scores: rescale to the "
-              "common max, exp(m1 - m) and exp(m2 - m).",
+                  "each state to the common max first (section 6).",
+    "o_not_rescaled": "l is rescaled but o is not: o holds terms measured against the same "
+                      "maxima and needs the same per-row factors (section 6).",
+    "swapped": "The factors are swapped: each state must be rescaled from its own max to the "
+               "common one (section 6).",
+    "flipped": "The rescale factors point the wrong way: they must shrink each state (at most "
+               "1), not grow it (section 6).",
+    "first_max": "The merged max must be the larger of the two maxima, not m1: otherwise a "
+                 "larger m2 overflows its rescale factor.",
+    "no_max": "Rescaling each state by the exponential of its own max overflows for large "
+              "scores: rescale to the common max (section 6).",
 }
 
 
