@@ -15,7 +15,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from flashcourse import attention, lesson_cells, runtime  # noqa: E402
+from flashcourse import attention, runtime  # noqa: E402
+from flashcourse.authoring import cells  # noqa: E402
 
 CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq")
 TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 6e-2}  # max abs error, O(1) outputs
@@ -23,7 +24,7 @@ TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 6e-2}  # max abs error, O(1) o
 
 def load_kernels():
     lesson = ROOT / "lessons" / "06-flash-attention.qmd"
-    return lesson_cells.load_cells(lesson, list(CELLS),
+    return cells.load_cells(lesson, list(CELLS),
                                    prelude="import triton\nimport triton.language as tl\n")
 
 

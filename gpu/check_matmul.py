@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 import flashcourse as fc
-from flashcourse import lesson_cells
+from flashcourse.authoring import cells
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "lessons" / "04-tiling-matmul.qmd"
@@ -28,10 +28,10 @@ TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 4e-3}
 
 def load_solution():
     """The kernel, launcher and naive-kernel cells of the solution, imported as one module."""
-    prelude = lesson_cells.PRELUDE + ("import flashcourse as fc\n"
+    prelude = cells.PRELUDE + ("import flashcourse as fc\n"
                                       "from flashcourse import run_kernel\n"
                                       "device = fc.runtime.current().device\n")
-    return lesson_cells.load_cells(LESSON, list(CELLS), prelude=prelude)
+    return cells.load_cells(LESSON, list(CELLS), prelude=prelude)
 
 
 def main() -> int:

@@ -19,9 +19,10 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ["FLASHCOURSE_GRADING"] = "1"  # graders run their hidden cases too
 
 import flashcourse as fc  # noqa: E402
-from flashcourse import check, lesson_cells  # noqa: E402
+from flashcourse import check  # noqa: E402
+from flashcourse.authoring import cells  # noqa: E402
 
-PRELUDE = lesson_cells.PRELUDE + "from flashcourse import run_kernel\n"
+PRELUDE = cells.PRELUDE + "from flashcourse import run_kernel\n"
 
 
 def main() -> int:
@@ -32,9 +33,9 @@ def main() -> int:
     import torch
     import triton
 
-    roof = lesson_cells.load_cells(ROOT / "lessons" / "02-memory-roofline.qmd",
+    roof = cells.load_cells(ROOT / "lessons" / "02-memory-roofline.qmd",
                                    ["exercise-copy-kernel"], prelude=PRELUDE)
-    coal = lesson_cells.load_cells(ROOT / "lessons" / "03-coalescing.qmd",
+    coal = cells.load_cells(ROOT / "lessons" / "03-coalescing.qmd",
                                    ["exercise-strided-copy", "exercise-transpose-naive",
                                     "exercise-transpose-tiled"], prelude=PRELUDE)
     failures = []

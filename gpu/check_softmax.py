@@ -5,7 +5,7 @@
     python gpu/check_softmax.py --interpreter   # smoke test of this script on a CPU (small rows)
 
 The kernels are the solution cells of lessons/05-softmax.qmd, taken by cell id (no copy of their
-source lives here) and imported from a real file by flashcourse.lesson_cells. Every
+source lives here) and imported from a real file by flashcourse.authoring.cells. Every
 shape, dtype (fp32, fp16, bf16) and logit scale is checked; inputs are non-contiguous views and
 outputs sit inside NaN padding that must stay untouched. Exits 1 on any mismatch, 2 without a GPU.
 """
@@ -33,9 +33,9 @@ DEVICE = "cuda"  # "cpu" with --interpreter
 
 
 def load_kernels():
-    from flashcourse import lesson_cells  # after --interpreter has chosen Triton's mode
+    from flashcourse.authoring import cells  # after --interpreter has chosen Triton's mode
 
-    module = lesson_cells.load_cells(LESSON, list(KERNEL_CELLS), prelude=HEADER)
+    module = cells.load_cells(LESSON, list(KERNEL_CELLS), prelude=HEADER)
     return {name: getattr(module, name) for name in KERNEL_CELLS.values()}
 
 
@@ -105,7 +105,8 @@ def check_kernels(kernels, torch, triton, max_n=None) -> int:
 
 def check_graders(kernels) -> int:
     """The lesson's own graders, on the GPU (compiled kernels, poisoned inputs, canaries)."""
-    from flashcourse import check, grading, runtime
+    from flashcourse import check, runtime
+    from flashcourse.checks import registry
 
     chosen = runtime.setup(verbose=True)
     if chosen.interpreter != (DEVICE == "cpu"):
@@ -115,7 +116,7 @@ def check_graders(kernels) -> int:
     for exercise_id, name in (("softmax/row-kernel", "softmax_row_kernel"),
                               ("softmax/online-kernel", "online_softmax_kernel")):
         for hidden in (False, True):
-            os.environ[grading.GRADING_MODE_ENV] = "1" if hidden else "0"
+            os.environ[registry.GRADING_MODE_ENV] = "1" if hidden else "0"
             try:
                 check(exercise_id, kernels[name])
             except Exception as err:  # report every failure, keep going

@@ -5,7 +5,7 @@
 Compiles every (variant, config, case) in parallel worker processes first (Triton's cache is
 shared), then checks each one on ragged inputs and on the timing case against an fp32
 reference, and times it beside SDPA's cuDNN and flash backends (fp16, B * N = 32k tokens) with
-the harness's own timer and SDPA calls (flashcourse.benchmark). Forward+backward against the
+the harness's own timer and SDPA calls (flashcourse.bench.harness). Forward+backward against the
 backends is the harness's job: python -m flashcourse bench --modes fwdbwd.
 
 What it found on an H200 with Triton 3.6 (assets/results/07-explore-fwd.csv): the fused scale
@@ -37,7 +37,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from flashcourse import bench, benchmark  # noqa: E402
+from flashcourse import bench  # noqa: E402
+from flashcourse.bench import harness  # noqa: E402
 from flashcourse.kernels import flash_ref  # noqa: E402
 from flashcourse.kernels.flash_ref import TensorDescriptor, load_rows  # noqa: E402
 
@@ -399,14 +400,14 @@ def main() -> int:
         print("  compile failure", key, why)
     rows = []
     for d, causal in CASES:
-        case = benchmark.Case("fwd", "fp16", d, args.n, causal)  # B * N = 32k tokens
+        case = harness.Case("fwd", "fp16", d, args.n, causal)  # B * N = 32k tokens
         n, flops = case.n, case.flops()
-        q, k, v, _ = benchmark.make_inputs(case)
+        q, k, v, _ = harness.make_inputs(case)
         with torch.no_grad():
             ref, _ = flash_ref.reference_attention(q, k, v, causal)
         sdpa = {}
         for name in ("cudnn", "flash"):
-            call = benchmark.make_call(f"sdpa-{name}", causal, d ** -0.5)
+            call = harness.make_call(f"sdpa-{name}", causal, d ** -0.5)
             sdpa[name] = bench.median_ms(lambda call=call, q=q, k=k, v=v: call(q, k, v),
                                            rep_ms=40, warmup_ms=10)
         best = None

@@ -3,7 +3,7 @@
 Each notebook runs in a Jupyter kernel with FLASHCOURSE_GRADING=1, FLASHCOURSE_SKIP_BENCH=1 and
 a record folder of its own (FLASHCOURSE_RECORD_DIR), so every `check(...)` writes a record.
 A fresh Python process, which has run none of the notebooks' code, then calls
-`grading.replay` on each record, as the grader does. The solutions are right answers: every
+`registry.replay` on each record, as the grader does. The solutions are right answers: every
 exercise of the lesson must have a record and every replay must pass. Prints a table and exits
 non-zero on a failure.
 
@@ -78,12 +78,12 @@ def lesson_of(notebook: Path) -> str | None:
 def replay_folder(folder: Path, lesson: str | None) -> list[dict]:
     """In this (fresh) process: replay each record of `folder` as the grader does."""
     import flashcourse as fc
-    from flashcourse import grading, recording
+    from flashcourse.checks import recording, registry
 
     fc.setup()
-    grading._load_checks()
+    registry._load_checks()
     rows = []
-    expected = [e.id for e in grading.LESSONS[lesson].exercises] if lesson else []
+    expected = [e.id for e in registry.LESSONS[lesson].exercises] if lesson else []
     seen = set()
     for path in sorted(folder.glob("*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -94,14 +94,14 @@ def replay_folder(folder: Path, lesson: str | None) -> list[dict]:
             if path.stat().st_size > recording.MAX_RECORD_BYTES:  # the grader reads none of it
                 raise recording.RecordMismatch(f"{path.stat().st_size} bytes, over the "
                                                f"grader's {recording.MAX_RECORD_BYTES}")
-            summary = grading.replay(exercise, record)
+            summary = registry.replay(exercise, record)
             status, message = "PASS", summary
         except recording.RecordMismatch as err:
             status, message = "MISMATCH", str(err)
         except BaseException as err:  # noqa: BLE001  (any verdict other than a pass)
             status, message = "FAIL", f"{type(err).__name__}: {err}"
         finally:
-            grading.VETOES_HIT.pop(exercise, None)
+            registry.VETOES_HIT.pop(exercise, None)
         rows.append({"exercise": exercise, "status": status,
                      "seconds": round(time.perf_counter() - start, 2),
                      "events": len(record.get("events", [])),

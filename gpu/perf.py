@@ -45,7 +45,8 @@ def main() -> int:
     if fc.runtime.current().interpreter:
         print("gpu/perf.py needs a CUDA GPU; nothing to do here.")
         return 0
-    from flashcourse import bench, benchmark
+    from flashcourse import bench
+    from flashcourse.bench import harness
     from flashcourse.kernels import cuda_fwd, flash_ref
 
     print(bench.environment())
@@ -91,7 +92,7 @@ def main() -> int:
         (["--quick"] if args.quick else []) + \
         (["--no-autotune"] if args.no_autotune else []) + \
         (["--no-ladder"] if args.no_ladder else [])
-    status = benchmark.main(argv)
+    status = harness.main(argv)
     if status:
         failures.append("benchmark: some course-kernel rows are WRONG (see the CSVs)")
     print(f"(b) harness done in {time.time() - t:.0f} s; total {time.time() - start:.0f} s")

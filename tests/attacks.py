@@ -34,7 +34,7 @@ def _insert_after(nb: dict, cell_id: str, source: str, new_id: str | None = None
 
 
 FAKE_RESULTS = """
-import flashcourse.grading as g
+import flashcourse.checks.registry as g
 for key, item in g.EXERCISES.items():
     g.RESULTS[key] = item.points
 """
@@ -53,11 +53,11 @@ PATCHES = {
         "    return real('pass' if 'check(' in raw else raw, *a, **k)\n"
         "ip.run_cell = run_cell"),
     "mock-code": (
-        "from unittest import mock\nimport flashcourse.grading as g\n"
+        "from unittest import mock\nimport flashcourse.checks.registry as g\n"
         "mock.patch.object(g.check, '__code__', (lambda *a, **k: None).__code__).start()"),
     "numpy-patch": ("import numpy\nnumpy.allclose = lambda *a, **k: True\n"
                     "numpy.abs = lambda x: x * 0" + FAKE_RESULTS),
-    "compare-patch": ("import flashcourse.grading as g\ng.compare = lambda *a, **k: None\n"
+    "compare-patch": ("import flashcourse.checks.registry as g\ng.compare = lambda *a, **k: None\n"
                       "g.grade_answers = lambda *a, **k: 'ok'" + FAKE_RESULTS),
     "silence-errors": ("get_ipython()._showtraceback = lambda *a, **k: None\n"
                        "get_ipython().showtraceback = lambda *a, **k: None" + FAKE_RESULTS),
@@ -69,7 +69,7 @@ PATCHES = {
         "for name in ['gpu-flash_flash-attention', 'gpu-flash_misconceptions']:\n"
         "    (folder / (name + '.json')).write_text(json.dumps(\n"
         "        {'exercise': name, 'answer': {'callable': 'function'}, 'events': []}))\n"
-        "import flashcourse.grading as g\ng.check = lambda *a, **k: None\n"
+        "import flashcourse.checks.registry as g\ng.check = lambda *a, **k: None\n"
         "import flashcourse\nflashcourse.check = g.check\ncheck = g.check"),
     "record-dir-swap": (
         "import os\nos.environ['FLASHCOURSE_RECORD_DIR'] = '/tmp/elsewhere'" + FAKE_RESULTS),
@@ -105,7 +105,7 @@ PATCHES = {
     "write-course": (
         "import pathlib, site, flashcourse\n"
         "pkg = pathlib.Path(flashcourse.__file__).parent\n"
-        "targets = [pkg / 'grading.py', pkg.parents[1] / 'README.md',\n"
+        "targets = [pkg / 'checks' / 'registry.py', pkg.parents[1] / 'README.md',\n"
         "           pkg.parents[1] / 'exercises' / 'planted.txt',\n"
         "           pathlib.Path(site.getsitepackages()[0]) / 'planted.pth']\n"
         "for target in targets:\n"

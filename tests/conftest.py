@@ -16,10 +16,10 @@ runtime.setup(verbose=False)
 
 @pytest.fixture(autouse=True)
 def _fresh_grading_state():
-    from flashcourse import grading
+    from flashcourse.checks import registry
 
-    grading.RESULTS.clear()
-    grading.VETOES_HIT.clear()
+    registry.RESULTS.clear()
+    registry.VETOES_HIT.clear()
     yield
 
 

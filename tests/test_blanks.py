@@ -39,11 +39,11 @@ def test_blank_answer_object():
 
 
 def test_student_code_returning_the_blank_is_refused():
-    from flashcourse import grading
+    from flashcourse.checks import registry
 
     with pytest.raises(BlankNotFilled, match=r"case 2/5 \(n=3\) returned ______"):
-        grading.run_student(lambda n: ______, "case 2/5 (n=3)", 3)
-    assert grading.run_student(lambda n: n + 1, "case 1/5", 3) == 4
+        registry.run_student(lambda n: ______, "case 2/5 (n=3)", 3)
+    assert registry.run_student(lambda n: n + 1, "case 1/5", 3) == 4
 
 
 def test_every_blank_of_a_kernel_and_its_helpers_is_listed_at_once(tmp_path):

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from flashcourse import notebooks
+from flashcourse.authoring import build
 
 QUARTO = shutil.which("quarto")
 NO_QUARTO = ("quarto is not on PATH, so the book is not rendered here: install it (README, "
@@ -44,14 +44,14 @@ def test_every_named_file_exists(root):
 
 def test_every_lesson_is_a_chapter(root):
     chapters = set(_chapters(root))
-    lessons = {f"book/{p.stem}.qmd" for p in notebooks.lesson_paths(root)}
+    lessons = {f"book/{p.stem}.qmd" for p in build.lesson_paths(root)}
     assert lessons, "no lessons found"
     assert lessons <= chapters, f"lessons missing from _quarto.yml: {sorted(lessons - chapters)}"
     assert _chapters(root)[0] == "index.qmd"
 
 
 def test_book_pages_show_answers_collapsed(root):
-    for path in notebooks.lesson_paths(root):
+    for path in build.lesson_paths(root):
         page = (root / "book" / f"{path.stem}.qmd").read_text()
         assert '::: {.callout-tip collapse="true"}' in page
         assert "## Reference answer" in page
@@ -68,7 +68,7 @@ def test_no_pasted_images_in_notebooks(root):
 
 
 def test_book_pages_leave_out_notebook_only_text(root):
-    for path in notebooks.lesson_paths(root):
+    for path in build.lesson_paths(root):
         page = (root / "book" / f"{path.stem}.qmd").read_text()
         assert "notebook-only" not in page, path.stem
         assert "Run the next cell" not in page, path.stem
@@ -96,13 +96,13 @@ Leave the check cells as they are.
 from flashcourse import ______, check  # noqa: F401  (______ is used by the exercise version)
 ```
 """)
-    parsed = notebooks.parse(lesson)
-    notebook = _cell_text(notebooks.to_notebook(parsed, "exercise"))
+    parsed = build.parse(lesson)
+    notebook = _cell_text(build.to_notebook(parsed, "exercise"))
     assert "Run the next cell first. It prints one line." in notebook
     assert "Leave the check cells as they are." in notebook
     assert "notebook-only" not in notebook and ":::" not in notebook
     assert "from flashcourse import ______, check" in notebook
-    page = notebooks.to_book_page(parsed)
+    page = build.to_book_page(parsed)
     assert "It prints one line." in page
     assert "Run the next cell" not in page and "Leave the check" not in page
     assert "notebook-only" not in page
@@ -110,8 +110,8 @@ from flashcourse import ______, check  # noqa: F401  (______ is used by the exer
 
     lesson.write_text(lesson.read_text().replace("Leave the check cells as they are.\n:::\n",
                                                  "Leave the check cells as they are.\n"))
-    with pytest.raises(notebooks.LessonSourceError, match="never closed"):
-        notebooks.parse(lesson)
+    with pytest.raises(build.LessonSourceError, match="never closed"):
+        build.parse(lesson)
 
 
 def _cell_text(nb) -> str:
@@ -206,7 +206,7 @@ def _broken_links(site: Path) -> list[str]:
 
 
 def _lesson_pages(root, site):
-    return {p.stem: site / "book" / f"{p.stem}.html" for p in notebooks.lesson_paths(root)}
+    return {p.stem: site / "book" / f"{p.stem}.html" for p in build.lesson_paths(root)}
 
 
 def test_book_renders_every_page(root, book):
@@ -277,7 +277,7 @@ def test_pages_in_a_browser(root, executed_lesson, book, browser_page):
     page = browser_page
     shots = root / "test-artifacts"
     shots.mkdir(exist_ok=True)
-    titles = [notebooks.parse(path).title for path in notebooks.lesson_paths(root)]
+    titles = [build.parse(path).title for path in build.lesson_paths(root)]
     for stem in BROWSED:
         page.goto((book / "book" / f"{stem}.html").as_uri())
         page.wait_for_load_state("load")

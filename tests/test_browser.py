@@ -117,7 +117,7 @@ def _output(cell, text):
 
 
 def test_student_works_in_the_workspace_and_resets_a_lesson(sync_api, lab, root):
-    from flashcourse import lesson_cells
+    from flashcourse.authoring import cells
 
     url, course = lab
     work = course / "work"
@@ -125,7 +125,7 @@ def test_student_works_in_the_workspace_and_resets_a_lesson(sync_api, lab, root)
     shots.mkdir(exist_ok=True)
     for old in shots.glob("browser-*.png"):  # keep only this run's screenshots
         old.unlink()
-    solution = lesson_cells.solution_source(root / "lessons" / f"{SLUG}.qmd",
+    solution = cells.solution_source(root / "lessons" / f"{SLUG}.qmd",
                                             "exercise-flash-attention")
 
     with sync_api.sync_playwright() as play:
@@ -157,7 +157,7 @@ def test_student_works_in_the_workspace_and_resets_a_lesson(sync_api, lab, root)
             # package; the scorecard says what to do next and links the next lesson
             for cell in (check, scorecard):
                 shown = cell.locator(".jp-OutputArea").inner_text()
-                assert "Traceback" not in shown and "grading.py" not in shown, shown
+                assert "Traceback" not in shown and "registry.py" not in shown, shown
             assert "What to do next" in scorecard.inner_text()
             link = scorecard.locator("a", has_text="Open Lesson 2")
             assert "/02-memory-roofline.ipynb" in link.get_attribute("href")

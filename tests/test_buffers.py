@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import flashcourse as fc
-from flashcourse import grading
-from flashcourse.buffers import CANARY, Canaried, poisoned
+from flashcourse.checks import registry
+from flashcourse.checks.buffers import CANARY, Canaried, poisoned
 
 DEVICE = fc.setup(verbose=False).device  # "cpu" in the interpreter, "cuda" on a GPU
 import triton  # noqa: E402
@@ -48,17 +48,17 @@ def test_missing_load_mask_reads_poison(masked):
     _row_sum[(4,)](xp, out.tensor, 13, xp.stride(0), BLOCK=16, MASKED=masked)
     out.verify("case")
     if masked:
-        grading.compare(out.tensor, x.sum(1), "case", atol=1e-5)
+        registry.compare(out.tensor, x.sum(1), "case", atol=1e-5)
     else:
-        with pytest.raises(grading.WrongAnswer, match="NaN or inf"):
-            grading.compare(out.tensor, x.sum(1), "case", atol=1e-5)
+        with pytest.raises(registry.WrongAnswer, match="NaN or inf"):
+            registry.compare(out.tensor, x.sum(1), "case", atol=1e-5)
 
 
 def test_missing_store_mask_hits_a_canary():
     x = torch.randn(37, device=DEVICE)
     out = Canaried((37,), device=DEVICE)
     _copy[(3,)](poisoned(x), out.tensor, 37, BLOCK=16, MASK_STORE=False)
-    with pytest.raises(grading.WrongAnswer, match=r"11 value.* at index 37, past the last "
+    with pytest.raises(registry.WrongAnswer, match=r"11 value.* at index 37, past the last "
                                                 r"index 36.*Mask the stores"):
         out.verify("case 1")
 

@@ -7,16 +7,13 @@ import numpy as np
 import pytest
 
 import flashcourse as fc
-from flashcourse import (
-    BlankNotFilled,
-    check,
-    grading,
-    lesson_cells,
-)
+from flashcourse import BlankNotFilled, check
+from flashcourse.authoring import cells
+from flashcourse.checks import registry
 from flashcourse.models import memory as memory_model
 
 REJECTED = []
-PRELUDE = lesson_cells.PRELUDE + "from flashcourse import run_kernel\n"
+PRELUDE = cells.PRELUDE + "from flashcourse import run_kernel\n"
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +23,7 @@ def lesson(root):
 
 
 def answer(lesson, cell_id, name, *replace):
-    return lesson_cells.load_name(lesson, cell_id, name, replace, PRELUDE)
+    return cells.load_name(lesson, cell_id, name, replace, PRELUDE)
 
 
 CELLS = {
@@ -45,7 +42,7 @@ def test_solution_passes(lesson, exercise_id, capsys):
 
 
 def test_hidden_cases_run_in_grading_mode(lesson, capsys, monkeypatch):
-    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check("coalescing/transpose-tiled", answer(lesson, *CELLS["coalescing/transpose-tiled"]))
     check("coalescing/sectors", answer(lesson, *CELLS["coalescing/sectors"]))
     out = capsys.readouterr().out
@@ -125,14 +122,14 @@ def test_known_wrong_answer_is_rejected_with_its_message(lesson, known_wrong, ex
     with known_wrong(exercise_id, mistake, match=re.escape(message)) as caught:
         check(exercise_id, wrong)
     assert re.search(r"case \d+/\d+ \(", str(caught.value)), str(caught.value)
-    assert exercise_id not in grading.RESULTS
+    assert exercise_id not in registry.RESULTS
     REJECTED.append((exercise_id, mistake))
 
 
 @pytest.mark.parametrize("exercise_id", list(CELLS))
 def test_untouched_exercise_says_fill_in_the_blank(lesson, exercise_id):
     cell_id, name = CELLS[exercise_id]
-    module = lesson_cells.load(lesson_cells.exercise_source(lesson, cell_id), prelude=PRELUDE)
+    module = cells.load(cells.exercise_source(lesson, cell_id), prelude=PRELUDE)
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
         check(exercise_id, getattr(module, name))
 
@@ -142,7 +139,7 @@ def test_wrappers_turn_a_blank_into_a_short_error(lesson):
 
     for cell_id, call in (("exercise-strided-copy", lambda m: m.strided_copy(torch.zeros(9), 3)),
                           ("exercise-transpose-tiled", lambda m: m.transpose(torch.zeros(3, 5)))):
-        module = lesson_cells.load(lesson_cells.exercise_source(lesson, cell_id),
+        module = cells.load(cells.exercise_source(lesson, cell_id),
                                    prelude=PRELUDE)
         with pytest.raises(BlankNotFilled, match="Fill in the blank"):
             call(module)

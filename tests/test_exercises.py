@@ -7,10 +7,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from flashcourse import notebooks
+from flashcourse.authoring import build
 from flashcourse.grader.scan import CHECK_PREFIX
 
-ROOT_LESSONS = [p.stem for p in notebooks.lesson_paths(Path(__file__).resolve().parents[1])]
+ROOT_LESSONS = [p.stem for p in build.lesson_paths(Path(__file__).resolve().parents[1])]
 ACTIONABLE = ("BlankNotFilled", "WrongAnswer")
 
 

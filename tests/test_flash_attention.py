@@ -7,16 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashcourse import (
-    BlankNotFilled,
-    CourseInputError,
-    ______,
-    attention,
-    check,
-    grading,
-    lesson_cells,
-    runtime,
-)
+from flashcourse import BlankNotFilled, CourseInputError, ______, attention, check, runtime
+from flashcourse.authoring import cells
+from flashcourse.checks import registry
 
 runtime.setup(verbose=False)  # before any kernel is defined: the interpreter on CPU
 
@@ -29,14 +22,14 @@ HEADER = "import triton\nimport triton.language as tl\n\n\n"
 REJECTED = []
 
 
-SOLUTION = "\n\n\n".join(lesson_cells.solution_source(LESSON, i) for i in KERNEL_CELLS)
+SOLUTION = "\n\n\n".join(cells.solution_source(LESSON, i) for i in KERNEL_CELLS)
 
 
 def student_module(*edits):
-    """The lesson's kernels with textual edits applied (lesson_cells.edit: (old, new) matches
+    """The lesson's kernels with textual edits applied (cells.edit: (old, new) matches
     once, (old, new, count) count times), imported from a real file (@triton.jit reads the
     source with inspect)."""
-    return lesson_cells.load(SOLUTION, edits, prelude=HEADER)
+    return cells.load(SOLUTION, edits, prelude=HEADER)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +45,7 @@ def test_solution_forward_passes(solution, capsys):
 
 
 def test_hidden_cases_run_in_grading_mode(solution, capsys, monkeypatch):
-    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check("flash-triton/forward", solution.flash_forward_kernel)
     check("flash-triton/backward-dq", solution.flash_dq_kernel)
     out = capsys.readouterr().out
@@ -124,7 +117,7 @@ def test_wrong_forward_kernel_is_rejected_with_its_message(known_wrong, mistake)
     assert re.search(r"case \d+/\d+ \(B=\d+, H=\d+, N=\d+", text)
     assert not [code for code in ANSWER_CODE if code in text], text
     assert "signature" not in text, text
-    assert "flash-triton/forward" not in grading.RESULTS
+    assert "flash-triton/forward" not in registry.RESULTS
     REJECTED.append(("forward", mistake))
 
 
@@ -182,7 +175,7 @@ def test_wrong_backward_kernel_is_rejected_with_its_message(known_wrong, mistake
     REJECTED.append(("backward", mistake))
 
 
-NUMPY_BACKWARD = lesson_cells.solution_source(LESSON, "exercise-backward-numpy")
+NUMPY_BACKWARD = cells.solution_source(LESSON, "exercise-backward-numpy")
 DS_LINE = "ds = p * (dp - d_row[:, None])"
 WRONG_NUMPY_BACKWARD = {
     "D forgotten": ([(DS_LINE, "ds = p * dp")], "D is missing from dS"),
@@ -206,13 +199,13 @@ WRONG_NUMPY_BACKWARD = {
 
 
 def test_numpy_backward_solution_passes(capsys, monkeypatch):
-    module = lesson_cells.load(NUMPY_BACKWARD, [])
+    module = cells.load(NUMPY_BACKWARD, [])
     check("flash-triton/backward-numpy", module.attention_backward)
     assert "3 cases match torch autograd, dQ, dK and dV" in capsys.readouterr().out
     # D as the P-weighted row sum of dP is the same number: it must pass too
-    weighted = lesson_cells.load(
+    weighted = cells.load(
         NUMPY_BACKWARD, [(DS_LINE, "ds = p * (dp - (p * dp).sum(axis=1)[:, None])")])
-    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check("flash-triton/backward-numpy", weighted.attention_backward)
     assert "6 cases match torch autograd" in capsys.readouterr().out
 
@@ -220,7 +213,7 @@ def test_numpy_backward_solution_passes(capsys, monkeypatch):
 @pytest.mark.parametrize("mistake", list(WRONG_NUMPY_BACKWARD))
 def test_wrong_numpy_backward_is_rejected_with_its_message(known_wrong, mistake):
     edits, message = WRONG_NUMPY_BACKWARD[mistake]
-    module = lesson_cells.load(NUMPY_BACKWARD, edits)
+    module = cells.load(NUMPY_BACKWARD, edits)
     with known_wrong("flash-triton/backward-numpy", mistake, match=re.escape(message)) as caught:
         check("flash-triton/backward-numpy", module.attention_backward)
     text = str(caught.value)

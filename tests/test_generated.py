@@ -4,17 +4,17 @@ import json
 
 import pytest
 
-from flashcourse import notebooks
+from flashcourse.authoring import build
 
 
 def test_generated_files_are_in_sync(root):
-    stale = notebooks.stale_files(root)
+    stale = build.stale_files(root)
     assert not stale, f"run `python -m flashcourse build`; out of date: {stale}"
 
 
 def test_exercises_hide_every_answer(root):
-    for path in notebooks.lesson_paths(root):
-        lesson = notebooks.parse(path)
+    for path in build.lesson_paths(root):
+        lesson = build.parse(path)
         exercise = json.loads((root / "exercises" / f"{lesson.slug}.ipynb").read_text())
         text = "\n".join("".join(c["source"]) for c in exercise["cells"])
         assert "# BLANK" not in text and "BEGIN SOLUTION" not in text
@@ -26,7 +26,7 @@ def _lesson(tmp_path, body):
     path = tmp_path / "lessons" / "99-demo.qmd"
     path.parent.mkdir()
     path.write_text('---\ntitle: "Demo"\n---\n\nSome prose.\n\n```{python}\n' + body + "\n```\n")
-    return notebooks.parse(path)
+    return build.parse(path)
 
 
 def test_blank_and_stub_markers(tmp_path):
@@ -42,14 +42,14 @@ def test_blank_and_stub_markers(tmp_path):
         "    return 3",
         "    # END SOLUTION",
     ]))
-    student = notebooks.to_notebook(lesson, "exercise").cells[2]
+    student = build.to_notebook(lesson, "exercise").cells[2]
     assert student.id == "answer"
     assert student.source.splitlines()[:3] == ["x = ______  # add", "d = {", "    'k': ______,"]
     assert 'raise NotImplementedError("write this function")' in student.source
     assert "return 3" not in student.source and "fig-cap" not in student.source
-    solution = notebooks.to_notebook(lesson, "solution").cells[2].source
+    solution = build.to_notebook(lesson, "solution").cells[2].source
     assert "x = 1 + 1  # add" in solution and "return 3" in solution and "BEGIN" not in solution
-    page = notebooks.to_book_page(lesson)
+    page = build.to_book_page(lesson)
     assert 'collapse="true"' in page and "#| eval: false" in page and "fig-cap" in page
 
 
@@ -59,5 +59,5 @@ def test_blank_and_stub_markers(tmp_path):
     ("print(1)  # BLANK", "needs `target = answer`"),
 ])
 def test_bad_markers_are_reported(tmp_path, body, message):
-    with pytest.raises(notebooks.LessonSourceError, match=message):
+    with pytest.raises(build.LessonSourceError, match=message):
         _lesson(tmp_path, body)

@@ -5,22 +5,18 @@ import re
 
 import pytest
 
-from flashcourse import (
-    WrongAnswer,
-    check,
-    grading,
-    lesson_cells,
-)
-from flashcourse.checks import gpu_flash
+from flashcourse import WrongAnswer, check
+from flashcourse.authoring import cells
+from flashcourse.checks import gpu_flash, registry
 
 
 def student_answer(root, **lines):
     """The lesson's solution with some lines rewritten ({target: value}; "return" for the
     return line), as a student would write them."""
-    source = lesson_cells.solution_source(root / "lessons" / "01-gpu-flash.qmd",
+    source = cells.solution_source(root / "lessons" / "01-gpu-flash.qmd",
                                           "exercise-flash-attention")
     inner = {t if t == "return" else " " * 12 + t: v for t, v in lines.items()}  # the loop
-    return lesson_cells.load(lesson_cells.edit(source, assign=inner)).flash_attention
+    return cells.load(cells.edit(source, assign=inner)).flash_attention
 
 
 def test_solution_passes(root, capsys):
@@ -31,7 +27,7 @@ def test_solution_passes(root, capsys):
 
 
 def test_hidden_cases_run_in_grading_mode(root, capsys, monkeypatch):
-    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check("gpu-flash/flash-attention", student_answer(root))
     assert "10 cases match" in capsys.readouterr().out
 
@@ -79,7 +75,7 @@ def test_known_wrong_answer_is_rejected_with_its_message(root, mistake, known_wr
     assert re.search(r"case \d+/\d+ \(n=\d+", text), text  # names the case
     assert "section 6" in text, text  # points to the section that explains it
     assert not [code for code in ANSWER_CODE if code in text], text
-    assert "gpu-flash/flash-attention" not in grading.RESULTS
+    assert "gpu-flash/flash-attention" not in registry.RESULTS
 
 
 def test_failure_message_says_where(root, known_wrong):
@@ -120,7 +116,7 @@ def _right_misconceptions():
 
 
 def test_scorecard_below_pass_line(capsys):
-    grading.ATTEMPTS.clear()
+    registry.ATTEMPTS.clear()
     check("gpu-flash/q1-memory", gpu_flash.Q1)
     check("gpu-flash/misconceptions", _right_misconceptions())
     with pytest.raises(WrongAnswer, match="below the pass line 8"):
@@ -133,10 +129,10 @@ def test_scorecard_below_pass_line(capsys):
 
 
 def test_scorecard_of_a_correct_run_passes_and_points_to_the_next_lesson(root, capsys):
-    grading.ATTEMPTS.clear()
+    registry.ATTEMPTS.clear()
     check("gpu-flash/flash-attention", student_answer(root))
     for number, answers in ((1, gpu_flash.Q1), (2, gpu_flash.Q2), (3, gpu_flash.Q3)):
-        check(next(e for e in grading.list_ids() if e.startswith(f"gpu-flash/q{number}")),
+        check(next(e for e in registry.list_ids() if e.startswith(f"gpu-flash/q{number}")),
               answers)
     check("gpu-flash/misconceptions", _right_misconceptions())
     assert fc_scorecard() == 10  # returns normally: no error at the end of a correct run
@@ -147,11 +143,11 @@ def test_scorecard_of_a_correct_run_passes_and_points_to_the_next_lesson(root, c
 
 
 def test_scorecard_says_what_to_do_with_wrong_and_blank_items(root, capsys, known_wrong):
-    grading.ATTEMPTS.clear()
+    registry.ATTEMPTS.clear()
     with known_wrong("gpu-flash/flash-attention", "output not rescaled (scorecard)"):
         check("gpu-flash/flash-attention", student_answer(root, Oi="Oi + p_ij @ Vj"))
-    with pytest.raises(grading.BlankNotFilled):
-        check("gpu-flash/q1-memory", grading.blanks.______)
+    with pytest.raises(registry.BlankNotFilled):
+        check("gpu-flash/q1-memory", registry.blanks.______)
     check("gpu-flash/misconceptions", _right_misconceptions())
     with pytest.raises(WrongAnswer, match="below the pass line"):
         fc_scorecard()
@@ -161,7 +157,7 @@ def test_scorecard_says_what_to_do_with_wrong_and_blank_items(root, capsys, know
 
 
 def fc_scorecard():
-    return grading.scorecard("gpu-flash")
+    return registry.scorecard("gpu-flash")
 
 
 def test_every_known_wrong_answer_is_listed():

@@ -286,10 +286,11 @@ TAMPERING = {
     "check = lambda *a: None": "assigns to `check`",
     "import numpy\nnumpy.allclose = lambda *a, **k: True": "numpy.allclose",
     "np.allclose = lambda *a, **k: True": "np.allclose",
-    "import flashcourse\nflashcourse.grading.compare = lambda *a, **k: None":
-        "flashcourse.grading.compare",
-    "fc.grading.RESULTS['gpu-flash/flash-attention'] = 4": "RESULTS",
-    "from flashcourse.grading import RESULTS\nRESULTS.update({'x': 4})": "mutates `RESULTS`",
+    "import flashcourse\nflashcourse.checks.registry.compare = lambda *a, **k: None":
+        "flashcourse.checks.registry.compare",
+    "fc.checks.registry.RESULTS['gpu-flash/flash-attention'] = 4": "RESULTS",
+    "from flashcourse.checks.registry import RESULTS\nRESULTS.update({'x': 4})":
+        "mutates `RESULTS`",
     "import flashcourse.reference as r\nr.standard_attention = lambda Q, K, V: Q": "r.standard",
     "def standard_attention(Q, K, V):\n    return Q": "defines a function named",
     "import builtins\nbuiltins.print = None": "imports `builtins`",
@@ -394,15 +395,15 @@ def test_without_the_sandbox_every_line_says_so(tmp_path, root):
 
 
 def test_grading_leaves_the_environment_as_it_was(tmp_path, root, monkeypatch):
-    from flashcourse import grading
+    from flashcourse.checks import registry
 
-    monkeypatch.delenv(grading.GRADING_MODE_ENV, raising=False)
+    monkeypatch.delenv(registry.GRADING_MODE_ENV, raising=False)
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "01-gpu-flash.ipynb").write_text("not json")
     main(["grade", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--root", str(root),
           "--no-sandbox", "--secret", "s"])
-    assert grading.GRADING_MODE_ENV not in os.environ
-    assert grading.SECRET_ENV not in os.environ
+    assert registry.GRADING_MODE_ENV not in os.environ
+    assert registry.SECRET_ENV not in os.environ
 
 
 def test_submissions_inside_the_course_are_hidden_from_every_sandbox(root):

@@ -52,7 +52,7 @@ def test_course_errors_show_their_message_and_student_frames_only(tmp_path):
     assert wrong.ename == "WrongAnswer"
     assert text.startswith("WrongAnswer: gpu-flash/q1-memory: 1 of 3 answers are wrong")
     assert "s_bytes_n16k_fp16 = 1 is not right" in text and "section 5" in text
-    assert "Traceback" not in text and "grading.py" not in text and "site-packages" not in text
+    assert "Traceback" not in text and "registry.py" not in text and "site-packages" not in text
     crash, text = _error(cells[3])
     assert crash.ename == "WrongAnswer" and "your code raised ValueError: my own bug" in text
     assert "Traceback of your code" in text and "in helper" in text

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 import flashcourse as fc
-from flashcourse import BlankNotFilled, check, grading, lesson_cells
+from flashcourse import BlankNotFilled, check
+from flashcourse.authoring import cells
 from flashcourse.blanks import ______
+from flashcourse.checks import registry
 
 fc.setup(verbose=False)
 
@@ -99,12 +101,12 @@ def test_bf16_is_refused_in_the_interpreter():
 # ---------------------------------------------------------------- the ladder exercise
 
 
-PRELUDE = lesson_cells.PRELUDE + "from flashcourse.kernels.flash_ref import attn_fwd_inner\n"
+PRELUDE = cells.PRELUDE + "from flashcourse.kernels.flash_ref import attn_fwd_inner\n"
 
 
 def ladder_kernel(root, *replace):
     """The lesson's ladder kernel, each (old, new) replacing text that occurs exactly once."""
-    return lesson_cells.load_name(root / "lessons" / "07-performance.qmd", "exercise-ladder",
+    return cells.load_name(root / "lessons" / "07-performance.qmd", "exercise-ladder",
                                   "ladder_kernel", replace, PRELUDE)
 
 
@@ -114,7 +116,7 @@ def test_solution_passes(root, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert out.startswith(f"\u2713 {LADDER}: 5 cases match")
     assert out.endswith("(graders also run hidden cases)\n")
-    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")  # the grader adds the hidden cases
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")  # the grader adds the hidden cases
     check(LADDER, kernel)
     out = capsys.readouterr().out
     assert out.startswith(f"\u2713 {LADDER}: 8 cases match") and "hidden" not in out
@@ -167,9 +169,9 @@ def test_questions_and_vetoes(known_wrong):
 
 
 def test_benchmark_cli_explains_and_exits_0_without_cuda(capsys, tmp_path):
-    from flashcourse import benchmark
+    from flashcourse.bench import harness
 
-    assert benchmark.main(["--quick", "--out", str(tmp_path / "out")]) == 0
+    assert harness.main(["--quick", "--out", str(tmp_path / "out")]) == 0
     assert "no CUDA GPU" in capsys.readouterr().out
     assert not (tmp_path / "out").exists()
 
@@ -207,12 +209,12 @@ def test_explored_forward_variants_match_attention(root):
 
 
 def test_benchmark_flop_count_and_cases():
-    from flashcourse import benchmark
+    from flashcourse.bench import harness
 
-    case = benchmark.Case("fwdbwd", "fp16", 128, 16384, True)
+    case = harness.Case("fwdbwd", "fp16", 128, 16384, True)
     assert (case.batch, case.heads) == (2, 16)
     assert case.flops() == pytest.approx(3.5 * 4 * 2 * 16 * 16384**2 * 128 / 2)
-    full = benchmark.sweep_cases("fwd", quick=False, dtypes=["fp16", "bf16"])
+    full = harness.sweep_cases("fwd", quick=False, dtypes=["fp16", "bf16"])
     assert len(full) == 40 and {c.n for c in full} == {1024, 2048, 4096, 8192, 16384}
 
 

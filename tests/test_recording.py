@@ -1,4 +1,5 @@
-"""Record and replay (flashcourse.recording): a check run with a record folder, then replayed in
+"""Record and replay (flashcourse.checks.recording): a check run with a record folder, then
+replayed in
 the grader's way, gives the same verdict; a changed record, a record without the hidden cases,
 a record of other inputs and an answer that is not plain data are all refused."""
 
@@ -7,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from flashcourse import grading, lesson_cells, recording
+from flashcourse.authoring import cells
+from flashcourse.checks import recording, registry
 
 LESSON = "lessons/01-gpu-flash.qmd"
 EXERCISE = "gpu-flash/flash-attention"
@@ -15,25 +17,25 @@ EXERCISE = "gpu-flash/flash-attention"
 
 @pytest.fixture
 def flash_attention(root):
-    return lesson_cells.load_name(root / LESSON, "exercise-flash-attention", "flash_attention")
+    return cells.load_name(root / LESSON, "exercise-flash-attention", "flash_attention")
 
 
 def _record(tmp_path, monkeypatch, answer, exercise=EXERCISE, grading_mode="1"):
     monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path))
-    monkeypatch.setenv(grading.GRADING_MODE_ENV, grading_mode)
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, grading_mode)
     try:
-        grading.check(exercise, answer)
-    except (grading.WrongAnswer, grading.BlankNotFilled):
+        registry.check(exercise, answer)
+    except (registry.WrongAnswer, registry.BlankNotFilled):
         pass
     monkeypatch.delenv(recording.RECORD_DIR_ENV)
-    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     return json.loads((tmp_path / recording.record_name(exercise)).read_text())
 
 
 def test_replay_of_a_right_answer_passes(tmp_path, monkeypatch, flash_attention):
     record = _record(tmp_path, monkeypatch, flash_attention)
     assert len(record["events"]) > 10  # visible and hidden cases, each recorded
-    assert "10 cases match" in grading.replay(EXERCISE, record)
+    assert "10 cases match" in registry.replay(EXERCISE, record)
 
 
 def test_replay_rejects_a_changed_result(tmp_path, monkeypatch, flash_attention,
@@ -42,8 +44,8 @@ def test_replay_rejects_a_changed_result(tmp_path, monkeypatch, flash_attention,
     event = next(e for e in record["events"] if e["label"].startswith("case"))
     value = recording.decode(event["result"])
     event["result"] = recording.encode(np.asarray(value) * 1.01)
-    with pytest.raises(grading.WrongAnswer, match="max abs error"):
-        grading.replay(EXERCISE, record)
+    with pytest.raises(registry.WrongAnswer, match="max abs error"):
+        registry.replay(EXERCISE, record)
     record_rejection("grade/replay", "a recorded result changed after the run")
 
 
@@ -51,7 +53,7 @@ def test_replay_rejects_a_record_without_hidden_cases(tmp_path, monkeypatch, fla
                                                       record_rejection):
     record = _record(tmp_path, monkeypatch, flash_attention, grading_mode="0")
     with pytest.raises(recording.RecordMismatch, match="record"):
-        grading.replay(EXERCISE, record)
+        registry.replay(EXERCISE, record)
     record_rejection("grade/replay", "hidden cases switched off in the notebook")
 
 
@@ -59,7 +61,7 @@ def test_replay_rejects_other_inputs(tmp_path, monkeypatch, flash_attention, rec
     record = _record(tmp_path, monkeypatch, flash_attention)
     record["events"][2]["inputs"] = "0" * 64
     with pytest.raises(recording.RecordMismatch, match="inputs"):
-        grading.replay(EXERCISE, record)
+        registry.replay(EXERCISE, record)
     record_rejection("grade/replay", "a record made on other inputs")
 
 
@@ -68,11 +70,11 @@ def test_answers_must_be_plain_data(tmp_path, monkeypatch, record_rejection):
         def __eq__(self, other):
             return True
 
-    answers = {key: Anything() for key in grading.get("gpu-flash/q1-memory").answers}
+    answers = {key: Anything() for key in registry.get("gpu-flash/q1-memory").answers}
     record = _record(tmp_path, monkeypatch, answers, exercise="gpu-flash/q1-memory")
     assert "unsupported" in record["answer"]
-    with pytest.raises(grading.WrongAnswer, match="not plain data"):
-        grading.replay("gpu-flash/q1-memory", record)
+    with pytest.raises(registry.WrongAnswer, match="not plain data"):
+        registry.replay("gpu-flash/q1-memory", record)
     record_rejection("grade/replay", "answers that compare equal to anything")
 
 
@@ -86,27 +88,27 @@ def test_decode_builds_only_plain_values():
 
 
 def test_notebook_scorecard_fails_an_unanswered_veto(monkeypatch):
-    grading.get(EXERCISE)
-    monkeypatch.setattr(grading, "RESULTS", {})
-    monkeypatch.setattr(grading, "VETOES_HIT", {})
-    monkeypatch.setattr(grading, "ATTEMPTS", {})
-    for item in grading.LESSONS["gpu-flash"].exercises:
+    registry.get(EXERCISE)
+    monkeypatch.setattr(registry, "RESULTS", {})
+    monkeypatch.setattr(registry, "VETOES_HIT", {})
+    monkeypatch.setattr(registry, "ATTEMPTS", {})
+    for item in registry.LESSONS["gpu-flash"].exercises:
         if item.kind != "veto":
-            grading.RESULTS[item.id] = item.points
-    with pytest.raises(grading.VetoMisconception, match="not answered"):
-        grading.scorecard("gpu-flash")
-    grading.RESULTS["gpu-flash/misconceptions"] = 0
-    assert grading.scorecard("gpu-flash") == 10
+            registry.RESULTS[item.id] = item.points
+    with pytest.raises(registry.VetoMisconception, match="not answered"):
+        registry.scorecard("gpu-flash")
+    registry.RESULTS["gpu-flash/misconceptions"] = 0
+    assert registry.scorecard("gpu-flash") == 10
 
 
 def test_a_secret_reseeds_every_case(tmp_path, monkeypatch, flash_attention, record_rejection):
     public = _record(tmp_path, monkeypatch, flash_attention)
-    monkeypatch.setenv(grading.SECRET_ENV, "instructor-only")
+    monkeypatch.setenv(registry.SECRET_ENV, "instructor-only")
     secret = _record(tmp_path / "secret", monkeypatch, flash_attention)
-    assert "10 cases match" in grading.replay(EXERCISE, secret)
+    assert "10 cases match" in registry.replay(EXERCISE, secret)
     assert [e["inputs"] for e in public["events"]] != [e["inputs"] for e in secret["events"]]
     with pytest.raises(recording.RecordMismatch, match="inputs"):
-        grading.replay(EXERCISE, public)  # made without the secret: other inputs
+        registry.replay(EXERCISE, public)  # made without the secret: other inputs
     record_rejection("grade/replay", "a record made on the public seeds")
 
 
@@ -115,7 +117,7 @@ def test_a_launch_records_the_tensors_not_what_the_launch_returns(monkeypatch):
     None): a check's launch must record the tensors the kernel wrote, not that object."""
     import torch
 
-    from flashcourse import kernel_grading
+    from flashcourse.checks import guards
 
     class Launched:  # stands for triton.compiler.CompiledKernel
         pass
@@ -128,11 +130,11 @@ def test_a_launch_records_the_tensors_not_what_the_launch_returns(monkeypatch):
             return run
 
     monkeypatch.setattr(recording, "_recording", {"exercise": "x", "answer": {}, "events": []})
-    kernel_grading.launch(Kernel(), (1,), "case 1", torch.zeros(4))
+    guards.launch(Kernel(), (1,), "case 1", torch.zeros(4))
     event = recording._recording["events"][0]
     assert event["result"] is None
     monkeypatch.setattr(recording, "_recording", None)
     replayed = torch.zeros(4)
     with recording.replaying({"events": [event]}):
-        kernel_grading.launch(recording.StandIn("kernel"), (1,), "case 1", replayed)
+        guards.launch(recording.StandIn("kernel"), (1,), "case 1", replayed)
     assert replayed.tolist() == [1.0] * 4

@@ -7,12 +7,9 @@ import numpy as np
 import pytest
 
 import flashcourse as fc
-from flashcourse import (
-    BlankNotFilled,
-    check,
-    grading,
-    lesson_cells,
-)
+from flashcourse import BlankNotFilled, check
+from flashcourse.authoring import cells
+from flashcourse.checks import registry
 
 REJECTED = []
 
@@ -24,7 +21,7 @@ def lesson(root):
 
 
 def answer(lesson, cell_id, name, *replace):
-    return lesson_cells.load_name(lesson, cell_id, name, replace)
+    return cells.load_name(lesson, cell_id, name, replace)
 
 
 CELLS = {
@@ -40,11 +37,11 @@ def test_solution_passes(lesson, exercise_id, capsys):
     cell_id, name = CELLS[exercise_id]
     check(exercise_id, answer(lesson, cell_id, name))
     assert capsys.readouterr().out.startswith(f"\u2713 {exercise_id}: ")
-    assert exercise_id in grading.RESULTS
+    assert exercise_id in registry.RESULTS
 
 
 def test_hidden_cases_run_in_grading_mode(lesson, capsys, monkeypatch):
-    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check("roofline/copy-kernel", answer(lesson, *CELLS["roofline/copy-kernel"]))
     check("roofline/gemm-intensity", answer(lesson, *CELLS["roofline/gemm-intensity"]))
     out = capsys.readouterr().out
@@ -126,7 +123,7 @@ def test_known_wrong_answer_is_rejected_with_its_message(lesson, known_wrong, ex
     with known_wrong(exercise_id, mistake, match=re.escape(message)) as caught:
         check(exercise_id, wrong)
     assert re.search(r"case \d+/\d+ \(", str(caught.value)), str(caught.value)
-    assert exercise_id not in grading.RESULTS
+    assert exercise_id not in registry.RESULTS
     REJECTED.append((exercise_id, mistake))
 
 
@@ -143,15 +140,15 @@ def test_copy_failure_says_where(lesson, known_wrong):
 @pytest.mark.parametrize("exercise_id", list(CELLS))
 def test_untouched_exercise_says_fill_in_the_blank(lesson, exercise_id):
     cell_id, name = CELLS[exercise_id]
-    source = lesson_cells.exercise_source(lesson, cell_id)
-    module = lesson_cells.load(source)
+    source = cells.exercise_source(lesson, cell_id)
+    module = cells.load(source)
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
         check(exercise_id, getattr(module, name))
 
 
 def test_run_kernel_turns_a_blank_into_a_short_error(lesson):
-    source = lesson_cells.exercise_source(lesson, "exercise-copy-kernel")
-    module = lesson_cells.load(source, prelude=lesson_cells.PRELUDE +
+    source = cells.exercise_source(lesson, "exercise-copy-kernel")
+    module = cells.load(source, prelude=cells.PRELUDE +
                                "from flashcourse import run_kernel\n")
     import torch
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
@@ -159,7 +156,7 @@ def test_run_kernel_turns_a_blank_into_a_short_error(lesson):
 
 
 def test_stub_kernel_says_implement(lesson, known_wrong):
-    stub = lesson_cells.load(
+    stub = cells.load(
         "@triton.jit\ndef copy_kernel(x_ptr, y_ptr, n_elements, BLOCK: tl.constexpr):\n"
         "    raise NotImplementedError('write this function')\n")
     with known_wrong("roofline/copy-kernel", "stub still raises NotImplementedError",

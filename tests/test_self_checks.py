@@ -5,9 +5,10 @@ import re
 
 import pytest
 
-from flashcourse import BlankNotFilled, VetoMisconception, WrongAnswer, ______, check, grading
+from flashcourse import BlankNotFilled, VetoMisconception, WrongAnswer, ______, check
+from flashcourse.checks import registry
 
-SELF_CHECKS = [i for i in grading.list_ids() if grading.EXERCISES[i].kind != "code"]
+SELF_CHECKS = [i for i in registry.list_ids() if registry.EXERCISES[i].kind != "code"]
 
 
 def _wrong(value):
@@ -19,7 +20,7 @@ def _wrong(value):
 
 
 def test_every_lesson_has_questions_and_vetoes():
-    for lesson_id, lesson in grading.LESSONS.items():
+    for lesson_id, lesson in registry.LESSONS.items():
         kinds = [e.kind for e in lesson.exercises]
         assert kinds.count("question") >= 3, lesson_id
         assert kinds.count("veto") == 1, lesson_id
@@ -28,7 +29,7 @@ def test_every_lesson_has_questions_and_vetoes():
 
 @pytest.mark.parametrize("exercise_id", SELF_CHECKS)
 def test_right_answers_pass_and_each_wrong_one_is_named(exercise_id, known_wrong, capsys):
-    item = grading.EXERCISES[exercise_id]
+    item = registry.EXERCISES[exercise_id]
     right = dict(item.answers)
     check(exercise_id, right)
     assert capsys.readouterr().out.startswith(f"\u2713 {exercise_id}: ")
@@ -48,28 +49,28 @@ def test_right_answers_pass_and_each_wrong_one_is_named(exercise_id, known_wrong
 
 @pytest.mark.parametrize("exercise_id", [i for i in SELF_CHECKS if i.endswith("/misconceptions")])
 def test_misconception_answers_must_be_booleans(exercise_id, known_wrong):
-    right = dict(grading.EXERCISES[exercise_id].answers)
+    right = dict(registry.EXERCISES[exercise_id].answers)
     key = next(iter(right))
     with known_wrong(exercise_id, "answer not a boolean", match="True or False"):
         check(exercise_id, dict(right, **{key: "no"}))
 
 
-@pytest.mark.parametrize("lesson_id", sorted(grading.LESSONS))
+@pytest.mark.parametrize("lesson_id", sorted(registry.LESSONS))
 def test_a_veto_fails_the_lesson_and_full_marks_pass(lesson_id, known_wrong, capsys):
-    lesson = grading.LESSONS[lesson_id]
+    lesson = registry.LESSONS[lesson_id]
     for item in lesson.exercises:
         if item.kind == "code":  # kernels and numpy answers are graded in each lesson's tests
-            grading.RESULTS[item.id] = item.points
+            registry.RESULTS[item.id] = item.points
         elif item.kind == "question":
             check(item.id, dict(item.answers))
-    veto = grading.EXERCISES[f"{lesson_id}/misconceptions"]
+    veto = registry.EXERCISES[f"{lesson_id}/misconceptions"]
     key = next(iter(veto.answers))
     with pytest.raises(VetoMisconception):
         check(veto.id, dict(veto.answers, **{key: not veto.answers[key]}))
     with known_wrong(veto.id, "full marks with one veto", exc=VetoMisconception,
                      match="fails the lesson"):
-        grading.scorecard(lesson_id)
+        registry.scorecard(lesson_id)
     assert "FAIL" in capsys.readouterr().out
     check(veto.id, dict(veto.answers))
-    assert grading.scorecard(lesson_id) == 10
+    assert registry.scorecard(lesson_id) == 10
     assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out

@@ -7,14 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from flashcourse import (
-    BlankNotFilled,
-    ______,
-    check,
-    grading,
-    lesson_cells,
-    runtime,
-)
+from flashcourse import BlankNotFilled, ______, check, runtime
+from flashcourse.authoring import cells
+from flashcourse.checks import registry
 
 runtime.setup(verbose=False)  # before triton is imported or any kernel defined: the interpreter
 
@@ -22,7 +17,7 @@ from flashcourse.checks import softmax  # noqa: E402
 
 
 def solution_source(root, cell_id):
-    return lesson_cells.solution_source(root / "lessons" / "05-softmax.qmd", cell_id)
+    return cells.solution_source(root / "lessons" / "05-softmax.qmd", cell_id)
 
 
 EXERCISES = {  # exercise id: (solution cell id, function name)
@@ -39,8 +34,8 @@ def answer(root, exercise_id, lines=None, replace=()):
     replaced (replace: (old, new, expected count)), imported from a real file."""
     cell_id, name = EXERCISES[exercise_id]
     runtime.setup(verbose=False)  # the interpreter must be chosen before @triton.jit runs
-    source = lesson_cells.edit(solution_source(root, cell_id), replace, lines)
-    return getattr(lesson_cells.load(source), name)
+    source = cells.edit(solution_source(root, cell_id), replace, lines)
+    return getattr(cells.load(source), name)
 
 
 # ---------------------------------------------------------------- right answers
@@ -52,14 +47,14 @@ def test_solution_passes(root, capsys, exercise_id):
     out = capsys.readouterr().out
     assert out.startswith(f"\u2713 {exercise_id}: ")
     assert "(graders also run hidden cases)" in out
-    assert grading.RESULTS[exercise_id] == grading.EXERCISES[exercise_id].points
+    assert registry.RESULTS[exercise_id] == registry.EXERCISES[exercise_id].points
 
 
 @pytest.mark.parametrize("exercise_id", ["softmax/stable-softmax", "softmax/row-kernel",
                                          "softmax/online-kernel", "softmax/merge-states",
                                          "softmax/online-stats"])
 def test_hidden_cases_run_in_grading_mode(root, capsys, monkeypatch, exercise_id):
-    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check(exercise_id, answer(root, exercise_id))
     out = capsys.readouterr().out
     count = int(re.search(r": (\d+) cases", out).group(1))
@@ -162,7 +157,7 @@ def test_known_wrong_answer_is_rejected_with_its_message(root, known_wrong,
     text = str(caught.value)
     assert re.search(r"case \d+/\d+ \(", text), text  # names the case
     assert "Traceback" not in text and "triton" not in text.split("\n")[0].lower()
-    assert exercise_id not in grading.RESULTS
+    assert exercise_id not in registry.RESULTS
 
 
 def test_failure_message_says_where_and_how_much(root, known_wrong):
@@ -246,7 +241,7 @@ def test_q3_accepts_a_rounded_number(known_wrong):
 
 
 def test_lesson_is_out_of_ten_with_pass_line_eight():
-    lesson = grading.LESSONS["softmax"]
+    lesson = registry.LESSONS["softmax"]
     assert lesson.total_points == 10 and lesson.pass_line == 8
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from flashcourse import notebooks
+from flashcourse.authoring import build
 
 ANSWERS_TITLE = "Reference answer to Q"  # one per question: "... to Q1 (the rubric)"
 
@@ -17,7 +17,7 @@ def _cells(root, folder, slug):
 
 
 def _slugs(root):
-    return [p.stem for p in notebooks.lesson_paths(root)]
+    return [p.stem for p in build.lesson_paths(root)]
 
 
 def test_exercises_hold_no_reference_answers_and_the_book_keeps_them_collapsed(root):
@@ -48,7 +48,7 @@ def test_each_explanation_question_has_an_open_answer_cell_with_its_rubric_besid
 def test_an_open_answer_block_becomes_a_cell_with_its_id(tmp_path):
     lesson = _lesson(tmp_path, "Before.\n\n::: {#open-q1 .open-answer}\nYour answer.\n:::\n\n"
                      "After.")
-    cells = notebooks.to_notebook(lesson, "exercise").cells
+    cells = build.to_notebook(lesson, "exercise").cells
     opened = [c for c in cells if c.id == "open-q1"]
     assert len(opened) == 1 and opened[0].cell_type == "markdown"
     assert opened[0].source == "Your answer." and "After." not in opened[0].source
@@ -69,30 +69,30 @@ def _lesson(tmp_path, markdown):
     path.parent.mkdir(exist_ok=True)
     path.write_text('---\ntitle: "Demo"\n---\n\n```{python}\n#| id: try-it\nx = 1  # BLANK\n```'
                     "\n\n" + markdown + "\n")
-    return notebooks.parse(path)
+    return build.parse(path)
 
 
 def test_an_answers_block_with_a_nested_div_is_left_out_whole(tmp_path):
     lesson = _lesson(tmp_path, "Before.\n\n::: {.callout-tip .answers collapse=\"true\"}\n"
                      "## Answers\n\n::: {.column-margin}\nnested\n:::\n\nThe answer is 4.\n:::"
                      "\n\nAfter.")
-    exercise = notebooks.to_notebook(lesson, "exercise")
+    exercise = build.to_notebook(lesson, "exercise")
     text = "\n".join(c.source for c in exercise.cells)
     assert "Before." in text and "After." in text
     assert "answer is 4" not in text and "nested" not in text and ":::" not in text
-    solution = "\n".join(c.source for c in notebooks.to_notebook(lesson, "solution").cells)
+    solution = "\n".join(c.source for c in build.to_notebook(lesson, "solution").cells)
     assert "The answer is 4." in solution and "::: {.column-margin}" in solution
     assert exercise.cells[1].metadata["tags"] == ["raises-exception"]
 
 
 def test_a_markdown_cell_that_is_only_answers_is_dropped_from_the_exercise(tmp_path):
     lesson = _lesson(tmp_path, "::: {.callout-tip .answers collapse=\"true\"}\n## Answers\n:::")
-    assert [c.cell_type for c in notebooks.to_notebook(lesson, "exercise").cells] == \
+    assert [c.cell_type for c in build.to_notebook(lesson, "exercise").cells] == \
         ["markdown", "code"]  # the title and the code cell
-    assert len(notebooks.to_notebook(lesson, "solution").cells) == 3
+    assert len(build.to_notebook(lesson, "solution").cells) == 3
 
 
 def test_an_answers_block_left_open_is_an_error(tmp_path):
     lesson = _lesson(tmp_path, "::: {.callout-tip .answers collapse=\"true\"}\n## Answers")
-    with pytest.raises(notebooks.LessonSourceError, match="never closed"):
-        notebooks.to_notebook(lesson, "exercise")
+    with pytest.raises(build.LessonSourceError, match="never closed"):
+        build.to_notebook(lesson, "exercise")

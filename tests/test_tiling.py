@@ -18,12 +18,9 @@ import re  # noqa: E402
 import pytest  # noqa: E402
 
 import flashcourse  # noqa: E402
-from flashcourse import (  # noqa: E402
-    BlankNotFilled,
-    check,
-    grading,
-    lesson_cells,
-)
+from flashcourse import BlankNotFilled, check
+from flashcourse.authoring import cells
+from flashcourse.checks import registry
 from flashcourse.checks import tiling_matmul as tiling  # noqa: E402
 
 flashcourse.setup(verbose=False)  # before any kernel is defined: the interpreter in tests
@@ -34,17 +31,17 @@ REJECTED = []  # (exercise id, mistake) pairs a test saw rejected, counted at th
 
 def student_source(root, cell_id, replacements=None):
     """A solution cell of the lesson with some text replaced (each must match once)."""
-    source = lesson_cells.solution_source(root / "lessons" / "04-tiling-matmul.qmd", cell_id)
-    return lesson_cells.edit(source, (replacements or {}).items())
+    source = cells.solution_source(root / "lessons" / "04-tiling-matmul.qmd", cell_id)
+    return cells.edit(source, (replacements or {}).items())
 
 
 def student_kernel(root, **replacements):
     """The lesson's kernel with some text replaced, imported from a real file."""
-    return lesson_cells.load(student_source(root, KERNEL_CELL, replacements)).matmul_kernel
+    return cells.load(student_source(root, KERNEL_CELL, replacements)).matmul_kernel
 
 
 def student_function(root, cell_id, name, **replacements):
-    return getattr(lesson_cells.load(student_source(root, cell_id, replacements)), name)
+    return getattr(cells.load(student_source(root, cell_id, replacements)), name)
 
 
 # ---------------------------------------------------------------- the Triton kernel
@@ -58,7 +55,7 @@ def test_solution_kernel_passes(root, capsys):
 
 
 def test_hidden_kernel_cases_run_in_grading_mode(root, capsys, monkeypatch):
-    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check("tiling/matmul-kernel", student_kernel(root))
     assert "9 cases match" in capsys.readouterr().out
 
@@ -111,7 +108,7 @@ def test_known_wrong_kernel_is_rejected_with_its_message(root, known_wrong, mist
     if "outside the output" not in text:  # a value mismatch says where, down to the tile
         assert re.search(r"row \d+, column \d+", text), text
         assert re.search(r"output tile \(pid_m=\d+, pid_n=\d+\)", text), text
-    assert "tiling/matmul-kernel" not in grading.RESULTS
+    assert "tiling/matmul-kernel" not in registry.RESULTS
     REJECTED.append(("tiling/matmul-kernel", mistake))
 
 
@@ -135,7 +132,7 @@ def test_fp16_accumulator_fails_the_long_k_case(root, known_wrong):
 
 def test_stub_kernel_says_implement(root, known_wrong):
     head, _, _ = student_source(root, KERNEL_CELL).partition("    # which output tile")
-    kernel = lesson_cells.load(head + '    raise NotImplementedError("write this function")'
+    kernel = cells.load(head + '    raise NotImplementedError("write this function")'
                                ).matmul_kernel
     with known_wrong("tiling/matmul-kernel", "stub still raises NotImplementedError",
                      match="NotImplementedError"):
@@ -208,7 +205,7 @@ def test_wrong_blocked_matmul_is_rejected(root, known_wrong, mistake):
 
 
 def test_hidden_blocked_cases_run_in_grading_mode(root, capsys, monkeypatch):
-    monkeypatch.setenv(grading.GRADING_MODE_ENV, "1")
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check("tiling/blocked-bytes",
           student_function(root, "exercise-blocked-matmul", "blocked_matmul"))
     assert "7 cases" in capsys.readouterr().out
@@ -253,8 +250,8 @@ def test_question_answers_match_the_lesson_numbers():
 
 
 def test_rubric_is_ten_points():
-    assert grading.LESSONS["tiling"].total_points == 10
-    assert grading.LESSONS["tiling"].pass_line == 8
+    assert registry.LESSONS["tiling"].total_points == 10
+    assert registry.LESSONS["tiling"].pass_line == 8
 
 
 def test_zz_report_rejected_count():

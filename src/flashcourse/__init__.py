@@ -9,7 +9,7 @@ Every notebook starts with:
 
 from . import figures, hardware, models, reference  # noqa: E402,F401  (fc.figures etc.)
 from .blanks import BlankNotFilled, ______
-from .grading import VetoMisconception, WrongAnswer, check, scorecard
+from .checks.registry import VetoMisconception, WrongAnswer, check, scorecard
 from .launch import run_kernel
 from .models import traffic  # noqa: F401  (fc.traffic, used by the lessons' cells)
 from .runtime import CourseInputError, setup

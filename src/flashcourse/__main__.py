@@ -17,8 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flashcourse")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="print every exercise id with its points")
-    build = sub.add_parser("build", help="regenerate exercises/, solutions/ and book/")
-    build.add_argument("--root", type=Path, default=Path.cwd())
+    build_cmd = sub.add_parser("build", help="regenerate exercises/, solutions/ and book/")
+    build_cmd.add_argument("--root", type=Path, default=Path.cwd())
     sync = sub.add_parser("check-sync", help="fail if generated files are out of date")
     sync.add_argument("--root", type=Path, default=Path.cwd())
     from .grader import cli as grade
@@ -30,29 +30,29 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("workspace", add_help=False,
                    help="the student's copies in work/: prepare, update, reset NN")
     if argv[:1] == ["bench"]:  # the benchmark parses its own options
-        from . import benchmark
+        from .bench import harness
 
-        return benchmark.main(argv[1:])
+        return harness.main(argv[1:])
     args = parser.parse_args(argv)
 
     if args.command == "grade":
         return grade.run_cli(args)
 
     if args.command == "list":
-        from . import grading
+        from .checks import registry
 
-        for exercise_id in grading.list_ids():
-            item = grading.EXERCISES[exercise_id]
+        for exercise_id in registry.list_ids():
+            item = registry.EXERCISES[exercise_id]
             print(f"{exercise_id}\t{item.points:g}\t{item.kind}\t{item.title}")
         return 0
 
-    from . import notebooks
+    from .authoring import build
 
     if args.command == "build":
-        for path in notebooks.build(args.root):
+        for path in build.build(args.root):
             print(f"wrote {path.relative_to(args.root)}")
         return 0
-    stale = notebooks.stale_files(args.root)
+    stale = build.stale_files(args.root)
     for path in stale:
         print(f"out of date: {path}  (run: python -m flashcourse build)")
     return 1 if stale else 0

@@ -102,7 +102,7 @@ def make_inputs(B: int, H: int, N: int, D: int, dtype=torch.float32, device="cpu
                 seed: int = 0, large_logits: bool = False, sm_scale: float | None = None):
     """Reproducible q, k, v of shape (B, H, N, D). large_logits: scaled scores of about 1e3,
     with a few dominant keys, so exp() overflows unless the running max is subtracted."""
-    from .cases import case_seed
+    from .checks.cases import case_seed
 
     gen = torch.Generator().manual_seed(case_seed(seed))
     q, k, v = (torch.randn(B, H, N, D, generator=gen, dtype=torch.float64) for _ in range(3))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from .blanks import BlankNotFilled
-from .errors import CourseInputError, WrongAnswer
+from .checks.errors import CourseInputError, WrongAnswer
 
 
 def course_errors() -> tuple[type, ...]:

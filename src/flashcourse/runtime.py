@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import CourseInputError  # noqa: F401  (raised here; fc.CourseInputError)
+from .checks.errors import CourseInputError  # noqa: F401  (raised here; fc.CourseInputError)
 
 FORCE_INTERPRETER_ENV = "FLASHCOURSE_INTERPRET"
 

@@ -1,18 +1,19 @@
-"""The checks of each lesson, one module named after the lesson's file (lessons/NN-<name>.qmd):
-importing this package registers every exercise with `flashcourse.grading`."""
+"""The checks: they run in the student's notebook (and again in the grader's replay).
 
-from ..runtime import current
+`registry.py` holds the exercises and `check`/`scorecard`; `errors.py`, `cases.py`,
+`compare.py`, `buffers.py` (poisoned inputs, canaried outputs), `guards.py` (guarded launches)
+and `recording.py` (what crosses the grader's sandbox) are shared by every lesson. The other
+modules hold one lesson's checks each, named after the lesson's file (lessons/NN-<name>.qmd);
+`registry` imports them by name, listed in `LESSON_MODULES`, the first time it needs them.
+"""
 
-# Choose the runtime before any check module defines a Triton kernel: Triton reads
-# TRITON_INTERPRET when a kernel is decorated, not when it runs.
-current()
-
-from . import (  # noqa: E402,F401
-    coalescing,  # 03-coalescing
-    flash_attention,  # 06-flash-attention
-    gpu_flash,  # 01-gpu-flash
-    memory_roofline,  # 02-memory-roofline
-    performance,  # 07-performance
-    softmax,  # 05-softmax
-    tiling_matmul,  # 04-tiling-matmul
-)
+# Lesson check modules in lesson order: lessons/NN-<name>.qmd -> checks/<module>.py.
+LESSON_MODULES = {
+    "01-gpu-flash": "gpu_flash",
+    "02-memory-roofline": "memory_roofline",
+    "03-coalescing": "coalescing",
+    "04-tiling-matmul": "tiling_matmul",
+    "05-softmax": "softmax",
+    "06-flash-attention": "flash_attention",
+    "07-performance": "performance",
+}

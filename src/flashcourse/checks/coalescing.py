@@ -8,10 +8,11 @@ import numpy as np
 import torch
 import triton
 
-from .. import buffers, grading, kernel_grading, runtime
+from .. import runtime
 from ..models import memory as memory_model
+from . import buffers, guards, registry
 
-LESSON = grading.lesson("coalescing", "Lesson 3: Coalescing, divergence and transposes",
+LESSON = registry.lesson("coalescing", "Lesson 3: Coalescing, divergence and transposes",
                         pass_line=8)
 
 
@@ -83,17 +84,17 @@ def _sector_variants(addresses, size):
     ]
 
 
-@grading.exercise("coalescing/sectors", "sectors and lines of a warp's load", 2)
+@registry.exercise("coalescing/sectors", "sectors and lines of a warp's load", 2)
 def _check_sectors(sectors_and_lines) -> str:
-    cases = _sector_cases(grading.grading_mode())
+    cases = _sector_cases(registry.grading_mode())
     for number, (what, addresses, size) in enumerate(cases, 1):
         case = f"case {number}/{len(cases)} ({what}, access_bytes={size})"
-        got = grading.run_student(sectors_and_lines, case, addresses.copy(), size)
+        got = registry.run_student(sectors_and_lines, case, addresses.copy(), size)
         want = memory_model.sectors_and_lines(addresses, size)
         try:
             got = tuple(int(v) for v in got)
         except (TypeError, ValueError) as err:
-            raise grading.WrongAnswer(f"{case}: return a pair (sectors, lines), not "
+            raise registry.WrongAnswer(f"{case}: return a pair (sectors, lines), not "
                                       f"{got!r}.") from err
         if got != want:
             hint = next((why for value, why in _sector_variants(addresses, size)
@@ -101,16 +102,16 @@ def _check_sectors(sectors_and_lines) -> str:
                         "A thread's read covers every byte from its address to the end of "
                         "its element; count the distinct 32-byte sectors and 128-byte lines "
                         f"those bytes fall in: {SECTIONS['coalescing/q1-sectors']}.")
-            raise grading.WrongAnswer(f"{case}: you returned (sectors, lines) = {got}, which "
+            raise registry.WrongAnswer(f"{case}: you returned (sectors, lines) = {got}, which "
                                       f"is not right for this access pattern. {hint}")
-    return f"{len(cases)} access patterns right{grading.hidden_note()}"
+    return f"{len(cases)} access patterns right{registry.hidden_note()}"
 
 
 # ---------------------------------------------------------------- warp efficiency
 
 def _divergence_cases(hidden: bool):
     t = np.arange(256)
-    rng = np.random.default_rng(grading.case_seed(5))
+    rng = np.random.default_rng(registry.case_seed(5))
     cases = [
         ("t % 2 == 0", t % 2 == 0),
         ("(t // 32) % 2 == 0 (uniform per warp)", (t // 32) % 2 == 0),
@@ -140,17 +141,17 @@ def _efficiency_variants(predicate):
     ]
 
 
-@grading.exercise("coalescing/warp-efficiency", "warp efficiency under divergence", 1)
+@registry.exercise("coalescing/warp-efficiency", "warp efficiency under divergence", 1)
 def _check_warp_efficiency(warp_efficiency) -> str:
-    cases = _divergence_cases(grading.grading_mode())
+    cases = _divergence_cases(registry.grading_mode())
     results = []
     for number, (what, predicate) in enumerate(cases, 1):
         case = f"case {number}/{len(cases)} (256 threads, predicate {what})"
-        got = grading.run_student(warp_efficiency, case, predicate.copy())
+        got = registry.run_student(warp_efficiency, case, predicate.copy())
         try:
             results.append(float(got))
         except (TypeError, ValueError) as err:
-            raise grading.WrongAnswer(f"{case}: return one number, not {got!r}.") from err
+            raise registry.WrongAnswer(f"{case}: return one number, not {got!r}.") from err
     for number, ((what, predicate), value) in enumerate(zip(cases, results, strict=True), 1):
         want = memory_model.warp_efficiency(predicate)
         if np.isclose(value, want, rtol=1e-9):
@@ -165,9 +166,9 @@ def _check_warp_efficiency(warp_efficiency) -> str:
             if np.allclose(results, expected, rtol=1e-9):
                 hint = _efficiency_variants(predicate)[index][1]
                 break
-        raise grading.WrongAnswer(f"{case}: you returned {value:.4g}, which is not this "
+        raise registry.WrongAnswer(f"{case}: you returned {value:.4g}, which is not this "
                                   f"predicate's warp efficiency. {hint}")
-    return f"{len(cases)} predicates right{grading.hidden_note()}"
+    return f"{len(cases)} predicates right{registry.hidden_note()}"
 
 
 # ---------------------------------------------------------------- strided copy
@@ -180,50 +181,50 @@ STRIDED_HIDDEN = [(777, 3, 256), (33, 16, 32)]
 
 def run_strided_copy(kernel, n, stride, block, dtype, case, seed=0):
     device = runtime.current().device
-    generator = torch.Generator().manual_seed(grading.case_seed(seed))
+    generator = torch.Generator().manual_seed(registry.case_seed(seed))
     source = (torch.randn(n * stride, generator=generator) * 100).to(dtype).to(device)
     pad = (n + block) * stride
     x = buffers.poisoned(source, pad_cols=pad)
     out = buffers.Canaried((n,), dtype, device, pad_cols=pad)
-    kernel_grading.launch(kernel, (triton.cdiv(n, block),), case, x, out.tensor, n, stride,
+    guards.launch(kernel, (triton.cdiv(n, block),), case, x, out.tensor, n, stride,
                           BLOCK=block)
     return out, source
 
 
-@grading.exercise("coalescing/strided-copy", "Triton strided copy", 1, kernel=True)
+@registry.exercise("coalescing/strided-copy", "Triton strided copy", 1, kernel=True)
 def _check_strided(strided_copy_kernel) -> str:
-    kernel_grading.require_kernel(strided_copy_kernel, "coalescing/strided-copy",
+    guards.require_kernel(strided_copy_kernel, "coalescing/strided-copy",
                                   "strided_copy_kernel")
-    cases = grading.with_hidden(STRIDED_CASES, STRIDED_HIDDEN)
-    dtypes = kernel_grading.graded_dtypes()
+    cases = registry.with_hidden(STRIDED_CASES, STRIDED_HIDDEN)
+    dtypes = guards.graded_dtypes()
     total, number = len(cases) * len(dtypes), 0
     for dtype in dtypes:
         for n, stride, block in cases:
             number += 1
             case = (f"case {number}/{total} (n_elements={n}, stride={stride}, BLOCK={block}, "
-                    f"{kernel_grading.dtype_name(dtype)})")
+                    f"{guards.dtype_name(dtype)})")
             out, source = run_strided_copy(strided_copy_kernel, n, stride, block, dtype, case,
                                            seed=number)
             outside = int(out.changed_canaries().sum())
             if outside > triton.cdiv(n, block) * block - n:
-                raise grading.WrongAnswer(
+                raise registry.WrongAnswer(
                     f"{case}: your kernel wrote {outside} values outside the output, more than "
                     "a missing mask on the last block could: the stride belongs to the load "
                     "only: the output is contiguous, the input is read every stride-th element.")
             out.verify(case)
             want = source[::stride][:n]
             got = out.tensor.cpu()
-            if stride > 1 and n > 1 and grading.same_result(got, source[:n].cpu(), 0):
-                raise grading.WrongAnswer(f"{case}: you copied x[i], not x[i * stride]: the "
+            if stride > 1 and n > 1 and registry.same_result(got, source[:n].cpu(), 0):
+                raise registry.WrongAnswer(f"{case}: you copied x[i], not x[i * stride]: the "
                                           "load must step by the stride.")
-            kernel_grading.unwritten_hint(
+            guards.unwritten_hint(
                 out.unwritten().cpu(), case,
                 "(NaN: never stored, or loaded from outside the input.) The mask compares "
                 "output indices: offsets < n_elements, on the load and the store.")
-            grading.compare(got, want.cpu(), case, atol=0,
+            registry.compare(got, want.cpu(), case, atol=0,
                             hint="y[i] must be x[i * stride]; a masked-off load without "
                                  "`other` gives undefined values.")
-    return f"{total} cases right, canaries intact{grading.hidden_note()}"
+    return f"{total} cases right, canaries intact{registry.hidden_note()}"
 
 
 # ---------------------------------------------------------------- transposes
@@ -239,7 +240,7 @@ NAIVE_HIDDEN = [(40, 40, 16)]
 
 def run_transpose(kernel, m, n, blocks, dtype, case, tiled, seed=0):
     device = runtime.current().device
-    generator = torch.Generator().manual_seed(grading.case_seed(seed))
+    generator = torch.Generator().manual_seed(registry.case_seed(seed))
     values = (torch.randn(m, n, generator=generator) * 100).to(dtype).to(device)
     pad = max(blocks) + 8
     x = buffers.poisoned(values, pad_rows=pad, pad_cols=pad)
@@ -247,12 +248,12 @@ def run_transpose(kernel, m, n, blocks, dtype, case, tiled, seed=0):
     if tiled:
         block_m, block_n = blocks
         grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
-        kernel_grading.launch(kernel, grid, case, x, out.tensor, m, n, x.stride(0),
+        guards.launch(kernel, grid, case, x, out.tensor, m, n, x.stride(0),
                               out.tensor.stride(0), BLOCK_M=block_m, BLOCK_N=block_n)
     else:
         (block,) = blocks
         grid = (m, triton.cdiv(n, block))
-        kernel_grading.launch(kernel, grid, case, x, out.tensor, m, n, x.stride(0),
+        guards.launch(kernel, grid, case, x, out.tensor, m, n, x.stride(0),
                               out.tensor.stride(0), BLOCK=block)
     return out, x, values
 
@@ -262,10 +263,10 @@ def _transpose_mistake(got, x, values, m, n) -> str:
     flat = torch.empty(0, dtype=x.dtype, device=x.device).set_(storage, x.storage_offset(),
                                                                 (m * n,), (1,))
     packed = flat.reshape(m, n).cpu()
-    if grading.same_result(got, packed.T, 0):
+    if registry.same_result(got, packed.T, 0):
         return ("You read x with row stride N: x is a view whose rows are longer than N. Use "
                 "the row stride you are given.")
-    if m == n and grading.same_result(got, values.cpu(), 0):
+    if m == n and registry.same_result(got, values.cpu(), 0):
         return ("The output equals the input: the tile was stored without being transposed. "
                 "Transpose the tile before storing it, to pointers laid out the other way "
                 "round.")
@@ -274,12 +275,12 @@ def _transpose_mistake(got, x, values, m, n) -> str:
 
 
 def _check_transpose(kernel, exercise_id, name, tiled) -> str:
-    kernel_grading.require_kernel(kernel, exercise_id, name)
+    guards.require_kernel(kernel, exercise_id, name)
     if tiled:
-        cases = grading.with_hidden(TILED_CASES, TILED_HIDDEN)
+        cases = registry.with_hidden(TILED_CASES, TILED_HIDDEN)
     else:
-        cases = grading.with_hidden(NAIVE_CASES, NAIVE_HIDDEN)
-    dtypes = kernel_grading.graded_dtypes()
+        cases = registry.with_hidden(NAIVE_CASES, NAIVE_HIDDEN)
+    dtypes = guards.graded_dtypes()
     total, number = len(cases) * len(dtypes), 0
     for dtype in dtypes:
         for m, n, *blocks in cases:
@@ -287,37 +288,37 @@ def _check_transpose(kernel, exercise_id, name, tiled) -> str:
             shape = (f"BLOCK_M={blocks[0]}, BLOCK_N={blocks[1]}" if tiled
                      else f"BLOCK={blocks[0]}")
             case = (f"case {number}/{total} (x of shape ({m}, {n}), {shape}, "
-                    f"{kernel_grading.dtype_name(dtype)})")
+                    f"{guards.dtype_name(dtype)})")
             out, x, values = run_transpose(kernel, m, n, blocks, dtype, case, tiled,
                                            seed=number)
             ragged = (m % blocks[0] or n % blocks[-1]) if tiled else n % blocks[0]
             try:
                 out.verify(case)
-            except grading.WrongAnswer as err:
+            except registry.WrongAnswer as err:
                 if ragged:
                     raise
                 text = str(err).split(". Mask")[0]
-                raise grading.WrongAnswer(
+                raise registry.WrongAnswer(
                     f"{text}. This case has no ragged edge, so it is not a missing mask: "
                     "check the output's pointers: y has shape (N, M) and its own row "
                     "stride.") from None
             got = out.tensor.cpu()
             try:
-                grading.compare(got, values.T.cpu(), case, atol=0)
-            except grading.WrongAnswer as err:
-                raise grading.WrongAnswer(
+                registry.compare(got, values.T.cpu(), case, atol=0)
+            except registry.WrongAnswer as err:
+                raise registry.WrongAnswer(
                     f"{err}\n{_transpose_mistake(got, x, values, m, n)}") from None
-    return f"{total} cases transposed exactly, canaries intact{grading.hidden_note()}"
+    return f"{total} cases transposed exactly, canaries intact{registry.hidden_note()}"
 
 
-@grading.exercise("coalescing/transpose-naive", "Triton transpose, one row per program", 1,
+@registry.exercise("coalescing/transpose-naive", "Triton transpose, one row per program", 1,
                   kernel=True)
 def _check_naive(transpose_naive_kernel) -> str:
     return _check_transpose(transpose_naive_kernel, "coalescing/transpose-naive",
                             "transpose_naive_kernel", tiled=False)
 
 
-@grading.exercise("coalescing/transpose-tiled", "Triton transpose, 2-D tiles", 2, kernel=True)
+@registry.exercise("coalescing/transpose-tiled", "Triton transpose, 2-D tiles", 2, kernel=True)
 def _check_tiled(transpose_tiled_kernel) -> str:
     return _check_transpose(transpose_tiled_kernel, "coalescing/transpose-tiled",
                             "transpose_tiled_kernel", tiled=True)
@@ -334,7 +335,7 @@ Q1_WHY = {
 }
 
 
-grading.questions("coalescing/q1-sectors", "Q1: counting sectors", 1, Q1, Q1_WHY,
+registry.questions("coalescing/q1-sectors", "Q1: counting sectors", 1, Q1, Q1_WHY,
                   sections=SECTIONS["coalescing/q1-sectors"])
 
 
@@ -350,7 +351,7 @@ Q2_WHY = {
 }
 
 
-grading.questions("coalescing/q2-divergence", "Q2: divergence and the naive transpose",
+registry.questions("coalescing/q2-divergence", "Q2: divergence and the naive transpose",
                   1, Q2, Q2_WHY, sections=SECTIONS["coalescing/q2-divergence"])
 
 
@@ -368,7 +369,8 @@ Q3_WHY = {
 }
 
 
-grading.questions("coalescing/q3-matmul", "Q3: naive matmul, tiling and coarsening", 1, Q3, Q3_WHY,
+registry.questions("coalescing/q3-matmul", "Q3: naive matmul, tiling and coarsening", 1,
+                   Q3, Q3_WHY,
                   sections=SECTIONS["coalescing/q3-matmul"])
 
 
@@ -390,4 +392,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("coalescing", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
+registry.misconceptions("coalescing", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

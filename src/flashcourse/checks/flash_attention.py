@@ -13,9 +13,10 @@ import dataclasses
 import numpy as np
 import torch
 
-from .. import attention, buffers, grading, kernel_grading, runtime
+from .. import attention, runtime
+from . import buffers, guards, registry
 
-LESSON = grading.lesson("flash-triton", "Lesson 6: FlashAttention forward and backward in Triton",
+LESSON = registry.lesson("flash-triton", "Lesson 6: FlashAttention forward and backward in Triton",
                         pass_line=8)
 
 
@@ -104,8 +105,8 @@ OFFSET_HINT = ("If the stores are masked, check the batch and head offsets of th
 def _verify(buffer, label: str) -> None:
     try:
         buffer.verify(label)
-    except grading.WrongAnswer as err:
-        raise grading.WrongAnswer(f"{err}\n{OFFSET_HINT}") from None
+    except registry.WrongAnswer as err:
+        raise registry.WrongAnswer(f"{err}\n{OFFSET_HINT}") from None
 
 
 def _inputs(case: Case):
@@ -117,14 +118,14 @@ def _inputs(case: Case):
 def _launch(fn, label, *args, **kwargs):
     """Run a launcher; turn Triton and Python errors into a WrongAnswer naming the case."""
     try:
-        return kernel_grading.guarded(label, lambda: fn(*args, **kwargs),
-                                      tensors=kernel_grading.tensors_in(args, kwargs))
-    except grading.WrongAnswer as err:
+        return guards.guarded(label, lambda: fn(*args, **kwargs),
+                                      tensors=guards.tensors_in(args, kwargs))
+    except registry.WrongAnswer as err:
         if "launching your kernel raised" not in str(err):
             raise
         cause = err.__cause__
         text = f"{err} {cause!r}" if cause is not None else str(err)
-        raise grading.WrongAnswer(f"{err}\n{launch_hint(text)}") from cause
+        raise registry.WrongAnswer(f"{err}\n{launch_hint(text)}") from cause
 
 
 def _close(actual: np.ndarray, candidate: np.ndarray, tol: float = 2e-3) -> bool:
@@ -279,7 +280,7 @@ def _diagnose_forward(out: np.ndarray, case: Case, q, k, v) -> str:
 
 def _run_forward(kernel, case: Case, label: str):
     q, k, v = _inputs(case)
-    qp, kp, vp = (kernel_grading.place_heads(x, case.layout, _pad(case)) for x in (q, k, v))
+    qp, kp, vp = (guards.place_heads(x, case.layout, _pad(case)) for x in (q, k, v))
     out = buffers.Canaried((case.B, case.H, case.N, case.D), case.dtype, _device(),
                            pad_rows=_pad(case))
     lse = buffers.Canaried((case.B, case.H, case.N), torch.float32, _device(),
@@ -291,10 +292,11 @@ def _run_forward(kernel, case: Case, label: str):
     return q, k, v, out.tensor.detach().cpu(), lse.tensor.detach().cpu()
 
 
-@grading.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 2, kernel=True)
+@registry.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 2,
+                   kernel=True)
 def _check_forward(kernel) -> str:
-    kernel_grading.require_jit_kernel(kernel, "flash-triton/forward")
-    cases = grading.with_hidden(FORWARD_CASES, FORWARD_HIDDEN)
+    guards.require_jit_kernel(kernel, "flash-triton/forward")
+    cases = registry.with_hidden(FORWARD_CASES, FORWARD_HIDDEN)
     for number, case in enumerate(cases, 1):
         case = _for_device(case)
         label = case.label(number, len(cases))
@@ -302,29 +304,29 @@ def _check_forward(kernel) -> str:
         ref, ref_lse = attention.standard_attention(
             *(x.to(torch.float64) for x in (q, k, v)), causal=case.causal,
             sm_scale=case.scale(), return_lse=True)
-        atol, rtol = kernel_grading.dot_tolerance(kernel_grading.ATTENTION_TOLERANCES, case.dtype)
+        atol, rtol = guards.dot_tolerance(guards.ATTENTION_TOLERANCES, case.dtype)
         out64 = out.to(torch.float64).numpy()
         try:
-            grading.compare(out64, ref.numpy(), label + ", output O", atol=atol, rtol=rtol,
+            registry.compare(out64, ref.numpy(), label + ", output O", atol=atol, rtol=rtol,
                             tile_rows=case.block_m)
-        except grading.WrongAnswer as err:
+        except registry.WrongAnswer as err:
             hint = _where_wrong(out64, ref.numpy(), atol, rtol) or \
                 _diagnose_forward(out64, case, q, k, v)
-            raise grading.WrongAnswer(f"{err}\n{hint}") from None
+            raise registry.WrongAnswer(f"{err}\n{hint}") from None
         lse64 = lse.to(torch.float64).numpy()
         try:
             l_atol, l_rtol = (2e-3, 1e-5) if _device() == "cpu" else (4e-3, 4e-3)  # TF32
-            grading.compare(lse64, ref_lse.numpy(), label + ", logsumexp L", atol=l_atol,
+            registry.compare(lse64, ref_lse.numpy(), label + ", logsumexp L", atol=l_atol,
                             rtol=l_rtol)
-        except grading.WrongAnswer as err:
+        except registry.WrongAnswer as err:
             if _close(lse64, ref_lse.numpy() * LOG2E, 1e-4):
                 hint = ("Likely mistake: L is in log2 units. m_i and log2(l_i) are base 2 "
                         "because the kernel uses exp2; store (m_i + log2(l_i)) * ln(2).")
             else:
                 hint = ("L must be the natural-log logsumexp of each row of sm_scale * q k^T: "
                         "(m_i + log2(l_i)) * ln(2) with the kernel's base-2 running max.")
-            raise grading.WrongAnswer(f"{err}\n{hint}") from None
-    hidden = grading.hidden_note()
+            raise registry.WrongAnswer(f"{err}\n{hint}") from None
+    hidden = registry.hidden_note()
     return f"{len(cases)} cases match standard attention, O and L{hidden}"
 
 
@@ -335,13 +337,13 @@ SKIP_CASES = [(64, 16, 16), (4096, 64, 64), (100, 32, 16), (50, 32, 32), (1, 16,
               (4096, 128, 64), (1000, 64, 32), (16384, 128, 128)]
 
 
-@grading.exercise("flash-triton/skipped-blocks", "count the causal tiles never loaded", 1)
+@registry.exercise("flash-triton/skipped-blocks", "count the causal tiles never loaded", 1)
 def _check_skipped(skipped_tiles) -> str:
     if not callable(skipped_tiles):
-        raise grading.WrongAnswer("Pass the function itself: check(..., causal_skipped_tiles).")
+        raise registry.WrongAnswer("Pass the function itself: check(..., causal_skipped_tiles).")
     for n, bm, bn in SKIP_CASES:
         label = f"n={n}, block_m={bm}, block_n={bn}"
-        got = grading.run_student(skipped_tiles, label, n, bm, bn)
+        got = registry.run_student(skipped_tiles, label, n, bm, bn)
         visited, skipped = attention.causal_tiles(n, bm, bn)
         if got != skipped:
             total = visited + skipped
@@ -349,7 +351,7 @@ def _check_skipped(skipped_tiles) -> str:
                     f"there are {total} tiles in all, a partial last block counting as a "
                     "block (round up, not down); count, for each query block, the key blocks "
                     "that lie entirely right of its last row")
-            raise grading.WrongAnswer(f"{label}: you returned {got!r}, which is not the number "
+            raise registry.WrongAnswer(f"{label}: you returned {got!r}, which is not the number "
                                       f"of tiles skipped here: {hint}.")
     return f"{len(SKIP_CASES)} sizes counted right"
 
@@ -403,7 +405,7 @@ BACKWARD_GENERIC_HINT = (
 
 def _backward_inputs(case: Case):
     q, k, v = _inputs(case)
-    gen = torch.Generator().manual_seed(grading.case_seed(case.seed + 1000))
+    gen = torch.Generator().manual_seed(registry.case_seed(case.seed + 1000))
     do = torch.randn(q.shape, generator=gen, dtype=torch.float64).to(case.dtype)
     q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v))
     o, lse = attention.standard_attention(q64, k64, v64, case.causal, case.scale(),
@@ -413,13 +415,13 @@ def _backward_inputs(case: Case):
 
 
 def _check_backward(kernel, exercise_id: str, which: str) -> str:
-    kernel_grading.require_jit_kernel(kernel, exercise_id)
-    cases = grading.with_hidden(BACKWARD_CASES, BACKWARD_HIDDEN)
+    guards.require_jit_kernel(kernel, exercise_id)
+    cases = registry.with_hidden(BACKWARD_CASES, BACKWARD_HIDDEN)
     for number, case in enumerate(cases, 1):
         label = case.label(number, len(cases))
         q, k, v, do, lse, delta = _backward_inputs(case)
         pad = _pad(case)
-        placed = [kernel_grading.place_heads(x, case.layout, pad) for x in (q, k, v, do)]
+        placed = [guards.place_heads(x, case.layout, pad) for x in (q, k, v, do)]
         lse_p, delta_p = (buffers.poisoned(x.to(_device()), pad_cols=pad) for x in (lse, delta))
         shape = (case.B, case.H, case.N, case.D)
         if which == "dkdv":
@@ -436,7 +438,7 @@ def _check_backward(kernel, exercise_id: str, which: str) -> str:
             outputs = {"dQ": dq}
         ref_dq, ref_dk, ref_dv = reference_grads(q, k, v, do, case.causal, case.scale())
         refs = {"dQ": ref_dq, "dK": ref_dk, "dV": ref_dv}
-        atol, rtol = kernel_grading.dot_tolerance(GRAD_TOLERANCES, case.dtype)
+        atol, rtol = guards.dot_tolerance(GRAD_TOLERANCES, case.dtype)
         for name, buffer in outputs.items():
             _verify(buffer, f"{label}, {name}")
             got = buffer.tensor.detach().cpu().to(torch.float64).numpy()
@@ -444,13 +446,13 @@ def _check_backward(kernel, exercise_id: str, which: str) -> str:
             expected = refs[name].numpy()
             scale = max(1.0, float(np.abs(expected).max()))
             try:
-                grading.compare(got, expected, f"{label}, {name}", atol=atol * scale, rtol=rtol,
+                registry.compare(got, expected, f"{label}, {name}", atol=atol * scale, rtol=rtol,
                                 tile_rows=case.block_n if which == "dkdv" else case.block_m)
-            except grading.WrongAnswer as err:
+            except registry.WrongAnswer as err:
                 hint = _where_wrong(got, expected, atol * scale, rtol) or \
                     _diagnose_backward(got, name, case, q, k, v, do, which)
-                raise grading.WrongAnswer(f"{err}\n{hint}") from None
-    hidden = grading.hidden_note()
+                raise registry.WrongAnswer(f"{err}\n{hint}") from None
+    hidden = registry.hidden_note()
     names = "dK and dV" if which == "dkdv" else "dQ"
     return f"{len(cases)} cases match torch autograd, {names}{hidden}"
 
@@ -497,7 +499,7 @@ NUMPY_BACKWARD_HIDDEN = [
 
 
 def _numpy_backward_inputs(n: int, d: int, seed: int, how: str):
-    rng = np.random.default_rng(grading.case_seed(seed))
+    rng = np.random.default_rng(registry.case_seed(seed))
     q, k, v, d_out = (rng.standard_normal((n, d)) for _ in range(4))
     if how == "large":
         q, k = q * 10.0, k * 10.0
@@ -560,28 +562,28 @@ NUMPY_BACKWARD_HINT = (
     "dQ and dK.")
 
 
-@grading.exercise("flash-triton/backward-numpy", "backward of one head in numpy, derived", 1)
+@registry.exercise("flash-triton/backward-numpy", "backward of one head in numpy, derived", 1)
 def _check_backward_numpy(attention_backward) -> str:
     if not callable(attention_backward):
-        raise grading.WrongAnswer(
+        raise registry.WrongAnswer(
             "Pass the function itself: check(\"flash-triton/backward-numpy\", "
             "attention_backward).")
-    cases = grading.with_hidden(NUMPY_BACKWARD_CASES, NUMPY_BACKWARD_HIDDEN)
+    cases = registry.with_hidden(NUMPY_BACKWARD_CASES, NUMPY_BACKWARD_HIDDEN)
     for number, (n, d, sm_scale, seed, how) in enumerate(cases, 1):
         label = f"case {number}/{len(cases)} (n={n}, d={d}, sm_scale={sm_scale}, {how} scores)"
         q, k, v, d_out = _numpy_backward_inputs(n, d, seed, how)
-        got = grading.run_student(attention_backward, label, q.copy(), k.copy(), v.copy(),
+        got = registry.run_student(attention_backward, label, q.copy(), k.copy(), v.copy(),
                                   d_out.copy(), sm_scale)
         if not isinstance(got, (tuple, list)) or len(got) != 3:
-            raise grading.WrongAnswer(f"{label}: return the tuple (dq, dk, dv), got "
+            raise registry.WrongAnswer(f"{label}: return the tuple (dq, dk, dv), got "
                                       f"{type(got).__name__}.")
         expected = _autograd_grads(q, k, v, d_out, sm_scale)
         for index, name in enumerate(("dQ", "dK", "dV")):
             scale = max(1.0, float(np.abs(expected[index]).max()))
             try:
-                grading.compare(got[index], expected[index], f"{label}, {name}",
+                registry.compare(got[index], expected[index], f"{label}, {name}",
                                 atol=1e-7 * scale, rtol=1e-6)
-            except grading.WrongAnswer as err:
+            except registry.WrongAnswer as err:
                 answer = np.asarray(got[index], dtype=np.float64)
                 hint = NUMPY_BACKWARD_HINT
                 if answer.shape == expected[index].shape and np.isfinite(answer).all():
@@ -593,16 +595,16 @@ def _check_backward_numpy(attention_backward) -> str:
                 elif how == "large":
                     hint = ("the scores of this case reach the hundreds: exp overflows unless "
                             "each row's maximum is subtracted before it.")
-                raise grading.WrongAnswer(f"{err}\n{hint}") from None
-    return f"{len(cases)} cases match torch autograd, dQ, dK and dV{grading.hidden_note()}"
+                raise registry.WrongAnswer(f"{err}\n{hint}") from None
+    return f"{len(cases)} cases match torch autograd, dQ, dK and dV{registry.hidden_note()}"
 
 
-@grading.exercise("flash-triton/backward-dkdv", "backward: dK and dV kernel", 1, kernel=True)
+@registry.exercise("flash-triton/backward-dkdv", "backward: dK and dV kernel", 1, kernel=True)
 def _check_dkdv(kernel) -> str:
     return _check_backward(kernel, "flash-triton/backward-dkdv", "dkdv")
 
 
-@grading.exercise("flash-triton/backward-dq", "backward: dQ kernel", 1, kernel=True)
+@registry.exercise("flash-triton/backward-dq", "backward: dQ kernel", 1, kernel=True)
 def _check_dq(kernel) -> str:
     return _check_backward(kernel, "flash-triton/backward-dq", "dq")
 
@@ -628,7 +630,7 @@ FA1_WHY = {
 }
 
 
-grading.questions("flash-triton/fa1-loop-order", "FA1 vs FA2 loop order",
+registry.questions("flash-triton/fa1-loop-order", "FA1 vs FA2 loop order",
                   1, FA1, FA1_WHY, rtol=0.02, sections=SECTIONS["flash-triton/fa1-loop-order"])
 
 
@@ -643,7 +645,7 @@ Q1_WHY = {
 }
 
 
-grading.questions("flash-triton/q1-grid", "Q1: grid, causal skipping and FLOPs",
+registry.questions("flash-triton/q1-grid", "Q1: grid, causal skipping and FLOPs",
                   1, Q1, Q1_WHY, rtol=0.02, sections=SECTIONS["flash-triton/q1-grid"])
 
 
@@ -659,7 +661,7 @@ Q2_WHY = {
 }
 
 
-grading.questions("flash-triton/q2-backward", "Q2: what the backward saves and recomputes",
+registry.questions("flash-triton/q2-backward", "Q2: what the backward saves and recomputes",
                   1, Q2, Q2_WHY, rtol=0.02, sections=SECTIONS["flash-triton/q2-backward"])
 
 
@@ -676,7 +678,7 @@ Q3_WHY = {
 }
 
 
-grading.questions("flash-triton/q3-speed", "Q3: where the speed comes from",
+registry.questions("flash-triton/q3-speed", "Q3: where the speed comes from",
                   1, Q3, Q3_WHY, rtol=0.02, sections=SECTIONS["flash-triton/q3-speed"])
 
 
@@ -697,4 +699,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("flash-triton", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
+registry.misconceptions("flash-triton", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

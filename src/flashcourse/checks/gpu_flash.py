@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grading
 from ..models.traffic import score_matrix_bytes
 from ..reference import standard_attention
+from . import registry
 
-LESSON = grading.lesson("gpu-flash", "Lesson 1: GPU kernels and FlashAttention", pass_line=8)
+LESSON = registry.lesson("gpu-flash", "Lesson 1: GPU kernels and FlashAttention", pass_line=8)
 
 
 # Where the lesson explains each question and statement: wrong answers point there.
@@ -58,7 +58,7 @@ EXTREME_NOTE = ", rows of scores near -1000, near +1000 and all equal"
 
 
 def _inputs(n: int, d: int, seed: int, logit_scale: float, kind: str = "normal"):
-    rng = np.random.default_rng(grading.case_seed(seed))
+    rng = np.random.default_rng(registry.case_seed(seed))
     Q = rng.standard_normal((n, d)) * logit_scale
     K = rng.standard_normal((n, d)) * logit_scale
     V = rng.standard_normal((n, d))
@@ -157,16 +157,16 @@ GENERIC_HINT = (
 
 def _diagnose(output, Q, K, V, block_size) -> str:
     for switches, hint in MISTAKES:
-        if grading.same_result(output, blocked_attention(Q, K, V, block_size, **switches), 1e-6):
+        if registry.same_result(output, blocked_attention(Q, K, V, block_size, **switches), 1e-6):
             return "Likely mistake: " + hint
     return GENERIC_HINT
 
 
-@grading.exercise("gpu-flash/flash-attention", "numpy FlashAttention (online softmax)", 4)
+@registry.exercise("gpu-flash/flash-attention", "numpy FlashAttention (online softmax)", 4)
 def _check_flash_attention(flash_attention) -> str:
     if not callable(flash_attention):
-        raise grading.WrongAnswer("Pass the function itself: check(..., flash_attention).")
-    cases = grading.with_hidden(VISIBLE_CASES, HIDDEN_CASES)
+        raise registry.WrongAnswer("Pass the function itself: check(..., flash_attention).")
+    cases = registry.with_hidden(VISIBLE_CASES, HIDDEN_CASES)
     for number, (n, d, block, seed, logit_scale, kind) in enumerate(cases, 1):
         Q, K, V = _inputs(n, d, seed, logit_scale, kind)
         copies = [x.copy() for x in (Q, K, V)]
@@ -176,17 +176,17 @@ def _check_flash_attention(flash_attention) -> str:
                  f"{EXTREME_NOTE if kind == 'extreme' else ''})")
         kwargs = {} if block is None else {"block_size": block}
         with np.errstate(all="ignore"):
-            output = grading.run_student(flash_attention, label, Q, K, V, **kwargs)
+            output = registry.run_student(flash_attention, label, Q, K, V, **kwargs)
         if any(not np.array_equal(a, b) for a, b in zip((Q, K, V), copies, strict=True)):
-            raise grading.WrongAnswer(f"{label}: your function modified Q, K or V in place.")
+            raise registry.WrongAnswer(f"{label}: your function modified Q, K or V in place.")
         expected = standard_attention(Q, K, V)
         try:
-            grading.compare(output, expected, label, atol=1e-6, rtol=1e-6,
+            registry.compare(output, expected, label, atol=1e-6, rtol=1e-6,
                             tile_rows=block or 64)
-        except grading.WrongAnswer as err:
+        except registry.WrongAnswer as err:
             hint = _diagnose(output, Q, K, V, block or 64)
-            raise grading.WrongAnswer(f"{err}\n{hint}") from None
-    hidden = grading.hidden_note()
+            raise registry.WrongAnswer(f"{err}\n{hint}") from None
+    hidden = registry.hidden_note()
     return f"{len(cases)} cases match standard attention{hidden}"
 
 
@@ -211,7 +211,7 @@ Q1_WHY = {
 }
 
 
-grading.questions("gpu-flash/q1-memory", "Q1: why materialising S is slow and big", 2, Q1, Q1_WHY,
+registry.questions("gpu-flash/q1-memory", "Q1: why materialising S is slow and big", 2, Q1, Q1_WHY,
                   sections=SECTIONS["gpu-flash/q1-memory"])
 
 
@@ -233,7 +233,7 @@ Q2_WHY = {
 }
 
 
-grading.questions("gpu-flash/q2-coalescing", "Q2: coalescing, tiling and coarsening",
+registry.questions("gpu-flash/q2-coalescing", "Q2: coalescing, tiling and coarsening",
                   2, Q2, Q2_WHY, sections=SECTIONS["gpu-flash/q2-coalescing"])
 
 
@@ -248,7 +248,7 @@ Q3_WHY = {
 }
 
 
-grading.questions("gpu-flash/q3-tools", "Q3: torch.compile vs Triton vs CUDA; FA1/2/3",
+registry.questions("gpu-flash/q3-tools", "Q3: torch.compile vs Triton vs CUDA; FA1/2/3",
                   2, Q3, Q3_WHY, sections=SECTIONS["gpu-flash/q3-tools"])
 
 
@@ -271,4 +271,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("gpu-flash", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
+registry.misconceptions("gpu-flash", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

@@ -8,11 +8,12 @@ import numpy as np
 import torch
 import triton
 
-from .. import buffers, grading, kernel_grading, recording, runtime
+from .. import runtime
 from ..blanks import BlankNotFilled
 from ..models import roofline, traffic
+from . import buffers, guards, recording, registry
 
-LESSON = grading.lesson("roofline", "Lesson 2: Memory and the roofline", pass_line=8)
+LESSON = registry.lesson("roofline", "Lesson 2: Memory and the roofline", pass_line=8)
 
 
 # Where the lesson explains each question and statement: wrong answers point there.
@@ -41,7 +42,7 @@ def _number(value, case: str) -> float:
     try:
         return float(np.asarray(value, dtype=np.float64))
     except (TypeError, ValueError) as err:
-        raise grading.WrongAnswer(f"{case}: return one number, not {value!r}.") from err
+        raise registry.WrongAnswer(f"{case}: return one number, not {value!r}.") from err
 
 
 # ---------------------------------------------------------------- GEMM intensity
@@ -70,12 +71,12 @@ def _gemm_variants(m, n, k, b):
     ]
 
 
-@grading.exercise("roofline/gemm-intensity", "arithmetic intensity of a GEMM", 2)
+@registry.exercise("roofline/gemm-intensity", "arithmetic intensity of a GEMM", 2)
 def _check_gemm(gemm_intensity) -> str:
-    cases = grading.with_hidden(GEMM_CASES, GEMM_HIDDEN)
+    cases = registry.with_hidden(GEMM_CASES, GEMM_HIDDEN)
     for number, (m, n, k, b) in enumerate(cases, 1):
         case = f"case {number}/{len(cases)} (m={m}, n={n}, k={k}, element_bytes={b})"
-        got = _number(grading.run_student(gemm_intensity, case, m, n, k, b), case)
+        got = _number(registry.run_student(gemm_intensity, case, m, n, k, b), case)
         want = roofline.gemm_intensity(m, n, k, b)
         if not np.isclose(got, want, rtol=1e-9):
             hint = next((why for value, why in _gemm_variants(m, n, k, b)
@@ -83,9 +84,9 @@ def _check_gemm(gemm_intensity) -> str:
                         "Count the FLOPs of one multiply-add per output element and k, and "
                         "the bytes of reading A and B once and writing C once: "
                         f"{SECTIONS['roofline/q1-intensity']}.")
-            raise grading.WrongAnswer(f"{case}: you returned {got:.6g} FLOP/B, which is not "
+            raise registry.WrongAnswer(f"{case}: you returned {got:.6g} FLOP/B, which is not "
                                       f"this GEMM's intensity. {hint}")
-    return f"{len(cases)} shapes right{grading.hidden_note()}"
+    return f"{len(cases)} shapes right{registry.hidden_note()}"
 
 
 # ---------------------------------------------------------------- the roofline
@@ -95,9 +96,9 @@ ROOF_HIDDEN = [(1979.0, 3.35)]
 INTENSITIES = np.logspace(-2, 4, 25)
 
 
-@grading.exercise("roofline/attainable", "attainable throughput under a roofline", 1)
+@registry.exercise("roofline/attainable", "attainable throughput under a roofline", 1)
 def _check_attainable(attainable_tflops) -> str:
-    cases = grading.with_hidden(ROOF_CASES, ROOF_HIDDEN)
+    cases = registry.with_hidden(ROOF_CASES, ROOF_HIDDEN)
     for number, (peak, bw) in enumerate(cases, 1):
         case = (f"case {number}/{len(cases)} (peak={peak:g} TFLOP/s, bandwidth={bw:g} TB/s, "
                 f"25 intensities from 0.01 to 1e4 FLOP/B as one numpy array)")
@@ -108,15 +109,15 @@ def _check_attainable(attainable_tflops) -> str:
                                          inputs=args)
         except ValueError as err:
             if "truth value" in str(err):
-                raise grading.WrongAnswer(
+                raise registry.WrongAnswer(
                     f"{case}: your function raised ValueError ({err}). Python's min() cannot "
                     "compare whole arrays: use np.minimum(a, b), which works element by "
                     "element.") from err
-            raise grading.WrongAnswer(f"{case}: your code raised ValueError: {err}") from err
-        except (BlankNotFilled, NotImplementedError, grading.WrongAnswer):
+            raise registry.WrongAnswer(f"{case}: your code raised ValueError: {err}") from err
+        except (BlankNotFilled, NotImplementedError, registry.WrongAnswer):
             raise
         except Exception as err:
-            raise grading.WrongAnswer(
+            raise registry.WrongAnswer(
                 f"{case}: your code raised {type(err).__name__}: {err}") from err
         want = roofline.attainable_tflops(intensity, peak, bw)
         variants = [
@@ -132,13 +133,13 @@ def _check_attainable(attainable_tflops) -> str:
              "= FLOP/s), do not divide."),
         ]
         try:
-            grading.compare(got, want, case, atol=1e-9, rtol=1e-9,
+            registry.compare(got, want, case, atol=1e-9, rtol=1e-9,
                             hint="attainable = np.minimum(peak, intensity * bandwidth).")
-        except grading.WrongAnswer as err:
+        except registry.WrongAnswer as err:
             hint = next((why for value, why in variants
-                         if grading.same_result(got, value, 1e-9)), "")
-            raise grading.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
-    return f"{len(cases)} machines right{grading.hidden_note()}"
+                         if registry.same_result(got, value, 1e-9)), "")
+            raise registry.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
+    return f"{len(cases)} machines right{registry.hidden_note()}"
 
 
 # ---------------------------------------------------------------- attention on the roofline
@@ -173,26 +174,26 @@ def _attention_variants(n, d, dtype):
     ]
 
 
-@grading.exercise("roofline/attention-intensity", "where attention's kernels sit", 2)
+@registry.exercise("roofline/attention-intensity", "where attention's kernels sit", 2)
 def _check_attention(attention_intensities) -> str:
-    cases = grading.with_hidden(ATTENTION_CASES, ATTENTION_HIDDEN)
+    cases = registry.with_hidden(ATTENTION_CASES, ATTENTION_HIDDEN)
     for number, (n, d, dtype) in enumerate(cases, 1):
         case = f"case {number}/{len(cases)} (n={n}, d={d}, dtype={dtype})"
-        got = grading.run_student(attention_intensities, case, n, d, dtype)
+        got = registry.run_student(attention_intensities, case, n, d, dtype)
         want = roofline.attention_intensities(n, d, dtype)
         try:
-            grading.compare(got, want, case, atol=0, rtol=1e-9,
+            registry.compare(got, want, case, atol=0, rtol=1e-9,
                             hint="Order: [S = Q K^T, P = softmax(S), O = P V, fused].")
-        except grading.WrongAnswer as err:
+        except registry.WrongAnswer as err:
             got_array = np.asarray(got, dtype=np.float64) if not isinstance(got, str) else got
             hint = next((why for value, why in _attention_variants(n, d, dtype)
-                         if grading.same_result(got_array, value, 0)), "")
+                         if registry.same_result(got_array, value, 0)), "")
             if not hint and np.shape(got_array) == (4,):
                 off = [KERNELS[i] for i in range(4)
                        if not np.isclose(got_array[i], want[i], rtol=1e-9)]
                 hint = f"Wrong for: {', '.join(off)}."
-            raise grading.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
-    return f"{len(cases)} shapes right{grading.hidden_note()}"
+            raise registry.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
+    return f"{len(cases)} shapes right{registry.hidden_note()}"
 
 
 # ---------------------------------------------------------------- Triton copy kernel
@@ -205,12 +206,12 @@ COPY_HIDDEN = [(2 * 4096 - 1, 4096), (77, 32)]
 def run_copy(copy_kernel, n: int, block: int, dtype: torch.dtype, case: str, seed: int = 0):
     """Launch the student's copy kernel the way the lesson does; returns (output, input)."""
     device = runtime.current().device
-    generator = torch.Generator().manual_seed(grading.case_seed(seed))
+    generator = torch.Generator().manual_seed(registry.case_seed(seed))
     values = (torch.randn(n, generator=generator) * 100).to(dtype).to(device)
     x = buffers.poisoned(values, pad_cols=block)
     out = buffers.Canaried((n,), dtype, device, pad_cols=block)
     grid = (triton.cdiv(n, block),)
-    kernel_grading.launch(copy_kernel, grid, case, x, out.tensor, n, BLOCK=block)
+    guards.launch(copy_kernel, grid, case, x, out.tensor, n, BLOCK=block)
     return out, values
 
 
@@ -227,31 +228,31 @@ def _copy_hint(out, values, n, block) -> str:
             "< n_elements: load and store them with the same offsets and mask.")
 
 
-@grading.exercise("roofline/copy-kernel", "Triton copy kernel (masked tail)", 2, kernel=True)
+@registry.exercise("roofline/copy-kernel", "Triton copy kernel (masked tail)", 2, kernel=True)
 def _check_copy(copy_kernel) -> str:
-    kernel_grading.require_kernel(copy_kernel, "roofline/copy-kernel", "copy_kernel")
-    cases = grading.with_hidden(COPY_CASES, COPY_HIDDEN)
-    dtypes = kernel_grading.graded_dtypes()
+    guards.require_kernel(copy_kernel, "roofline/copy-kernel", "copy_kernel")
+    cases = registry.with_hidden(COPY_CASES, COPY_HIDDEN)
+    dtypes = guards.graded_dtypes()
     total = len(cases) * len(dtypes)
     number = 0
     for dtype in dtypes:
         for n, block in cases:
             number += 1
             case = (f"case {number}/{total} (n_elements={n}, BLOCK={block}, "
-                    f"{kernel_grading.dtype_name(dtype)})")
+                    f"{guards.dtype_name(dtype)})")
             out, values = run_copy(copy_kernel, n, block, dtype, case, seed=number)
             out.verify(case)
             try:
-                kernel_grading.unwritten_hint(out.unwritten(), case, "(NaN: never stored, or "
+                guards.unwritten_hint(out.unwritten(), case, "(NaN: never stored, or "
                                               "loaded from outside the input.)")
-            except grading.WrongAnswer as err:
-                raise grading.WrongAnswer(
+            except registry.WrongAnswer as err:
+                raise registry.WrongAnswer(
                     f"{err}\n{_copy_hint(out, values, n, block)}") from None
-            grading.compare(out.tensor, values, case, atol=0,
+            registry.compare(out.tensor, values, case, atol=0,
                             hint="A copy must reproduce its input exactly: load and store "
                                  "the same offsets, without arithmetic on the values.")
     return (f"{total} cases copied exactly, canaries intact "
-            f"({', '.join(kernel_grading.dtype_name(t) for t in dtypes)}){grading.hidden_note()}")
+            f"({', '.join(guards.dtype_name(t) for t in dtypes)}){registry.hidden_note()}")
 
 
 # ---------------------------------------------------------------- questions
@@ -274,12 +275,12 @@ def _rounded_question(exercise_id: str, title: str, expected: dict, explanations
                       whole_number: str, sections: str | None = None) -> None:
     """A question whose answer `whole_number` is compared after rounding to an integer."""
 
-    @grading.exercise(exercise_id, title, 1, kind="question", answers=expected)
+    @registry.exercise(exercise_id, title, 1, kind="question", answers=expected)
     def _check(answers) -> str:
-        grading.require_answers(answers, list(expected), exercise_id)
+        registry.require_answers(answers, list(expected), exercise_id)
         if isinstance(answers.get(whole_number), (int, float)):
             answers = dict(answers, **{whole_number: round(answers[whole_number])})
-        return grading.grade_answers(exercise_id, answers, expected, explanations,
+        return registry.grade_answers(exercise_id, answers, expected, explanations,
                                      sections=sections)
 
 
@@ -320,7 +321,7 @@ Q3_WHY = {
 }
 
 
-grading.questions("roofline/q3-copy", "Q3: the copy kernel", 1, Q3, Q3_WHY,
+registry.questions("roofline/q3-copy", "Q3: the copy kernel", 1, Q3, Q3_WHY,
                   sections=SECTIONS["roofline/q3-copy"])
 
 
@@ -345,4 +346,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("roofline", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
+registry.misconceptions("roofline", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

@@ -14,10 +14,11 @@ import math
 import numpy as np
 import torch
 
-from .. import attention, buffers, grading, kernel_grading, runtime
+from .. import attention, runtime
 from ..models.traffic import attention_flops
+from . import buffers, guards, registry
 
-LESSON = grading.lesson("performance", "Lesson 7: Performance engineering", pass_line=8)
+LESSON = registry.lesson("performance", "Lesson 7: Performance engineering", pass_line=8)
 
 
 # Where the lesson explains each question and statement: wrong answers point there.
@@ -93,15 +94,15 @@ def _diagnose(out: np.ndarray, case: Case, q, k, v) -> str:
     ]
     for scale, message in candidates:
         cand, _ = _attention64(q, k, v, case.causal, scale)
-        if grading.same_result(out, cand, atol=2e-3):
+        if registry.same_result(out, cand, atol=2e-3):
             return message
     if case.causal:
         cand, _ = _attention64(q, k, v, False, case.scale())
-        if grading.same_result(out, cand, atol=2e-3):
+        if registry.same_result(out, cand, atol=2e-3):
             return ("This is attention without the causal mask: the masked loop must cover "
                     "only the diagonal block, and the unmasked one only keys left of it.")
         cand, _ = _attention64(q, k, v, True, case.scale(), left_bonus=case.block_m)
-        if grading.same_result(out, cand, atol=2e-3):
+        if registry.same_result(out, cand, atol=2e-3):
             return ("The keys left of the diagonal block are counted twice: the masked loop "
                     "must start at the diagonal block, not at key 0.")
         return ("The non-causal cases passed, so look at the causal bounds: the unmasked loop "
@@ -118,13 +119,13 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
     q64, k64, v64 = attention.make_inputs(case.B, case.H, case.N, case.D, torch.float64,
                                           seed=case.seed)
     pad = max(case.block_m, case.block_n)
-    q, k, v = (kernel_grading.place_heads(x.to(case.dtype), case.layout, pad)
+    q, k, v = (guards.place_heads(x.to(case.dtype), case.layout, pad)
                for x in (q64, k64, v64))
     device = runtime.current().device
     out = buffers.Canaried((case.B, case.H, case.N, case.D), case.dtype, device)
     lse = buffers.Canaried((case.B, case.H, case.N), torch.float32, device, pad_rows=0,
                            pad_cols=0)
-    kernel_grading.guarded(
+    guards.guarded(
         label, lambda: flash_ref.forward(q, k, v, case.causal, case.sm_scale, kernel=kernel,
                                          out=out.tensor, lse=lse.tensor,
                                          config=(case.block_m, case.block_n, 4, 1)),
@@ -135,25 +136,25 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
     # the reference uses the rounded inputs the kernel saw
     qr, kr, vr = (x.to(case.dtype).to(torch.float64) for x in (q64, k64, v64))
     expected, expected_lse = _attention64(qr, kr, vr, case.causal, case.scale())
-    actual = grading.to_numpy(out.tensor).astype(np.float64)
-    atol, rtol = kernel_grading.dot_tolerance(kernel_grading.ATTENTION_TOLERANCES, case.dtype)
+    actual = registry.to_numpy(out.tensor).astype(np.float64)
+    atol, rtol = guards.dot_tolerance(guards.ATTENTION_TOLERANCES, case.dtype)
     try:
-        grading.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=case.block_m)
-        grading.compare(lse.tensor, expected_lse, label + ", logsumexp", atol=atol * 10,
+        registry.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=case.block_m)
+        registry.compare(lse.tensor, expected_lse, label + ", logsumexp", atol=atol * 10,
                         rtol=rtol)
-    except grading.WrongAnswer as err:
-        raise grading.WrongAnswer(f"{err}\n{_diagnose(actual, case, qr, kr, vr)}") from None
+    except registry.WrongAnswer as err:
+        raise registry.WrongAnswer(f"{err}\n{_diagnose(actual, case, qr, kr, vr)}") from None
 
 
-@grading.exercise(LADDER_ID, "ladder kernel: exp2 scale folding and the split causal loop", 4,
+@registry.exercise(LADDER_ID, "ladder kernel: exp2 scale folding and the split causal loop", 4,
                   kernel=True)
 def _check_ladder(kernel) -> str:
-    kernel_grading.require_jit_kernel(kernel, LADDER_ID)
-    cases = grading.with_hidden(CASES, HIDDEN_CASES)
+    guards.require_jit_kernel(kernel, LADDER_ID)
+    cases = registry.with_hidden(CASES, HIDDEN_CASES)
     for number, case in enumerate(cases, 1):
         _run_case(kernel, case, number, len(cases))
     return (f"{len(cases)} cases match float64 attention (ragged N, B > 1, H > 1, causal, "
-            f"poisoned padding){grading.hidden_note()}")
+            f"poisoned padding){registry.hidden_note()}")
 
 
 # ---------------------------------------------------------------- questions
@@ -182,7 +183,7 @@ Q1_WHY = {
 }
 
 
-grading.questions("performance/q1-measuring", "Q1: measuring right", 2, Q1, Q1_WHY, rtol=1e-3,
+registry.questions("performance/q1-measuring", "Q1: measuring right", 2, Q1, Q1_WHY, rtol=1e-3,
                   sections=SECTIONS["performance/q1-measuring"])
 
 
@@ -207,7 +208,7 @@ Q2_WHY = {
 }
 
 
-grading.questions("performance/q2-ladder", "Q2: why each rung of the ladder helps",
+registry.questions("performance/q2-ladder", "Q2: why each rung of the ladder helps",
                   2, Q2, Q2_WHY, rtol=1e-3, sections=SECTIONS["performance/q2-ladder"])
 
 
@@ -224,7 +225,7 @@ Q3_WHY = {
 }
 
 
-grading.questions("performance/q3-versions", "Q3: torch.compile, and FA1 -> FA2 -> FA3",
+registry.questions("performance/q3-versions", "Q3: torch.compile, and FA1 -> FA2 -> FA3",
                   2, Q3, Q3_WHY, rtol=1e-3, sections=SECTIONS["performance/q3-versions"])
 
 
@@ -247,4 +248,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("performance", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
+registry.misconceptions("performance", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

@@ -16,10 +16,11 @@ import math
 import numpy as np
 import torch
 
-from .. import buffers, grading, kernel_grading, runtime
+from .. import runtime
 from ..reference import softmax as reference_softmax
+from . import buffers, guards, registry
 
-LESSON = grading.lesson(
+LESSON = registry.lesson(
     "softmax", "Lesson 5: Softmax, online softmax and merging softmax states", pass_line=8)
 
 
@@ -62,7 +63,7 @@ def logits(rows: int, n: int, seed: int, scale: float = 1.0, kind: str = "normal
     is -inf entirely (a row with no key), row r >= 1 has its first r blocks of `block` columns
     at -inf (at least its last column stays finite), as padding or a sliding window makes them.
     """
-    rng = np.random.default_rng(grading.case_seed(seed))
+    rng = np.random.default_rng(registry.case_seed(seed))
     x = rng.standard_normal((rows, n)) * scale
     if kind == "neg_inf" and n > 1:
         hole = rng.random((rows, n)) < 0.2
@@ -107,7 +108,7 @@ def _describe(rows: int, n: int, scale: float, kind: str, dtype: str | None = No
 
 def _require_callable(answer, exercise_id: str, name: str) -> None:
     if not callable(answer):
-        raise grading.WrongAnswer(f"{exercise_id}: pass the function itself: "
+        raise registry.WrongAnswer(f"{exercise_id}: pass the function itself: "
                                   f"check(\"{exercise_id}\", {name}).")
 
 
@@ -164,7 +165,7 @@ def stable_candidate(x: np.ndarray, mistake: str) -> np.ndarray:
     raise KeyError(mistake)
 
 
-def _crash_hint(err: grading.WrongAnswer) -> str:
+def _crash_hint(err: registry.WrongAnswer) -> str:
     text = str(err)
     if "broadcast" in text:
         return ("\nHint: a reduction without keepdims=True returns shape (rows,), which does "
@@ -172,10 +173,10 @@ def _crash_hint(err: grading.WrongAnswer) -> str:
     return ""
 
 
-@grading.exercise("softmax/stable-softmax", "numpy softmax that never overflows", 1)
+@registry.exercise("softmax/stable-softmax", "numpy softmax that never overflows", 1)
 def _check_stable_softmax(stable_softmax) -> str:
     _require_callable(stable_softmax, "softmax/stable-softmax", "stable_softmax")
-    cases = grading.with_hidden(STABLE_CASES, STABLE_HIDDEN)
+    cases = registry.with_hidden(STABLE_CASES, STABLE_HIDDEN)
     for number, (rows, n, seed, scale, kind, dtype) in enumerate(cases, 1):
         x = logits(max(rows, 1), n, seed, scale, kind).astype(dtype)
         if rows == 0:
@@ -186,27 +187,27 @@ def _check_stable_softmax(stable_softmax) -> str:
         original = x.copy()
         try:
             with np.errstate(all="ignore"):
-                output = grading.run_student(stable_softmax, label, x)
-        except grading.WrongAnswer as err:
-            raise grading.WrongAnswer(f"{err}{_crash_hint(err)}") from err
+                output = registry.run_student(stable_softmax, label, x)
+        except registry.WrongAnswer as err:
+            raise registry.WrongAnswer(f"{err}{_crash_hint(err)}") from err
         if not np.array_equal(x, original, equal_nan=True):
-            raise grading.WrongAnswer(f"{label}: your function modified x in place.")
+            raise registry.WrongAnswer(f"{label}: your function modified x in place.")
         expected = reference_softmax(x.astype(np.float64))
         atol, rtol = (1e-6, 1e-5) if dtype == np.float32 else (1e-12, 1e-9)
         try:
-            grading.compare(output, expected, label, atol=atol, rtol=rtol)
-        except grading.WrongAnswer as err:
+            registry.compare(output, expected, label, atol=atol, rtol=rtol)
+        except registry.WrongAnswer as err:
             for mistake, hint in STABLE_MISTAKES:
-                if grading.same_result(output, stable_candidate(x, mistake), atol):
-                    raise grading.WrongAnswer(f"{err}\nLikely mistake: {hint}") from None
-            raise grading.WrongAnswer(
+                if registry.same_result(output, stable_candidate(x, mistake), atol):
+                    raise registry.WrongAnswer(f"{err}\nLikely mistake: {hint}") from None
+            raise registry.WrongAnswer(
                 f"{err}\nHint: softmax(x) = exp(x - max) / sum(exp(x - max)), max and sum per "
                 "row (axis=-1, keepdims=True).") from None
     return _passed(len(cases), "match the float64 reference")
 
 
 def _passed(count: int, what: str) -> str:
-    hidden = grading.hidden_note()
+    hidden = registry.hidden_note()
     return f"{count} cases {what}{hidden}"
 
 
@@ -239,7 +240,7 @@ def launch_online_softmax(kernel, x: torch.Tensor, y: torch.Tensor, block: int) 
 
 def row_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
     """Run a fused row-softmax kernel on a (rows, n_cols) tensor; returns a new tensor."""
-    kernel_grading.require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
+    guards.require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
     runtime.check_tensors(x, names=("x",))
     y = torch.empty_like(x)
     launch_row_softmax(kernel, x, y)
@@ -248,7 +249,7 @@ def row_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
 
 def online_softmax(kernel, x: torch.Tensor, block: int = 128) -> torch.Tensor:
     """Run an online-softmax kernel on a (rows, n_cols) tensor; returns a new tensor."""
-    kernel_grading.require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
+    guards.require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
     runtime.check_tensors(x, names=("x",))
     y = torch.empty_like(x)
     launch_online_softmax(kernel, x, y, block)
@@ -353,7 +354,7 @@ def _online_mistakes(x, block):
 
 def _diagnose_kernel(output, x, candidates, atol, stored_nothing) -> str:
     for candidate, hint in candidates:
-        if grading.same_result(output, candidate, atol):
+        if registry.same_result(output, candidate, atol):
             return "Likely mistake: " + hint
     out = np.asarray(output, dtype=np.float64)
     if np.isnan(out).all():
@@ -421,13 +422,13 @@ def _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, se
     x = buffers.poisoned(x_values.to(device))
     y = buffers.Canaried((rows, n), dtype, device)
     with np.errstate(all="ignore"):  # the interpreter computes with numpy: no warning noise
-        kernel_grading.guarded(label, lambda: launch(kernel, x, y.tensor),
+        guards.guarded(label, lambda: launch(kernel, x, y.tensor),
                                tensors=[x, y.tensor])
     try:
         y.verify(label)
-    except grading.WrongAnswer:
+    except registry.WrongAnswer:
         if _strided_like_contiguous(y, rows, n):
-            raise grading.WrongAnswer(
+            raise registry.WrongAnswer(
                 f"{label}: your kernel wrote outside the output, where a contiguous output "
                 f"would lie. {ROW_STRIDE_HINT}") from None
         raise
@@ -441,22 +442,22 @@ def _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, se
         again = buffers.Canaried((rows, n), dtype, device)
         again.tensor.fill_(0.0)
         with np.errstate(all="ignore"):
-            kernel_grading.guarded(label, lambda: launch(kernel, x, again.tensor),
+            guards.guarded(label, lambda: launch(kernel, x, again.tensor),
                                    tensors=[x, again.tensor])
         return bool((again.tensor == 0).all())
 
     try:
-        grading.compare(output, expected, label, atol=atol, rtol=rtol)
-    except grading.WrongAnswer as err:
+        registry.compare(output, expected, label, atol=atol, rtol=rtol)
+    except registry.WrongAnswer as err:
         hint = _diagnose_kernel(output, x64, candidates_for(x64), max(1e-3, 10 * atol),
                                 stored_nothing)
-        raise grading.WrongAnswer(f"{err}\n{hint}") from None
+        raise registry.WrongAnswer(f"{err}\n{hint}") from None
 
 
-@grading.exercise("softmax/row-kernel", "fused row-softmax Triton kernel", 2, kernel=True)
+@registry.exercise("softmax/row-kernel", "fused row-softmax Triton kernel", 2, kernel=True)
 def _check_row_kernel(kernel) -> str:
-    kernel_grading.require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
-    cases = grading.with_hidden(ROW_CASES, ROW_HIDDEN)
+    guards.require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
+    cases = registry.with_hidden(ROW_CASES, ROW_HIDDEN)
     for number, (rows, n, dtype_name, scale, kind, seed) in enumerate(cases, 1):
         block = 1 << max(0, (n - 1).bit_length())
         label = (f"case {number}/{len(cases)} "
@@ -507,10 +508,10 @@ STATS_MISTAKES = [
 ]
 
 
-@grading.exercise("softmax/online-stats", "online softmax in numpy: running max and sum", 1)
+@registry.exercise("softmax/online-stats", "online softmax in numpy: running max and sum", 1)
 def _check_online_stats(online_softmax_stats) -> str:
     _require_callable(online_softmax_stats, "softmax/online-stats", "online_softmax_stats")
-    cases = grading.with_hidden(STATS_CASES, STATS_HIDDEN)
+    cases = registry.with_hidden(STATS_CASES, STATS_HIDDEN)
     for number, (rows, n, block, seed, scale, kind) in enumerate(cases, 1):
         x = logits(rows, n, seed, scale, kind, block)
         label = (f"case {number}/{len(cases)} "
@@ -518,11 +519,11 @@ def _check_online_stats(online_softmax_stats) -> str:
                  .replace("BLOCK=", "block_size="))
         original = x.copy()
         with np.errstate(all="ignore"):
-            result = grading.run_student(online_softmax_stats, label, x, block)
+            result = registry.run_student(online_softmax_stats, label, x, block)
         if not np.array_equal(x, original):
-            raise grading.WrongAnswer(f"{label}: your function modified x in place.")
+            raise registry.WrongAnswer(f"{label}: your function modified x in place.")
         if not (isinstance(result, tuple) and len(result) == 2):
-            raise grading.WrongAnswer(f"{label}: return the pair (m, l), got "
+            raise registry.WrongAnswer(f"{label}: return the pair (m, l), got "
                                       f"{type(result).__name__}.")
         m, total = result
         m_ref = x.max(axis=-1)  # -inf for a row masked entirely, whose sum is 0
@@ -530,23 +531,23 @@ def _check_online_stats(online_softmax_stats) -> str:
         for name, got, ref in (("the running max m", m, m_ref), ("the running sum l", total,
                                                                     total_ref)):
             try:
-                grading.compare(got, ref, f"{label}, {name}", atol=1e-12, rtol=1e-9)
-            except grading.WrongAnswer as err:
+                registry.compare(got, ref, f"{label}, {name}", atol=1e-12, rtol=1e-9)
+            except registry.WrongAnswer as err:
                 hint = ("Check the two updates of section 4: the new running max, then the "
                         "running sum brought to it before this block's terms are added.")
                 for switches, mistake in STATS_MISTAKES:  # recognised by their sums
-                    if grading.same_result(total, blocked_stats(x, block, **switches)[1], 1e-9):
+                    if registry.same_result(total, blocked_stats(x, block, **switches)[1], 1e-9):
                         hint = "Likely mistake: " + mistake
                         break
-                raise grading.WrongAnswer(f"{err}\n{hint}") from None
+                raise registry.WrongAnswer(f"{err}\n{hint}") from None
     return _passed(len(cases), "give the exact row max and sum of exp(x - max)")
 
 
-@grading.exercise("softmax/online-kernel", "online-softmax Triton kernel over a long row", 2,
+@registry.exercise("softmax/online-kernel", "online-softmax Triton kernel over a long row", 2,
                   kernel=True)
 def _check_online_kernel(kernel) -> str:
-    kernel_grading.require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
-    cases = grading.with_hidden(ONLINE_CASES, ONLINE_HIDDEN)
+    guards.require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
+    cases = registry.with_hidden(ONLINE_CASES, ONLINE_HIDDEN)
     for number, (rows, n, block, dtype_name, scale, kind, seed) in enumerate(cases, 1):
         label = (f"case {number}/{len(cases)} "
                  f"({_describe(rows, n, scale, kind, dtype_name, block, seed)})")
@@ -634,12 +635,12 @@ MERGE_MISTAKES = {
 }
 
 
-@grading.exercise("softmax/merge-states", "merge two partial softmax states", 1)
+@registry.exercise("softmax/merge-states", "merge two partial softmax states", 1)
 def _check_merge_states(merge_states) -> str:
     _require_callable(merge_states, "softmax/merge-states", "merge_states")
-    cases = grading.with_hidden(MERGE_CASES, MERGE_HIDDEN)
+    cases = registry.with_hidden(MERGE_CASES, MERGE_HIDDEN)
     for number, (rows, n, d, splits, seed, scale, masked) in enumerate(cases, 1):
-        rng = np.random.default_rng(grading.case_seed(seed))
+        rng = np.random.default_rng(registry.case_seed(seed))
         scores = rng.standard_normal((rows, n)) * scale
         values = rng.standard_normal((n, d))
         chunks = np.split(np.arange(n), list(splits))
@@ -657,35 +658,35 @@ def _check_merge_states(merge_states) -> str:
             step_label = label if len(states) == 2 else f"{label}, merge {step}"
             copies = [np.copy(a) for a in (*merged, *state)]
             with np.errstate(all="ignore"):
-                result = grading.run_student(merge_states, step_label, *merged, *state)
+                result = registry.run_student(merge_states, step_label, *merged, *state)
             if any(not np.array_equal(a, b) for a, b in zip((*merged, *state), copies,
                                                               strict=True)):
-                raise grading.WrongAnswer(f"{step_label}: your function modified its inputs "
+                raise registry.WrongAnswer(f"{step_label}: your function modified its inputs "
                                           "in place.")
             if not (isinstance(result, tuple) and len(result) == 3):
-                raise grading.WrongAnswer(f"{step_label}: return the triple (m, l, o).")
+                raise registry.WrongAnswer(f"{step_label}: return the triple (m, l, o).")
             expected = softmax_state(scores[:, np.concatenate(chunks[:step + 1])],
                                      values[np.concatenate(chunks[:step + 1])])
             for name, got, ref in zip(("m", "l", "o"), result, expected, strict=True):
                 try:
-                    grading.compare(got, ref, f"{step_label}, merged {name}", atol=1e-12,
+                    registry.compare(got, ref, f"{step_label}, merged {name}", atol=1e-12,
                                     rtol=1e-9)
-                except grading.WrongAnswer as err:
+                except registry.WrongAnswer as err:
                     hint = ("Hint: m = max(m1, m2); a1 = exp(m1 - m); a2 = exp(m2 - m); "
                             "l = a1*l1 + a2*l2; o = a1*o1 + a2*o2.")
                     for mistake, why in MERGE_MISTAKES.items():
                         candidate = merge_candidate(merged, state, mistake)
-                        if all(grading.same_result(g, c, 1e-9)
+                        if all(registry.same_result(g, c, 1e-9)
                                for g, c in zip(result, candidate, strict=True)):
                             hint = "Likely mistake: " + why
                             break
-                    raise grading.WrongAnswer(f"{err}\n{hint}") from None
+                    raise registry.WrongAnswer(f"{err}\n{hint}") from None
             merged = tuple(np.asarray(a) for a in result)
         with np.errstate(all="ignore"):
             attention = merged[2] / np.where(merged[1] == 0, 1.0, merged[1])[:, None]
             expected = reference_softmax(scores) @ values
         expected[np.isneginf(scores).all(axis=-1)] = 0.0  # no key at all: the output is 0
-        grading.compare(attention, expected,
+        registry.compare(attention, expected,
                         f"{label}, o / l after the last merge", atol=1e-12, rtol=1e-9)
     return _passed(len(cases), "merge to the state of the whole row")
 
@@ -713,7 +714,7 @@ Q1_WHY = {
 }
 
 
-grading.questions("softmax/q1-overflow", "Q1: where exp overflows", 1, Q1, Q1_WHY, rtol=1e-3,
+registry.questions("softmax/q1-overflow", "Q1: where exp overflows", 1, Q1, Q1_WHY, rtol=1e-3,
                   sections=SECTIONS["softmax/q1-overflow"])
 
 
@@ -733,7 +734,7 @@ Q2_WHY = {
 }
 
 
-grading.questions("softmax/q2-traffic", "Q2: bytes moved by the softmax kernels",
+registry.questions("softmax/q2-traffic", "Q2: bytes moved by the softmax kernels",
                   1, Q2, Q2_WHY, rtol=1e-3, sections=SECTIONS["softmax/q2-traffic"])
 
 
@@ -750,7 +751,7 @@ Q3_WHY = {
 }
 
 
-grading.questions("softmax/q3-merge", "Q3: merging two softmax states", 1, Q3, Q3_WHY, rtol=1e-3,
+registry.questions("softmax/q3-merge", "Q3: merging two softmax states", 1, Q3, Q3_WHY, rtol=1e-3,
                   sections=SECTIONS["softmax/q3-merge"])
 
 
@@ -772,4 +773,4 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("softmax", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
+registry.misconceptions("softmax", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

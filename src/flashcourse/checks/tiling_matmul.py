@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grading, kernel_grading, recording, runtime
+from .. import runtime
 from ..blanks import BlankNotFilled, is_blank, refuse_blanks, source_of
 from ..models.matmul import (
     cdiv,
@@ -21,8 +21,9 @@ from ..models.matmul import (
     tiled_read_bytes,
     wave_stripes,
 )
+from . import guards, recording, registry
 
-LESSON = grading.lesson("tiling", "Lesson 4: Tiling a matrix product", pass_line=8)
+LESSON = registry.lesson("tiling", "Lesson 4: Tiling a matrix product", pass_line=8)
 
 
 # Where the lesson explains each question and statement: wrong answers point there.
@@ -63,7 +64,7 @@ BLOCKED_HIDDEN = [
 
 
 def _blocked_inputs(M, N, K, dtype, seed):
-    rng = np.random.default_rng(grading.case_seed(seed))
+    rng = np.random.default_rng(registry.case_seed(seed))
     return (rng.standard_normal((M, K)).astype(dtype),
             rng.standard_normal((K, N)).astype(dtype))
 
@@ -92,24 +93,24 @@ def _byte_mistakes(M, N, K, BM, BN, BK, itemsize):
     ]
 
 
-@grading.exercise("tiling/blocked-bytes", "numpy blocked matmul that counts HBM bytes", 2)
+@registry.exercise("tiling/blocked-bytes", "numpy blocked matmul that counts HBM bytes", 2)
 def _check_blocked(blocked_matmul) -> str:
     if not callable(blocked_matmul):
-        raise grading.WrongAnswer("Pass the function itself: check(..., blocked_matmul).")
-    cases = grading.with_hidden(BLOCKED_CASES, BLOCKED_HIDDEN)
+        raise registry.WrongAnswer("Pass the function itself: check(..., blocked_matmul).")
+    cases = registry.with_hidden(BLOCKED_CASES, BLOCKED_HIDDEN)
     for number, (M, N, K, BM, BN, BK, dtype, seed) in enumerate(cases, 1):
         A, B = _blocked_inputs(M, N, K, dtype, seed)
         label = (f"case {number}/{len(cases)} (M={M}, N={N}, K={K}, BM={BM}, BN={BN}, "
                  f"BK={BK}, {dtype})")
-        result = grading.run_student(blocked_matmul, label, A.copy(), B.copy(), BM, BN, BK)
+        result = registry.run_student(blocked_matmul, label, A.copy(), B.copy(), BM, BN, BK)
         if not isinstance(result, tuple) or len(result) != 2:
-            raise grading.WrongAnswer(f"{label}: return a pair (C, bytes_read), got "
+            raise registry.WrongAnswer(f"{label}: return a pair (C, bytes_read), got "
                                       f"{type(result).__name__}.")
         C, bytes_read = result
         expected = A.astype(np.float64) @ B.astype(np.float64)
         scale = float((np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))).max())
         tol = 1e-5 if dtype == "float32" else 1e-12
-        grading.compare(C, expected, f"{label}, the product C", atol=tol * scale,
+        registry.compare(C, expected, f"{label}, the product C", atol=tol * scale,
                         tile_rows=BM, hint="Each output tile C[i:i+BM, j:j+BN] is the sum over "
                         "K steps of A[i:i+BM, k:k+BK] @ B[k:k+BK, j:j+BN].")
         itemsize = np.dtype(dtype).itemsize
@@ -121,10 +122,10 @@ def _check_blocked(blocked_matmul) -> str:
                          if wrong == bytes_read and wrong != reads),
                         "Count the bytes of every A tile and B tile that the K loop loads, "
                         "for every output tile.")
-            raise grading.WrongAnswer(
+            raise registry.WrongAnswer(
                 f"{label}: bytes_read = {bytes_read!r} is not what this blocked product reads "
                 f"from HBM. {hint}")
-    hidden = grading.hidden_note()
+    hidden = registry.hidden_note()
     return f"{len(cases)} cases: products and byte counts match the formula{hidden}"
 
 
@@ -134,16 +135,16 @@ def _check_blocked(blocked_matmul) -> str:
 ORDER_CASES = [(6, 6, 2), (7, 5, 3), (4, 9, 4), (5, 3, 8), (3, 4, 1), (10, 2, 4)]
 
 
-@grading.exercise("tiling/grouped-order", "grouped launch order (GROUP_M swizzle)", 1)
+@registry.exercise("tiling/grouped-order", "grouped launch order (GROUP_M swizzle)", 1)
 def _check_order(grouped_order_fn) -> str:
     if not callable(grouped_order_fn):
-        raise grading.WrongAnswer("Pass the function itself: check(..., grouped_order).")
+        raise registry.WrongAnswer("Pass the function itself: check(..., grouped_order).")
     for number, (pm, pn, group) in enumerate(ORDER_CASES, 1):
         label = (f"case {number}/{len(ORDER_CASES)} (num_pid_m={pm}, num_pid_n={pn}, "
                  f"GROUP_M={group})")
         got = []
         for pid in range(pm * pn):
-            tile = grading.run_student(grouped_order_fn, label, pid, pm, pn, group)
+            tile = registry.run_student(grouped_order_fn, label, pid, pm, pn, group)
             if is_blank(tile) or any(is_blank(t) for t in tuple(tile)):
                 raise BlankNotFilled(f"Fill in the blank: {label} returned ______.")
             got.append((int(tile[0]), int(tile[1])))
@@ -159,7 +160,7 @@ def _check_order(grouped_order_fn) -> str:
             extra = (" The last group may hold fewer than GROUP_M rows: take "
                      "group_rows = min(num_pid_m - first_pid_m, GROUP_M) and use it for both "
                      "% and //." if pm % group else "")
-            raise grading.WrongAnswer(f"{label}: every tile must be computed by exactly one "
+            raise registry.WrongAnswer(f"{label}: every tile must be computed by exactly one "
                                       f"program, but {hint}.{extra}")
         pid = next(p for p, (g, w) in enumerate(zip(got, want, strict=True)) if g != w)
         row_major = [(p // pn, p % pn) for p in range(pm * pn)]
@@ -167,7 +168,7 @@ def _check_order(grouped_order_fn) -> str:
                 "GROUP_M rows first, then move one column right." if got == row_major else
                 "Within a group, consecutive programs go down the group's rows first, then "
                 "one column right.")
-        raise grading.WrongAnswer(f"{label}: program {pid} computes tile {got[pid]}, which is "
+        raise registry.WrongAnswer(f"{label}: program {pid} computes tile {got[pid]}, which is "
                                   f"not its tile in grouped order. {hint}")
     return f"{len(ORDER_CASES)} grids: every program maps to its tile in grouped order"
 
@@ -225,7 +226,7 @@ def launch(kernel, a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, GROUP_M: i
 def _kernel_inputs(M, N, K, dtype, seed, values):
     import torch
 
-    gen = torch.Generator().manual_seed(grading.case_seed(seed))
+    gen = torch.Generator().manual_seed(registry.case_seed(seed))
     shape_a, shape_b = (M, K), (K, N)
     if values == "uniform":  # all positive: sums grow with K, and so does fp16 rounding
         A, B = torch.rand(shape_a, generator=gen), torch.rand(shape_b, generator=gen)
@@ -264,7 +265,7 @@ def _run_kernel(kernel, A, B, out_dtype, cfg, label, padding="nan"):
     tile wide, so even a kernel without masks stays inside the buffers."""
     import torch
 
-    from .. import buffers
+    from . import buffers
 
     M, N = A.shape[0], B.shape[1]
     bm, bn, bk, _ = cfg
@@ -281,7 +282,7 @@ def _run_kernel(kernel, A, B, out_dtype, cfg, label, padding="nan"):
         if contiguous:
             out.tensor = _embedded(torch.full((M, N), float("nan"), dtype=dtype,
                                               device=A.device), bm, bn, float("nan"), True)
-    kernel_grading.guarded(label, lambda: launch(kernel, a, b, out.tensor, *cfg),
+    guards.guarded(label, lambda: launch(kernel, a, b, out.tensor, *cfg),
                            tensors=[a, b, out.tensor])
     return out.tensor.detach().cpu().double().numpy(), out
 
@@ -307,9 +308,9 @@ def _strides_hint(kernel, A, B, out_dtype, cfg, label, expected, atol) -> str:
     tensors, which means it indexes with a width instead of a stride."""
     try:
         contiguous, _ = _run_kernel(kernel, A, B, out_dtype, cfg, label, "contiguous")
-    except grading.WrongAnswer:
+    except registry.WrongAnswer:
         return ""
-    if grading.same_result(contiguous, expected, atol):
+    if registry.same_result(contiguous, expected, atol):
         return ("\nLikely mistake: your kernel is right on contiguous tensors only: it steps "
                 "between rows by the width (K or N) instead of the stride. Use stride_am, "
                 "stride_bk and stride_cm for rows.")
@@ -328,23 +329,23 @@ def _diagnose(kernel, A, B, out_dtype, cfg, actual, expected, atol, label) -> st
     }
     if M == N == K:
         for name, make in transposed.items():
-            if grading.same_result(actual, make(), atol):
+            if registry.same_result(actual, make(), atol):
                 return (f"Likely mistake: your kernel computed {name}, a transposed index. "
                         "Check which offsets run down the rows and which across the columns "
                         "of A, B and C, each with its own strides (the pointer section of the "
                         "lesson).")
     try:
         contiguous, _ = _run_kernel(kernel, A, B, out_dtype, cfg, label, "contiguous")
-        if grading.same_result(contiguous, expected, atol):
+        if registry.same_result(contiguous, expected, atol):
             return ("Likely mistake: your kernel is right on contiguous tensors but wrong on the "
                     "grader's views, whose rows are longer than the tensor is wide. Index with "
                     "the stride arguments (stride_am, stride_ak, stride_bk, stride_bn, "
                     "stride_cm, stride_cn), never with K or N.")
         zero, _ = _run_kernel(kernel, A, B, out_dtype, cfg, label, "zero")
-    except grading.WrongAnswer:
+    except registry.WrongAnswer:
         return ""
     if np.isnan(actual).any():
-        if grading.same_result(zero, expected, atol):
+        if registry.same_result(zero, expected, atol):
             if K % BLOCK_K:
                 return ("Likely mistake: the last K step reads past column K-1 of A and row K-1 "
                         "of B (K is not a multiple of BLOCK_K). Mask both loads with the K that "
@@ -377,18 +378,18 @@ def _refuse_stub(kernel, name):
 
 def _require_matmul_kernel(kernel) -> None:
     if not hasattr(kernel, "fn") or not hasattr(kernel, "__getitem__"):
-        raise grading.WrongAnswer("Pass the @triton.jit kernel itself: "
+        raise registry.WrongAnswer("Pass the @triton.jit kernel itself: "
                                   "check('tiling/matmul-kernel', matmul_kernel).")
     _refuse_stub(kernel, "matmul_kernel")
 
 
-@grading.exercise("tiling/matmul-kernel", "tiled Triton matmul (tl.dot, masks, fp32 acc, "
+@registry.exercise("tiling/matmul-kernel", "tiled Triton matmul (tl.dot, masks, fp32 acc, "
                   "GROUP_M)", 3, kernel=True)
 def _check_kernel(kernel) -> str:
     recording.inspected("tiling/matmul-kernel: the answer is a kernel",
                         lambda: _require_matmul_kernel(kernel))
     interpreter = runtime.current().interpreter
-    cases = grading.with_hidden(KERNEL_CASES, KERNEL_HIDDEN)
+    cases = registry.with_hidden(KERNEL_CASES, KERNEL_HIDDEN)
     skipped = 0
     ran = 0
     for number, case in enumerate(cases, 1):
@@ -409,24 +410,24 @@ def _check_kernel(kernel) -> str:
         atol = dot_tol * float((np.abs(A64) @ np.abs(B64)).max())
         try:
             out.verify(label)
-        except grading.WrongAnswer as err:
+        except registry.WrongAnswer as err:
             hint = _strides_hint(kernel, A, B, out_dtype, cfg, label, expected,
                                  atol + rtol * float(np.abs(expected).max()))
-            raise grading.WrongAnswer(f"{err}{hint}") from None
+            raise registry.WrongAnswer(f"{err}{hint}") from None
         try:
-            grading.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=bm)
-        except grading.WrongAnswer as err:
+            registry.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=bm)
+        except registry.WrongAnswer as err:
             row, col = _worst(actual, expected)
             where = (f"The worst element, row {row}, column {col}, is in output tile "
                      f"(pid_m={row // bm}, pid_n={col // bn}).")
             hint = _diagnose(kernel, A, B, out_dtype, cfg, actual, expected,
                              atol + rtol * float(np.abs(expected).max()), label)
-            raise grading.WrongAnswer(f"{err}\n{where}\n{hint}".rstrip()) from None
+            raise registry.WrongAnswer(f"{err}\n{where}\n{hint}".rstrip()) from None
         ran += 1
     notes = []
     if skipped:
         notes.append(f"{skipped} bf16 case(s) run only on a GPU")
-    if not grading.grading_mode():
+    if not registry.grading_mode():
         notes.append("graders also run hidden cases")
     extra = f" ({'; '.join(notes)})" if notes else ""
     return f"{ran} cases match A @ B (ragged shapes, fp32 and fp16){extra}"
@@ -457,7 +458,7 @@ Q1_WHY = {
 }
 
 
-grading.questions("tiling/q1-traffic", "Q1: HBM bytes and arithmetic intensity of tiles",
+registry.questions("tiling/q1-traffic", "Q1: HBM bytes and arithmetic intensity of tiles",
                   2, Q1, Q1_WHY, rtol=1e-3, sections=SECTIONS["tiling/q1-traffic"])
 
 
@@ -476,7 +477,7 @@ Q2_WHY = {
 }
 
 
-grading.questions("tiling/q2-registers-smem", "Q2: register tiling and shared-memory staging",
+registry.questions("tiling/q2-registers-smem", "Q2: register tiling and shared-memory staging",
                   1, Q2, Q2_WHY, sections=SECTIONS["tiling/q2-registers-smem"])
 
 
@@ -501,7 +502,7 @@ Q3_WHY = {
 }
 
 
-grading.questions("tiling/q3-grouped-order", "Q3: grouped launch order and L2 reuse",
+registry.questions("tiling/q3-grouped-order", "Q3: grouped launch order and L2 reuse",
                   1, Q3, Q3_WHY, sections=SECTIONS["tiling/q3-grouped-order"])
 
 
@@ -524,7 +525,7 @@ MISCONCEPTIONS = {
 }
 
 
-grading.misconceptions("tiling", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
+registry.misconceptions("tiling", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
 
 
 __all__ = ["grouped_order", "launch"]

@@ -10,7 +10,7 @@ Which side of the sandbox each module runs on:
 - `sandbox.py` (grader): the bubblewrap command and its limits (time, memory, processes, files).
 - `inside.py` (**sandbox**): the only grader code that runs beside student code; it executes
   the notebook and imports nothing of the course.
-- `score.py` (grader): replays every check on the recorded data (`flashcourse.recording`).
+- `score.py` (grader): replays every check on the recorded data (`flashcourse.checks.recording`).
 - `report.py` (grader): scorecard, CSV, JUnit XML, HTML and JSON, written after every sandbox.
 - `submission.py` (grader): the result records (statuses, items, problems).
 - `samples.py` (tests): filled-in and known-wrong submissions.

@@ -8,7 +8,7 @@ For each submission the grader (this process, which never runs student code)
 2. writes the notebook to run, with every grading cell taken from the pristine exercise notebook,
    into a private work folder and runs it in its own bubblewrap sandbox (sandbox.py, inside.py),
    with FLASHCOURSE_GRADING=1 and a folder where each `check(...)` records what the student's
-   code returned for the grader's inputs (`flashcourse.recording`);
+   code returned for the grader's inputs (`flashcourse.checks.recording`);
 3. after the sandbox has ended, replays every check of the lesson here, on those records, and
    scores (score.py). Hidden cases always run in the replay.
 
@@ -31,7 +31,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .. import bench, grading, runtime
+from .. import bench, runtime
+from ..checks import registry
 from . import collect, report, sandbox, score
 from .score import read_untrusted
 from .submission import TIMEOUT, Submission
@@ -50,13 +51,13 @@ def _sandbox_env(paths: dict[str, str], interpreter: bool) -> dict[str, str]:
            "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": f"{home}/runtime",
            "JUPYTER_CONFIG_DIR": f"{home}/jupyter", "IPYTHONDIR": f"{home}/ipython",
            "MPLCONFIGDIR": f"{home}/matplotlib", "TRITON_CACHE_DIR": f"{home}/triton",
-           grading.GRADING_MODE_ENV: "1", bench.SKIP_ENV: "1",
+           registry.GRADING_MODE_ENV: "1", bench.SKIP_ENV: "1",
            "FLASHCOURSE_RECORD_DIR": paths["records"]}
     for name in THREAD_VARIABLES:  # one thread per kernel: parallel sandboxes must not
         env[name] = "1"  # oversubscribe the cores
     if interpreter:
         env[runtime.FORCE_INTERPRETER_ENV] = "1"
-    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TRITON_PTXAS_PATH", grading.SECRET_ENV):
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TRITON_PTXAS_PATH", registry.SECRET_ENV):
         if name in os.environ:
             env[name] = os.environ[name]
     return env
@@ -156,8 +157,8 @@ def grade(found: list[collect.Found], missing: list[str], out: Path | None = Non
     """Grade every found notebook; write the reports under `out` when given. `secret` reseeds
     every case the checks build (the same secret gives the same inputs). The replays need
     grading mode (and the secret) in this process's environment: it is restored afterwards."""
-    saved = {name: os.environ.get(name) for name in (grading.GRADING_MODE_ENV,
-                                                     grading.SECRET_ENV)}
+    saved = {name: os.environ.get(name) for name in (registry.GRADING_MODE_ENV,
+                                                     registry.SECRET_ENV)}
     try:
         return _grade(found, missing, out, jobs, timeout, root, sandboxed, progress, secret)
     finally:
@@ -175,13 +176,13 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
         sandbox.bwrap()  # raises SandboxUnavailable with what to do
     root = (root or collect.course_root()).resolve()
     exercises = collect.load_exercises(root)
-    grading._load_checks()
+    registry._load_checks()
     runtime.setup(verbose=False)
-    os.environ[grading.GRADING_MODE_ENV] = "1"  # the replay runs the hidden cases
+    os.environ[registry.GRADING_MODE_ENV] = "1"  # the replay runs the hidden cases
     if secret:
-        os.environ[grading.SECRET_ENV] = secret
+        os.environ[registry.SECRET_ENV] = secret
     else:
-        os.environ.pop(grading.SECRET_ENV, None)
+        os.environ.pop(registry.SECRET_ENV, None)
     jobs = max(1, jobs or min(len(found) or 1, os.cpu_count() or 1))
     hidden = hidden_folders(root, [item.path for item in found], out)
     subs: list[Submission] = []

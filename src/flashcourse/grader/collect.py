@@ -209,7 +209,7 @@ def _code_cell(cell_id: str, source: str) -> dict:
 class Job:
     """A submission ready for its sandbox."""
     sub: Submission
-    lesson: object  # grading.Lesson
+    lesson: object  # registry.Lesson
     checks: dict[str, tuple[str, str]]  # exercise id -> (grading cell id, answer name)
     notebook: dict  # the notebook the sandbox runs
     refused: dict[str, str]  # exercise id -> why its answer earns nothing (not a real kernel)
@@ -217,7 +217,7 @@ class Job:
 
 def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | None]:
     """Read, match and scan one submission; no job when it cannot run."""
-    from .. import grading
+    from ..checks import registry
 
     sub = Submission(label=item.label, path=str(item.path))
     if item.refused:
@@ -234,7 +234,7 @@ def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | 
     slug = match_exercise(item.path.name, cells, exercises)
     checks = check_cells(exercises[slug]) if slug else {}
     lesson_ids = {ex.split("/")[0] for ex in checks}
-    lesson = grading.LESSONS.get(next(iter(lesson_ids), "")) if len(lesson_ids) == 1 else None
+    lesson = registry.LESSONS.get(next(iter(lesson_ids), "")) if len(lesson_ids) == 1 else None
     if lesson is None:
         sub.status = UNMATCHED
         sub.problems.append("matches no exercise notebook (neither by file name nor by grading "

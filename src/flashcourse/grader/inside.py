@@ -8,7 +8,8 @@ wall-clock limit still says where it was) and OUT_DIR/executed.ipynb.
 
 Everything it writes is for the instructor's reports only: the student's code runs in the same
 sandbox and could rewrite it. Points come from the grader replaying the checks
-(`flashcourse.recording`), never from these files. This module imports no part of the course.
+(`flashcourse.checks.recording`), never from these files. This module imports no part of the
+course.
 """
 
 from __future__ import annotations

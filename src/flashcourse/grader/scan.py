@@ -5,7 +5,7 @@ what grading relies on (the check, the reference, numpy/torch functions, builtin
 The scan is static and deliberately strict: lesson answers never need to assign to a module
 attribute, import `builtins`, or call `setattr`/`exec`. A runtime snapshot taken inside the kernel
 is no longer needed for verdicts: every point is decided outside the student's process
-(`flashcourse.recording`), so the scan's findings say what a submission tried, and the
+(`flashcourse.checks.recording`), so the scan's findings say what a submission tried, and the
 reference and kernel checks below say whether its answers do the work themselves.
 """
 
@@ -26,11 +26,13 @@ CANONICAL = {
     "tl": ("triton.language",),
     "fc": ("flashcourse",),
     "flashcourse": ("flashcourse",),
-    "check": ("flashcourse", "flashcourse.grading"),
-    "scorecard": ("flashcourse", "flashcourse.grading"),
+    "check": ("flashcourse", "flashcourse.checks.registry"),
+    "scorecard": ("flashcourse", "flashcourse.checks.registry"),
     "______": ("flashcourse", "flashcourse.blanks"),
     "standard_attention": ("flashcourse.reference",),
     "grading": ("flashcourse",),
+    "registry": ("flashcourse", "flashcourse.checks"),
+    "checks": ("flashcourse",),
     "print": (),
     "json": ("json",),
 }
@@ -50,7 +52,7 @@ FRAME_ATTRIBUTES = {"f_back", "f_locals", "f_globals", "f_code", "f_builtins", "
                     "gi_frame", "cr_frame", "currentframe", "_getframe",
                     "getouterframes", "getinnerframes", "settrace", "setprofile", "walk_stack",
                     "extract_stack", "get_referrers", "get_objects"}
-# Method calls that mutate a module-level container (e.g. grading.RESULTS.update(...)).
+# Method calls that mutate a module-level container (e.g. registry.RESULTS.update(...)).
 MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert",
             "remove", "__setitem__", "__delitem__", "__setattr__", "__delattr__", "discard",
             "add"}
@@ -233,7 +235,7 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"calls `{func.id}()`")
         if isinstance(func, ast.Attribute) and func.attr in MUTATORS:
             root = _root(func.value) or ""
-            if root in ("fc", "flashcourse", "grading") or \
+            if root in ("fc", "flashcourse", "grading", "registry") or \
                     self.imported.get(root, "").startswith("flashcourse"):
                 self.flag(node, f"mutates `{_dotted(func.value)}` of the course package")
         if isinstance(func, ast.Attribute) and func.attr in ("run_line_magic", "run_cell_magic",
@@ -356,7 +358,8 @@ def scan_student_cells(cells: list[dict]) -> list[Finding]:
 # Modules of the package that hold references and finished kernels; an answer cell must not
 # reach them (demo cells may, to compare).
 REFERENCE_MODULES = ("flashcourse.reference", "flashcourse.attention", "flashcourse.kernels",
-                     "flashcourse.checks", "flashcourse.grading", "flashcourse.recording")
+                     "flashcourse.checks", "flashcourse.checks.registry",
+                     "flashcourse.checks.recording")
 # Library calls that compute what an exercise asks the student to write.
 REFERENCE_ATTRIBUTES = {"scaled_dot_product_attention", "softmax", "log_softmax",
                         "flash_attention", "flex_attention", "standard_attention",

@@ -1,7 +1,7 @@
 """Scoring one submission on the grader's side, after its sandbox has ended.
 
-Every point comes from `grading.replay`: the lesson's own check runs again here, in the
-grader's process, on the data the submission's run recorded (`flashcourse.recording`). The
+Every point comes from `registry.replay`: the lesson's own check runs again here, in the
+grader's process, on the data the submission's run recorded (`flashcourse.checks.recording`). The
 files the sandbox left are read as untrusted data: never through a link, within size limits,
 and as JSON only. What the runner says about its cells (errors, timeouts) only explains the
 report.
@@ -13,8 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from .. import grading, recording
 from ..blanks import BlankNotFilled
+from ..checks import recording, registry
 from .collect import Job, printable, read_regular
 from .submission import CRASHED, FAIL, PASS, TAMPERED, TIMEOUT, ExerciseResult, Submission
 
@@ -64,10 +64,10 @@ def replay_item(ex, record) -> tuple[str, str]:
     if record is None:
         return "not run", ""
     try:
-        summary = grading.replay(ex.id, record)
-    except grading.VetoMisconception as err:
+        summary = registry.replay(ex.id, record)
+    except registry.VetoMisconception as err:
         return "veto", message(err)
-    except grading.WrongAnswer as err:
+    except registry.WrongAnswer as err:
         return "wrong", message(err)
     except BlankNotFilled as err:
         return "blank", message(err)
@@ -78,7 +78,7 @@ def replay_item(ex, record) -> tuple[str, str]:
     except Exception as err:  # noqa: BLE001  (a malformed record; the grader goes on)
         return "error", message(f"{type(err).__name__}: {err}")
     finally:
-        grading.VETOES_HIT.pop(ex.id, None)
+        registry.VETOES_HIT.pop(ex.id, None)
     return "pass", message(summary, 240)
 
 

@@ -14,7 +14,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from . import notebooks
+from . import build
 
 PRELUDE = """\
 import numpy as np
@@ -30,7 +30,7 @@ _TMP = Path(tempfile.mkdtemp(prefix="flashcourse-cells-"))
 
 
 def _code_cell(lesson_path: Path, cell_id: str):
-    lesson = notebooks.parse(Path(lesson_path))
+    lesson = build.parse(Path(lesson_path))
     for cell in lesson.cells:
         if cell.kind == "code" and cell.options.get("id") == cell_id:
             return lesson, cell
@@ -39,13 +39,13 @@ def _code_cell(lesson_path: Path, cell_id: str):
 
 def solution_source(lesson_path: Path, cell_id: str) -> str:
     """The solution text of the code cell with `#| id: cell_id` (markers removed)."""
-    return notebooks._solution_source(_code_cell(lesson_path, cell_id)[1])
+    return build._solution_source(_code_cell(lesson_path, cell_id)[1])
 
 
 def exercise_source(lesson_path: Path, cell_id: str) -> str:
     """The student's text of the same cell (blanks and stubs in place)."""
     lesson, cell = _code_cell(lesson_path, cell_id)
-    return notebooks._exercise_source(cell, lesson.path)
+    return build._exercise_source(cell, lesson.path)
 
 
 def edit(source: str, replace=(), assign: dict[str, str] | None = None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from .runtime import truthy
+from ..runtime import truthy
 
 GRADING_MODE_ENV = "FLASHCOURSE_GRADING"
 SECRET_ENV = "FLASHCOURSE_GRADING_SECRET"  # set by `grade --secret`: reseeds every case

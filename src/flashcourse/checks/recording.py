@@ -1,7 +1,7 @@
 """Record what a student's code did inside the grading sandbox; replay it in the grader.
 
-A check calls student code only through `student_call` (via `grading.run_student`,
-`kernel_grading.guarded` and the answer inspections). In a student's own notebook that is a
+A check calls student code only through `student_call` (via `registry.run_student`,
+`guards.guarded` and the answer inspections). In a student's own notebook that is a
 plain call. When the grader runs a submission, it sets $FLASHCOURSE_RECORD_DIR inside the
 sandbox: each `check(...)` then writes one record file, holding the answer (when it is data)
 and, for every call of student code in order, a hash of the inputs the check handed over,
@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import runtime
-from .blanks import BlankNotFilled, ______, is_blank
+from .. import runtime
+from ..blanks import BlankNotFilled, ______, is_blank
 from .errors import WrongAnswer
 
 RECORD_DIR_ENV = "FLASHCOURSE_RECORD_DIR"

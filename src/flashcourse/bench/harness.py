@@ -1,7 +1,7 @@
 """Attention benchmark: naive torch, torch.compile, SDPA with each backend pinned, and the
 course's Triton FlashAttention (every step of its optimisation ladder).
 
-    python -m flashcourse.benchmark [--quick] [--out DIR] [--modes fwd,fwdbwd] [--no-ladder]
+    python -m flashcourse.bench.harness [--quick] [--out DIR] [--modes fwd,fwdbwd] [--no-ladder]
 
 Timing: triton.testing.do_bench (L2 flushed before every run), median. FLOPs: 4*B*H*N*N*d,
 halved when causal, 2.5x for the backward (models/traffic.py, attention_flops); fwd+bwd rows
@@ -24,8 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bench
-from .bench import median_ms
+from . import environment, median_ms, write_csv
 
 TOKENS = 32 * 1024
 FULL_NS = (1024, 2048, 4096, 8192, 16384)
@@ -36,7 +35,7 @@ COMPILE_NS = (1024, 4096)  # torch.compile recompiles per shape: a few lengths, 
 PROVIDERS = ("naive", "compile", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn",
              "course")
 LADDER_N = 4096
-NO_CUDA = ("flashcourse.benchmark: no CUDA GPU here, so there is nothing to measure (timings "
+NO_CUDA = ("flashcourse.bench.harness: no CUDA GPU here, so there is nothing to measure (timings "
            "of the Triton interpreter on a CPU say nothing about GPU speed). Run this on a "
            "machine with an NVIDIA GPU; the course's recorded results are in assets/results/.")
 
@@ -58,7 +57,7 @@ class Case:
         return max(1, TOKENS // self.n)
 
     def flops(self) -> float:
-        from .models.traffic import attention_flops
+        from ..models.traffic import attention_flops
 
         fwd = attention_flops(self.n, self.d, self.batch, self.heads, self.causal)
         if self.mode == "fwd":
@@ -159,7 +158,7 @@ def make_call(provider: str, causal: bool, sm_scale: float):
         fn = compiled_attention()
         return lambda q, k, v: fn(q, k, v, causal, sm_scale)
     if provider == "course":
-        from .kernels import flash_ref
+        from ..kernels import flash_ref
 
         return lambda q, k, v: flash_ref.flash_attention(q, k, v, causal, sm_scale)
     backend = sdpa_backend(provider)
@@ -212,7 +211,7 @@ def check_course(case: Case, q, k, v, do, fn) -> str:
     """
     import torch
 
-    from .kernels import flash_ref
+    from ..kernels import flash_ref
 
     atol = 2e-2
     sm_scale = 1.0 / math.sqrt(case.d)
@@ -295,7 +294,7 @@ def bench_case(case: Case, providers, rep_ms: int, warmup_ms: int) -> list[dict]
         row["tflops"] = round(case.flops() / (ms * 1e-3) / 1e12, 1)
         row["status"] = "ok" if provider == "course" else "timed"
         if provider == "course":
-            from .kernels import flash_ref
+            from ..kernels import flash_ref
 
             if flash_ref.BROKEN_STEPS:
                 row["note"] = f"fell back from steps {sorted(flash_ref.BROKEN_STEPS)}"
@@ -321,7 +320,7 @@ def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = T
     timing case itself) before timing, time, check again. One row per (case, step)."""
     import torch
 
-    from .kernels import flash_ref
+    from ..kernels import flash_ref
 
     rows = []
     for case in cases:
@@ -390,7 +389,7 @@ def _ladder_check(step, cfg, case, dtype, run, ref, small: bool = True) -> str:
     """'' or what is wrong: small ragged cases (B>1, H>1, transposed views) and the case."""
     import torch
 
-    from .kernels import flash_ref
+    from ..kernels import flash_ref
 
     if small:
         try:
@@ -436,7 +435,7 @@ def plot_sweep(path: Path, rows: list[dict], title: str) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("TFLOP/s")
     axes[0][-1].legend(fontsize=7)
-    env = bench.environment()
+    env = environment()
     fig.suptitle(f"{title} (fp16) - {env['gpu']}, torch {env['torch']}, Triton {env['triton']}",
                  fontsize=9)
     fig.tight_layout()
@@ -466,7 +465,7 @@ def plot_ladder(path: Path, rows: list[dict]) -> None:
     ax.set_xticklabels([f"{s}\n{names[s]}" for s in sorted(names)], fontsize=7)
     ax.set_ylabel("TFLOP/s (fp16, N=4096)")
     ax.legend(fontsize=7)
-    env = bench.environment()
+    env = environment()
     ax.set_title(f"Optimisation ladder - {env['gpu']}, Triton {env['triton']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -589,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print(NO_CUDA)
         return 0
-    from . import runtime
+    from .. import runtime
 
     if not torch.cuda.is_available() or runtime.current().interpreter:
         print(NO_CUDA)
@@ -605,12 +604,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.no_ladder:
         cases = ladder_cases(args.quick)
-        from .kernels import flash_ref
+        from ..kernels import flash_ref
 
         progress = Progress(len(cases) * len(flash_ref.ladder_steps()), "ladder")
         rows = time_ladder(cases, args.rep_ms, args.warmup_ms, not args.no_autotune, progress)
         progress.close()
-        bench.write_csv(out / "07-ladder.csv", rows)
+        write_csv(out / "07-ladder.csv", rows)
         plot_ladder(out / "07-ladder.png", rows)
         failed |= any(r["status"].startswith("WRONG") for r in rows)
         for r in rows:
@@ -628,8 +627,8 @@ def main(argv: list[str] | None = None) -> int:
             progress.step(case.label())
         progress.close()
         name = "07-attention-fwd" if mode == "fwd" else "07-attention-fwdbwd"
-        bench.write_csv(out / f"{name}.csv", wide_rows(rows))
-        bench.write_csv(out / f"{name}-raw.csv", rows)
+        write_csv(out / f"{name}.csv", wide_rows(rows))
+        write_csv(out / f"{name}-raw.csv", rows)
         plot_sweep(out / f"{name}.png", rows, "forward" if mode == "fwd" else
                    "forward + backward")
         failed |= any(r["status"].startswith("WRONG") for r in rows)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .blanks import BlankNotFilled, is_blank
+from ..blanks import BlankNotFilled, is_blank
 from .errors import WrongAnswer
 
 

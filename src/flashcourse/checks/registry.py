@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import blanks, recording
-from .blanks import BlankNotFilled, is_blank, refuse_blanks
+from .. import blanks
+from ..blanks import BlankNotFilled, is_blank, refuse_blanks
+from ..messages import install_message_handler  # noqa: F401
+from ..runtime import current
+from . import recording
 
-# Checks reach these through `grading.`: each has its one home in the module named.
+# Checks reach these through `registry.`: each has its one home in the module named.
 from .cases import (  # noqa: F401
     GRADING_MODE_ENV,
     SECRET_ENV,
@@ -27,7 +30,6 @@ from .cases import (  # noqa: F401
 )
 from .compare import compare, same_result, to_numpy  # noqa: F401
 from .errors import VetoMisconception, WrongAnswer
-from .messages import install_message_handler  # noqa: F401
 
 
 @dataclass
@@ -89,15 +91,18 @@ def exercise(exercise_id: str, title: str, points: float, kind: str = "code",
     return register
 
 
-CHECKS_PACKAGE = "flashcourse.checks"
-
-
 def _load_checks() -> None:
     """Import the lesson check modules, which register their exercises here. Found by name,
     like plugins: the registry does not depend on the lessons, the lessons depend on it."""
     import importlib
 
-    importlib.import_module(CHECKS_PACKAGE)
+    from . import LESSON_MODULES
+
+    # Choose the runtime before any check module defines a Triton kernel: Triton reads
+    # TRITON_INTERPRET when a kernel is decorated, not when it runs.
+    current()
+    for module in LESSON_MODULES.values():
+        importlib.import_module(f"{__package__}.{module}")
 
 
 def get(exercise_id: str) -> Exercise:
@@ -243,7 +248,9 @@ def lesson_notebooks(root=None) -> list[str]:
     """The lesson notebooks' names in course order (NN-slug.ipynb), from lessons/NN-slug.qmd."""
     from pathlib import Path
 
-    folder = Path(root) if root else Path(__file__).resolve().parents[2]
+    from ..paths import COURSE_ROOT
+
+    folder = Path(root) if root else COURSE_ROOT
     return sorted(f"{p.stem}.ipynb" for p in (folder / "lessons").glob("[0-9][0-9]-*.qmd"))
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from . import attention, buffers, grading, recording, runtime
-from .blanks import BlankNotFilled, refuse_blanks, source_of
-from .launch import raise_blank_or_stub
+from .. import attention, runtime
+from ..blanks import BlankNotFilled, refuse_blanks, source_of
+from ..launch import raise_blank_or_stub
+from . import buffers, recording, registry
 
 # (atol, rtol) of attention outputs (lessons 6 and 7); L and the gradients have their own
 ATTENTION_TOLERANCES = {torch.float32: (2e-4, 1e-3), torch.float16: (4e-3, 8e-3)}
@@ -53,7 +54,7 @@ def require_kernel(kernel, exercise_id: str, name: str) -> None:
 
 def _require_kernel(kernel, exercise_id: str, name: str) -> None:
     if not callable(kernel) or not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
-        raise grading.WrongAnswer(
+        raise registry.WrongAnswer(
             f"{exercise_id}: pass the kernel itself, the function decorated with @triton.jit "
             f"(check(\"{exercise_id}\", {name})), not the result of calling it.")
     refuse_blanks(kernel, name)
@@ -70,13 +71,13 @@ def _require_jit_kernel(kernel, exercise_id: str) -> None:
     from triton.runtime.jit import KernelInterface
 
     if not isinstance(kernel, KernelInterface):
-        raise grading.WrongAnswer(
+        raise registry.WrongAnswer(
             f"{exercise_id}: pass the @triton.jit kernel itself (got {type(kernel).__name__}); "
             "the grader launches it.")
     for name, obj in [(kernel.fn.__name__, kernel), *attention.kernel_helpers(kernel)]:
         refuse_blanks(obj, name)
         if "raise NotImplementedError" in (source_of(obj) or ""):
-            raise grading.WrongAnswer(
+            raise registry.WrongAnswer(
                 f"{exercise_id}: {name} still raises NotImplementedError. Replace the "
                 "`raise NotImplementedError` line with your implementation.")
 
@@ -105,7 +106,7 @@ def guarded(case: str, run, hint: str = "", tensors=()):
     `tensors`: every tensor the kernel reads or writes (see `recording.student_call`)."""
     try:
         result = recording.student_call(case, lambda: _synchronized(run), tensors=tensors)
-    except (BlankNotFilled, NotImplementedError, grading.WrongAnswer,
+    except (BlankNotFilled, NotImplementedError, registry.WrongAnswer,
             runtime.CourseInputError):
         raise
     except Exception as err:  # noqa: BLE001  (any crash inside student code)
@@ -116,7 +117,7 @@ def guarded(case: str, run, hint: str = "", tensors=()):
         if "______" in text or "BlankNotFilled" in text:
             raise BlankNotFilled(f"Fill in the blank in your kernel ({case}).") from None
         first = next((line for line in text.splitlines() if line.strip()), type(err).__name__)
-        raise grading.WrongAnswer(
+        raise registry.WrongAnswer(
             f"{case}: launching your kernel raised {type(err).__name__}: {first[:300]}"
             + (f"\n{hint}" if hint else "")) from err
     return result
@@ -140,6 +141,6 @@ def unwritten_hint(unwritten: torch.Tensor, case: str, what: str) -> None:
     else:
         cols = unwritten.shape[-1]
         where = f"row {flat // cols}, column {flat % cols}"
-    raise grading.WrongAnswer(
+    raise registry.WrongAnswer(
         f"{case}: {count} of {unwritten.numel()} outputs were never written, first at {where}. "
         f"{what}")

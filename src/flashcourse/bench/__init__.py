@@ -10,7 +10,8 @@ import datetime
 import os
 import platform
 
-from . import runtime
+from .. import runtime
+from ..paths import RECORDED_RESULTS
 
 CPU_MESSAGE = ("Measurement skipped: no CUDA GPU (the Triton interpreter's timings say nothing "
                "about GPU speed). The results table below, where one has been recorded, was "
@@ -83,12 +84,6 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
 RESULTS_DIR_ENV = "FLASHCOURSE_RESULTS_DIR"
 
 
-def _assets_results():
-    from pathlib import Path
-
-    return Path(__file__).resolve().parents[2] / "assets" / "results"
-
-
 def write_csv(path, rows: list[dict]) -> None:
     """Write measured rows as CSV at `path`, with the date, GPU and versions in every row."""
     import csv
@@ -136,7 +131,7 @@ def recorded(name: str) -> list[dict]:
     else as text."""
     import csv
 
-    path = _assets_results() / f"{name}.csv"
+    path = RECORDED_RESULTS / f"{name}.csv"
     if not path.exists():
         return []
     with path.open(newline="") as handle:
