@@ -2,6 +2,7 @@
 built by editing the lesson's own solution cells) are rejected with the message that names the
 mistake, blanks say "Fill in the blank", questions and misconceptions are checked."""
 
+import math
 import re
 
 import numpy as np
@@ -235,9 +236,11 @@ def test_launchers_match_the_lesson(root):
 
 
 def test_q3_accepts_a_rounded_number(known_wrong):
-    check("softmax/q3-merge", dict(softmax.Q3, merged_l=1.149))
+    right = registry.EXERCISES["softmax/q3-merge"].answers
+    assert right["merged_l"] == pytest.approx(1 + 3 * math.exp(-3), rel=1e-15)
+    check("softmax/q3-merge", dict(right, merged_l=1.149))
     with known_wrong("softmax/q3-merge", "merged_l = l1 + l2, not rescaled", match="merged_l"):
-        check("softmax/q3-merge", dict(softmax.Q3, merged_l=4.0))  # l1 + l2, not rescaled
+        check("softmax/q3-merge", dict(right, merged_l=4.0))  # l1 + l2, not rescaled
 
 
 def test_lesson_is_out_of_ten_with_pass_line_eight():

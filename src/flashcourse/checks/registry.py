@@ -41,6 +41,7 @@ class Exercise:
     kind: str = "code"  # "code", "question" or "veto"
     answers: dict | None = None  # the right answers of a self-check item, for tests
     kernel: bool = False  # answered by a @triton.jit kernel that the check launches
+    sections: str | dict | None = None  # where the lesson explains a self-check item
 
     @property
     def lesson(self) -> str:
@@ -66,6 +67,8 @@ RESULTS: dict[str, float] = {}
 VETOES_HIT: dict[str, str] = {}
 # How the last check of each exercise ended when it did not pass: "wrong", "blank" or "veto".
 ATTEMPTS: dict[str, str] = {}
+# Lessons (file stems) whose self-check file is registered.
+_SELF_CHECKS_DONE: set[str] = set()
 
 
 def lesson(lesson_id: str, title: str, pass_line: float = 8.0) -> Lesson:
@@ -101,8 +104,36 @@ def _load_checks() -> None:
     # Choose the runtime before any check module defines a Triton kernel: Triton reads
     # TRITON_INTERPRET when a kernel is decorated, not when it runs.
     current()
-    for module in LESSON_MODULES.values():
+    for stem, module in LESSON_MODULES.items():
         importlib.import_module(f"{__package__}.{module}")
+        if stem not in _SELF_CHECKS_DONE:
+            _register_self_checks(stem)
+            _SELF_CHECKS_DONE.add(stem)
+
+
+def _register_self_checks(stem: str) -> None:
+    """Register the questions and veto misconceptions of checks/self_checks/<stem>.toml, if the
+    lesson has one, after its code exercises (the scorecard's order)."""
+    from . import self_check_files
+
+    path = self_check_files.path_of(stem)
+    if not path.exists():
+        return
+    items = self_check_files.read(path)
+    if items.lesson not in LESSONS:
+        raise self_check_files.SelfCheckFileError(
+            f"checks/self_checks/{path.name}: lesson {items.lesson!r} is not registered by "
+            f"its check module (known: {', '.join(LESSONS)})")
+    for q in items.questions:
+        questions(q.id, q.title, q.points, q.answers, q.why, rtol=q.rtol, sections=q.sections,
+                  rounded=q.rounded)
+    if items.statements:
+        misconceptions(items.lesson, items.statements, sections=items.statement_sections)
+
+
+def section_of(exercise_id: str) -> str | dict | None:
+    """Where the lesson explains a self-check item (its `section` in the self-check file)."""
+    return get(exercise_id).sections
 
 
 def get(exercise_id: str) -> Exercise:
@@ -360,17 +391,29 @@ def printable_answer(value, limit: int = 60) -> str:
 
 
 def questions(exercise_id: str, title: str, points: float, expected: dict, explanations: dict,
-              rtol: float = 1e-9, sections: str | dict | None = None) -> None:
+              rtol: float = 1e-9, sections: str | dict | None = None,
+              rounded: tuple[str, ...] = ()) -> None:
     """Register a self-check question: a dict of answers graded by `grade_answers`;
-    `sections` names where the lesson explains each part."""
+    `sections` names where the lesson explains each part; the answers of the `rounded` keys
+    are rounded to a whole number first."""
     missing = set(expected) ^ set(explanations)
     if missing:
         raise KeyError(f"{exercise_id}: answers and explanations differ in {sorted(missing)}")
 
     @exercise(exercise_id, title, points, kind="question", answers=dict(expected))
     def _check(answers) -> str:
-        return grade_answers(exercise_id, answers, expected, explanations, rtol=rtol,
-                             sections=sections)
+        require_answers(answers, list(expected), exercise_id)
+        whole = {key: round(answers[key]) for key in rounded if _finite_number(answers[key])}
+        return grade_answers(exercise_id, dict(answers, **whole), expected, explanations,
+                             rtol=rtol, sections=sections)
+
+    EXERCISES[exercise_id].sections = sections
+
+
+def _finite_number(value) -> bool:
+    return (isinstance(value, (int, float, np.integer, np.floating))
+            and not isinstance(value, bool)
+            and bool(np.isfinite(value)))
 
 
 def misconceptions(lesson_id: str, statements: dict[str, tuple[bool, str]],
@@ -398,5 +441,7 @@ def misconceptions(lesson_id: str, statements: dict[str, tuple[bool, str]],
             raise VetoMisconception(f"{exercise_id}: a wrong answer here fails the lesson "
                                     "whatever the other points:\n" + "\n".join(wrong))
         return f"all {len(statements)} statements judged right"
+
+    EXERCISES[exercise_id].sections = sections
 
 

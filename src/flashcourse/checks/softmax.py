@@ -2,7 +2,8 @@
 
 Five code exercises (a stable numpy softmax, a fused row-softmax Triton kernel, the online
 softmax statistics in numpy, an online-softmax Triton kernel over a long row, and the merge of two
-partial softmax states), three self-check questions and four veto misconceptions.
+partial softmax states). Its self-check questions and veto misconceptions are data:
+self_checks/05-softmax.toml.
 
 The Triton checks launch the student's kernel themselves (`launch_row_softmax`,
 `launch_online_softmax`), with inputs inside NaN padding and outputs inside canaries, so a
@@ -10,8 +11,6 @@ missing mask or an ignored stride shows up on the GPU and in the interpreter ali
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
@@ -22,28 +21,6 @@ from . import buffers, guards, registry
 
 LESSON = registry.lesson(
     "softmax", "Lesson 5: Softmax, online softmax and merging softmax states", pass_line=8)
-
-
-# Where the lesson explains each question and statement: wrong answers point there.
-SECTIONS = {
-    "softmax/q1-overflow": (
-        'section 1 ("Why `exp` overflows") and section 2 ("The max-subtraction trick")'),
-    "softmax/q2-traffic": (
-        'section 3 ("A fused row softmax in Triton") and '
-        'section 7 ("Performance on a GPU")'),
-    "softmax/q3-merge": (
-        'section 6 ("Merging two softmax states")'),
-}
-MISCONCEPTION_SECTIONS = {
-    "running_max_changes_result": (
-        'section 4 ("The online softmax")'),
-    "blockwise_softmax_then_concat": (
-        'section 4 ("The online softmax")'),
-    "shift_changes_softmax": (
-        'section 2 ("The max-subtraction trick")'),
-    "other_zero_is_fine": (
-        'section 3 ("A fused row softmax in Triton")'),
-}
 
 
 NEG_INF = float("-inf")
@@ -689,88 +666,3 @@ def _check_merge_states(merge_states) -> str:
         registry.compare(attention, expected,
                         f"{label}, o / l after the last merge", atol=1e-12, rtol=1e-9)
     return _passed(len(cases), "merge to the state of the whole row")
-
-
-# ---------------------------------------------------------------- questions
-
-
-
-
-
-
-
-
-Q1 = {
-    "largest_int_exp_fp32": 88,
-    "largest_int_exp_fp16": 11,
-    "naive_softmax_1000_1000": "nan",
-}
-Q1_WHY = {
-    "largest_int_exp_fp32": "float32 tops out near 3.4e38 = e^88.7: e^88 is 1.65e38, e^89 is "
-                            "inf.",
-    "largest_int_exp_fp16": "float16 tops out at 65504 = e^11.09: e^11 is 59874, e^12 is inf.",
-    "naive_softmax_1000_1000": "exp(1000) is inf even in float64, and inf / (inf + inf) is "
-                               "'nan'.",
-}
-
-
-registry.questions("softmax/q1-overflow", "Q1: where exp overflows", 1, Q1, Q1_WHY, rtol=1e-3,
-                  sections=SECTIONS["softmax/q1-overflow"])
-
-
-Q2 = {
-    "fused_bytes_per_element_fp16": 4,
-    "two_pass_bytes_per_element_fp16": 6,
-    "softmax_is_bound_by": "memory",
-}
-Q2_WHY = {
-    "fused_bytes_per_element_fp16": "The fused kernel reads each 2-byte element once and "
-                                    "writes its result once: 4 bytes.",
-    "two_pass_bytes_per_element_fp16": "The two-pass online kernel reads each element twice "
-                                       "(statistics, then outputs) and writes once: 6 bytes "
-                                       "(the second read often hits L2).",
-    "softmax_is_bound_by": "A few FLOPs per element against 4 or more bytes: far below the "
-                           "ridge point, so 'memory'.",
-}
-
-
-registry.questions("softmax/q2-traffic", "Q2: bytes moved by the softmax kernels",
-                  1, Q2, Q2_WHY, rtol=1e-3, sections=SECTIONS["softmax/q2-traffic"])
-
-
-Q3 = {
-    "merged_m": 5.0,
-    "merged_l": 1.0 + 3.0 * math.exp(-3.0),
-    "merge_order_matters": False,
-}
-Q3_WHY = {
-    "merged_m": "The merged max is max(m1, m2) = max(2, 5).",
-    "merged_l": "l = exp(2 - 5) * 3 + exp(5 - 5) * 1 = 1 + 3 e^-3, about 1.1494.",
-    "merge_order_matters": "The merge is associative and commutative (up to rounding): ring "
-                           "attention and split-K decoding merge partial states in any order.",
-}
-
-
-registry.questions("softmax/q3-merge", "Q3: merging two softmax states", 1, Q3, Q3_WHY, rtol=1e-3,
-                  sections=SECTIONS["softmax/q3-merge"])
-
-
-# ---------------------------------------------------------------- veto misconceptions
-
-MISCONCEPTIONS = {
-    "running_max_changes_result": (
-        False, "Subtracting a max (running or final) multiplies numerator and denominator by the "
-        "same e^-m: the result is unchanged, only kept finite."),
-    "blockwise_softmax_then_concat": (
-        False, "Each block would be normalised by its own sum, so the row would sum to the "
-        "number of blocks. The blocks must share one max and one sum (or be merged)."),
-    "shift_changes_softmax": (
-        False, "softmax(x - c) = e^-c e^x / (e^-c sum e^x) = softmax(x) for any constant c; "
-        "that is why subtracting the max is allowed."),
-    "other_zero_is_fine": (
-        False, "With other=0.0 the padding lanes add exp(0 - max) to the sum (and 0 may win the "
-        "max); padding must be -inf, whose exp is exactly 0."),
-}
-
-
-registry.misconceptions("softmax", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
