@@ -16,4 +16,5 @@ LESSON_MODULES = {
     "05-softmax": "softmax",
     "06-flash-attention": "flash_attention",
     "07-performance": "performance",
+    "09-ring-attention": "ring_attention",
 }
