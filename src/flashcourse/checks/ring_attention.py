@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .. import distributed as ring
+from ..blanks import refuse_blanks
 from . import registry
 
 LESSON = registry.lesson(
@@ -198,6 +199,7 @@ def try_answer(answer, job: str, world: int = 2, n: int = 16, d: int = 4,
                causal: bool = True, zigzag: bool = False, seed: int = 0) -> dict:
     """Run an answer once on `world` ranks, outside any check (the notebook's try cells):
     {"matches": bool, ...} against standard attention (or autograd, for the backward)."""
+    refuse_blanks(answer, getattr(answer, "__name__", job))  # before any process starts
     case = {"n": n, "causal": causal, "zigzag": zigzag, **case_arrays(n, d, seed)}
     case["o"], case["lse"] = ring.reference_attention(case["q"], case["k"], case["v"], causal)
     per_rank = run_job(answer, job, world, [case])[0]
