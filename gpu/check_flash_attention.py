@@ -15,8 +15,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from flashcourse import attention, runtime  # noqa: E402
+from flashcourse import runtime  # noqa: E402
 from flashcourse.authoring import cells  # noqa: E402
+from flashcourse.kernels import attention  # noqa: E402
 
 CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq")
 TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 6e-2}  # max abs error, O(1) outputs

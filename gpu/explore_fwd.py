@@ -15,7 +15,7 @@ rotated loop that issues the next Q K^T before this softmax were slower; warp_sp
 to compile with 4 warps and changed nothing with 8. Run 4: halving the special-function-unit
 work was slower too, with exponentials as fp16 pairs (exp16, ex2.approx.f16x2: 0.92-0.97x the
 fma-host4 kernel) or every second one as a polynomial on the FMA pipe (poly: 0.83-0.91x).
-Run 5: the query tile as two row halves (split-early, flash_ref's step 7) gave 1.03-1.04x at
+Run 5: the query tile as two row halves (split-early, the ladder's step 7) gave 1.03-1.04x at
 d = 64 (128 x 64 tiles, 4 warps, 3 stages) and nothing at d = 128 (0.96-1.02x). Run 5 also
 timed split-late, a kernel not kept here that issued half 1's Q K^T after half 0's softmax:
 1.06-1.07x at d = 64 but 0.89-0.98x at d = 128; at d = 64 that is within one run's noise of
@@ -39,8 +39,10 @@ import triton.language as tl  # noqa: E402
 
 from flashcourse import bench  # noqa: E402
 from flashcourse.bench import harness  # noqa: E402
-from flashcourse.kernels import flash_ref  # noqa: E402
-from flashcourse.kernels.flash_ref import TensorDescriptor, load_rows  # noqa: E402
+from flashcourse.kernels import verify  # noqa: E402
+from flashcourse.kernels.common import LN2, LOG2E, load_rows  # noqa: E402
+from flashcourse.kernels.forward import attn_fwd_halves_kernel  # noqa: E402
+from flashcourse.kernels.ladder import TensorDescriptor  # noqa: E402
 
 
 @triton.jit
@@ -53,7 +55,8 @@ def load_kv(src, bh, b, h, start, offs, offs_d, stride_n, N, MASK: tl.constexpr,
     elif TMA == 3:
         x = src.load([bh, start, 0]).reshape(BLOCK, HEAD_D)
     else:
-        x = load_rows(src, b, h, start, offs, offs_d, stride_n, 1, N, MASK, TMA == 4)
+        x = load_rows(src, b, h, start, offs, offs_d, stride_n, 1, N, MASK_ROWS=MASK,
+                      USE_TMA=TMA == 4)
     return x
 
 
@@ -143,24 +146,25 @@ def inner(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn, offs_m
           DOT_ACC: tl.constexpr, WS: tl.constexpr, SOFTMAX: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
-        k = load_kv(k_src, bh, b, h, start_n, offs_n, offs_d, stride_kn, N, MASKED, TMA,
-                    BLOCK_N, HEAD_D)
+        k = load_kv(k_src, bh, b, h, start_n, offs_n, offs_d, stride_kn, N, MASK=MASKED,
+                    TMA=TMA, BLOCK=BLOCK_N, HEAD_D=HEAD_D)
         s = tl.dot(q, tl.trans(k))
         if MASKED:
             keep = (start_n + offs_n)[None, :] < N
             if CAUSAL:
                 keep = keep & (offs_m[:, None] >= (start_n + offs_n)[None, :])
             s = tl.where(keep, s, float("-inf"))
-        v = load_kv(v_src, bh, b, h, start_n, offs_n, offs_d, stride_vn, N, MASKED, TMA,
-                    BLOCK_N, HEAD_D)
+        v = load_kv(v_src, bh, b, h, start_n, offs_n, offs_d, stride_vn, N, MASK=MASKED,
+                    TMA=TMA, BLOCK=BLOCK_N, HEAD_D=HEAD_D)
         if SOFTMAX == 1 and not MASKED:
             acc, l_i, m_i = update_lazy(s, m_i, l_i, acc, v, qk_scale)
         elif SOFTMAX == 2 and not MASKED:
             acc, l_i, m_i = update_exp16(s, m_i, l_i, acc, v, qk_scale)
         elif SOFTMAX == 3 and not MASKED:
-            acc, l_i, m_i = update_poly(s, m_i, l_i, acc, v, qk_scale, BLOCK_M, BLOCK_N)
+            acc, l_i, m_i = update_poly(s, m_i, l_i, acc, v, qk_scale, BLOCK_M=BLOCK_M,
+                                        BLOCK_N=BLOCK_N)
         else:
-            acc, l_i, m_i = update(s, m_i, l_i, acc, v, qk_scale, FMA, DOT_ACC)
+            acc, l_i, m_i = update(s, m_i, l_i, acc, v, qk_scale, FMA=FMA, DOT_ACC=DOT_ACC)
     return acc, l_i, m_i
 
 
@@ -171,20 +175,20 @@ def inner_rotated(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn
     """Unmasked blocks only: S of block j+1 is issued before the softmax of block j."""
     offs_n = tl.arange(0, BLOCK_N)
     if lo < hi:
-        k = load_kv(k_src, bh, b, h, lo, offs_n, offs_d, stride_kn, N, False, TMA, BLOCK_N,
-                    HEAD_D)
+        k = load_kv(k_src, bh, b, h, lo, offs_n, offs_d, stride_kn, N, MASK=False, TMA=TMA,
+                    BLOCK=BLOCK_N, HEAD_D=HEAD_D)
         s = tl.dot(q, tl.trans(k))
         for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
             k = load_kv(k_src, bh, b, h, start_n + BLOCK_N, offs_n, offs_d, stride_kn, N,
-                        False, TMA, BLOCK_N, HEAD_D)
+                        MASK=False, TMA=TMA, BLOCK=BLOCK_N, HEAD_D=HEAD_D)
             s_next = tl.dot(q, tl.trans(k))
-            v = load_kv(v_src, bh, b, h, start_n, offs_n, offs_d, stride_vn, N, False, TMA,
-                        BLOCK_N, HEAD_D)
-            acc, l_i, m_i = update(s, m_i, l_i, acc, v, qk_scale, FMA, DOT_ACC)
+            v = load_kv(v_src, bh, b, h, start_n, offs_n, offs_d, stride_vn, N,
+                        MASK=False, TMA=TMA, BLOCK=BLOCK_N, HEAD_D=HEAD_D)
+            acc, l_i, m_i = update(s, m_i, l_i, acc, v, qk_scale, FMA=FMA, DOT_ACC=DOT_ACC)
             s = s_next
-        v = load_kv(v_src, bh, b, h, hi - BLOCK_N, offs_n, offs_d, stride_vn, N, False, TMA,
-                    BLOCK_N, HEAD_D)
-        acc, l_i, m_i = update(s, m_i, l_i, acc, v, qk_scale, FMA, DOT_ACC)
+        v = load_kv(v_src, bh, b, h, hi - BLOCK_N, offs_n, offs_d, stride_vn, N,
+                    MASK=False, TMA=TMA, BLOCK=BLOCK_N, HEAD_D=HEAD_D)
+        acc, l_i, m_i = update(s, m_i, l_i, acc, v, qk_scale, FMA=FMA, DOT_ACC=DOT_ACC)
     return acc, l_i, m_i
 
 
@@ -224,7 +228,7 @@ def fwd(Q, K, V, O, LSE, sm_scale, stride_qb, stride_qh, stride_qn, stride_kb, s
         else:
             k_src = k_base
             v_src = v_base
-    qk_scale = sm_scale * 1.4426950408889634
+    qk_scale = sm_scale * LOG2E
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
@@ -238,16 +242,19 @@ def fwd(Q, K, V, O, LSE, sm_scale, stride_qb, stride_qh, stride_qn, stride_kb, s
     if ROTATE:
         acc, l_i, m_i = inner_rotated(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn,
                                       stride_vn, offs_m, offs_d, 0, free_hi, N, qk_scale,
-                                      BLOCK_N, HEAD_D, TMA, FMA, DOT_ACC)
+                                      BLOCK_N=BLOCK_N, HEAD_D=HEAD_D, TMA=TMA, FMA=FMA,
+                                      DOT_ACC=DOT_ACC)
     else:
         acc, l_i, m_i = inner(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn,
-                              offs_m, offs_d, 0, free_hi, N, qk_scale, BLOCK_M, BLOCK_N, HEAD_D,
-                              False, CAUSAL, TMA, FMA, DOT_ACC, WS, SOFTMAX)
+                              offs_m, offs_d, 0, free_hi, N, qk_scale, BLOCK_M=BLOCK_M,
+                              BLOCK_N=BLOCK_N, HEAD_D=HEAD_D, MASKED=False, CAUSAL=CAUSAL,
+                              TMA=TMA, FMA=FMA, DOT_ACC=DOT_ACC, WS=WS, SOFTMAX=SOFTMAX)
     acc, l_i, m_i = inner(acc, l_i, m_i, q, k_src, v_src, bh, b, h, stride_kn, stride_vn,
-                          offs_m, offs_d, free_hi, masked_hi, N, qk_scale, BLOCK_M, BLOCK_N,
-                          HEAD_D, True, CAUSAL, TMA, FMA, DOT_ACC, False, False)
+                          offs_m, offs_d, free_hi, masked_hi, N, qk_scale, BLOCK_M=BLOCK_M,
+                          BLOCK_N=BLOCK_N, HEAD_D=HEAD_D, MASKED=True, CAUSAL=CAUSAL, TMA=TMA,
+                          FMA=FMA, DOT_ACC=DOT_ACC, WS=False, SOFTMAX=False)
     acc = acc / l_i[:, None]
-    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
+    lse = (m_i + tl.log2(l_i)) * LN2
     tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
     out = acc.to(q.dtype)
     if TMA == 3:
@@ -264,7 +271,7 @@ VARIANTS = {  # (TMA, FMA, DOT_ACC, ROTATE, WS, SOFTMAX: 0 plain, 1 lazy, 2 fp16
     "fma-dev-tma": (1, True, True, False, False, 0),
     "fma-ptr": (0, True, True, False, False, 0),
     "fma-host3": (3, True, True, False, False, 0),
-    "fma-host4": (4, True, True, False, False, 0),  # what flash_ref's steps 4-5 became
+    "fma-host4": (4, True, True, False, False, 0),  # what the ladder's steps 4-5 became
     "rot-host3": (3, True, True, True, False, 0),
     "ws-host3": (3, True, True, False, True, 0),
     "lazy-ptr": (0, True, True, False, False, 1),
@@ -272,7 +279,7 @@ VARIANTS = {  # (TMA, FMA, DOT_ACC, ROTATE, WS, SOFTMAX: 0 plain, 1 lazy, 2 fp16
     "exp16-host4": (4, True, True, False, False, 2),
     "poly-host4": (4, True, True, False, False, 3),
     "poly-ptr": (0, True, True, False, False, 3),
-    "split-early": None,  # flash_ref's step-7 kernel: the query tile as two row halves
+    "split-early": None,  # the ladder's step-7 kernel: the query tile as two row halves
 }
 COMPILED_ONLY = {"exp16-host4"}  # inline PTX: no interpreter
 APPROXIMATE_EXP = {"exp16-host4", "poly-host4", "poly-ptr"}  # relative error ~1e-4 per score
@@ -306,7 +313,7 @@ def launch(variant, cfg, q, k, v, causal, o=None, lse=None):
         args = [TensorDescriptor.from_tensor(x, [1, 1, blk, D])
                 for x, blk in ((q, bm // 2), (k, bn), (v, bn), (o, bm // 2))]
         strides = [s for x in (q, k, v, o) for s in x.stride()]
-        flash_ref.attn_fwd_halves_kernel[(triton.cdiv(N, bm), B * H)](
+        attn_fwd_halves_kernel[(triton.cdiv(N, bm), B * H)](
             *args, lse, D ** -0.5, *strides, H, N, HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn,
             CAUSAL=causal, USE_TMA=True, num_warps=warps, num_stages=stages)
         return o, lse
@@ -355,15 +362,15 @@ def check(variant, cfg, d, causal, dtype, big=None):
     for B, H, N, D in shapes:
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dtype) for _ in range(3))
         o, lse = launch(variant, cfg, q, k, v, causal)
-        ref, ref_lse = flash_ref.reference_attention(q, k, v, causal)
-        err, ok = flash_ref.max_error(o, ref, 2e-2)
-        lerr, lok = flash_ref.max_error(lse, ref_lse, 2e-2)
+        ref, ref_lse = verify.reference_fp32(q, k, v, causal)
+        err, ok = verify.max_error(o, ref, 2e-2)
+        lerr, lok = verify.max_error(lse, ref_lse, 2e-2)
         if not (ok and lok):
             return f"N={N}: max error {err:.3g} lse {lerr:.3g}"
     if big is not None:
         q, k, v, ref = big
         o, _ = launch(variant, cfg, q, k, v, causal)
-        err, ok = flash_ref.max_error(o, ref, 2e-2)
+        err, ok = verify.max_error(o, ref, 2e-2)
         if not ok:
             return f"big: max error {err:.3g}"
     return ""
@@ -404,7 +411,7 @@ def main() -> int:
         n, flops = case.n, case.flops()
         q, k, v, _ = harness.make_inputs(case)
         with torch.no_grad():
-            ref, _ = flash_ref.reference_attention(q, k, v, causal)
+            ref, _ = verify.reference_fp32(q, k, v, causal)
         sdpa = {}
         for name in ("cudnn", "flash"):
             call = harness.make_call(f"sdpa-{name}", causal, d ** -0.5)

@@ -47,7 +47,7 @@ def main() -> int:
         return 0
     from flashcourse import bench
     from flashcourse.bench import harness
-    from flashcourse.kernels import cuda_fwd, flash_ref
+    from flashcourse.kernels import cuda_fwd, host, ladder, verify
 
     print(bench.environment())
     failures = []
@@ -55,19 +55,19 @@ def main() -> int:
 
     # (a) correctness of every step and of the backward
     for dtype in () if args.skip_checks else (torch.float16, torch.bfloat16):
-        for step in flash_ref.ladder_steps():
-            ok, why = flash_ref.step_supported(step)
+        for step in ladder.ladder_steps():
+            ok, why = ladder.step_supported(step)
             if not ok:
                 print(f"step {step.number} ({step.name}): unsupported here: {why}")
                 continue
             try:
-                lines = flash_ref.check_step(step, dtype=dtype)
+                lines = verify.check_step(step, dtype=dtype)
                 print(f"step {step.number} ({step.name}) {dtype}: {len(lines)} cases ok")
             except Exception as err:  # noqa: BLE001
                 failures.append(f"step {step.number} {dtype}: {err}")
                 print(f"step {step.number} ({step.name}) {dtype}: FAILED {err}")
         try:
-            for line in flash_ref.check_backward(dtype=dtype):
+            for line in verify.check_backward(dtype=dtype):
                 print(line)
         except Exception as err:  # noqa: BLE001
             failures.append(f"backward {dtype}: {err}")
@@ -96,7 +96,7 @@ def main() -> int:
     if status:
         failures.append("benchmark: some course-kernel rows are WRONG (see the CSVs)")
     print(f"(b) harness done in {time.time() - t:.0f} s; total {time.time() - start:.0f} s")
-    for number, why in flash_ref.BROKEN_STEPS.items():
+    for number, why in host.BROKEN_STEPS.items():
         print(f"note: ladder step {number} failed to compile and flash_attention fell back: {why}")
     for failure in failures:
         print("FAILED:", failure)

@@ -18,7 +18,8 @@ sys.path.insert(0, str(ROOT / "gpu"))
 import torch  # noqa: E402
 from check_flash_attention import load_kernels  # noqa: E402
 
-from flashcourse import attention, bench, runtime  # noqa: E402
+from flashcourse import bench, runtime  # noqa: E402
+from flashcourse.kernels import attention, tiles  # noqa: E402
 
 CANDIDATES = {
     "dkdv": [(64, 64, 4, 2), (64, 64, 8, 2), (64, 64, 4, 3), (32, 128, 4, 2), (32, 128, 4, 3),
@@ -35,7 +36,7 @@ def tune_one(name, d, causal, key, configs, launch, totals) -> None:
     output; add each config's time to totals (inf for a mismatch or a failure)."""
     reference = [t.float() for t in (launch[name]() if name == "dkdv" else (launch[name](),))]
     for config in configs:
-        attention.BACKWARD_CONFIGS[key] = config
+        tiles.BACKWARD_CONFIGS[key] = config
         try:
             got = launch[name]()
             got = got if name == "dkdv" else (got,)
@@ -75,12 +76,12 @@ def main() -> int:
             }
             for name, configs in CANDIDATES.items():
                 key = (name, d)
-                default = attention.BACKWARD_CONFIGS[key]
-                attention.BACKWARD_CONFIGS[key] = (64, 64, 4, 2)
+                default = tiles.BACKWARD_CONFIGS[key]
+                tiles.BACKWARD_CONFIGS[key] = (64, 64, 4, 2)
                 try:  # the launchers read the table: try each config in it, then restore it
                     tune_one(name, d, causal, key, configs, launch, totals)
                 finally:
-                    attention.BACKWARD_CONFIGS[key] = default
+                    tiles.BACKWARD_CONFIGS[key] = default
         for name in CANDIDATES:
             mine = {c: t for (n, c), t in totals.items() if n == name}
             best = min(mine, key=mine.get)
@@ -88,7 +89,7 @@ def main() -> int:
             best_overall[(name, d)] = best
             print(f"BEST {name} d={d}: {best} {mine[best]:.3f} ms vs 64x64x4x2 {base:.3f} ms "
                   f"({base / mine[best]:.2f}x)")
-    print("BACKWARD_CONFIGS updates:", best_overall)
+    print("tiles.BACKWARD_CONFIGS updates:", best_overall)
     return 0
 
 

@@ -150,7 +150,7 @@ ANSWERS = {
     "calls-package-attention": (
         "    import torch\n    import flashcourse as fc\n"
         "    q, k, v = (torch.from_numpy(x) for x in (Q, K, V))\n"
-        "    return fc.attention.standard_attention(q, k, v).numpy()\n"),
+        "    return fc.kernels.attention.standard_attention(q, k, v).numpy()\n"),
     "frame-reader": (
         "    import inspect\n    frame = inspect.currentframe()\n"
         "    while frame is not None:\n"

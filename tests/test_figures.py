@@ -11,7 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from flashcourse import attention, figures  # noqa: E402
+from flashcourse import figures  # noqa: E402
+from flashcourse.kernels import attention  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashcourse import BlankNotFilled, CourseInputError, ______, attention, check, runtime
+from flashcourse import BlankNotFilled, CourseInputError, ______, check, runtime
 from flashcourse.authoring import cells
 from flashcourse.checks import registry
+from flashcourse.kernels import attention
 
 runtime.setup(verbose=False)  # before any kernel is defined: the interpreter on CPU
 

@@ -17,32 +17,32 @@ from flashcourse.checks import registry
 
 fc.setup(verbose=False)
 
-from flashcourse.kernels import cuda_fwd, flash_ref  # noqa: E402
+from flashcourse.kernels import cuda_fwd, host, ladder, verify  # noqa: E402
 
 LADDER = "performance/ladder-kernel"
 
 
 def test_every_ladder_step_matches_attention():
-    for step in flash_ref.ladder_steps():
-        assert flash_ref.step_supported(step)[0], step
-        lines = flash_ref.check_step(step)  # B=2, H>1, ragged N, causal and not, transposed
+    for step in ladder.ladder_steps():
+        assert ladder.step_supported(step)[0], step
+        lines = verify.check_step(step)  # B=2, H>1, ragged N, causal and not, transposed
         assert len(lines) == 4
 
 
 def test_forward_check_rejects_a_wrong_forward():
     # check_forward (behind check_step and the harness's ladder check) must fail, not pass
     def no_mask(q, k, v, causal):
-        return flash_ref.forward(q, k, v, False, step=5)
+        return host.forward(q, k, v, False, step=5)
 
     with pytest.raises(AssertionError, match=r"causal .*max error"):
-        flash_ref.check_forward(no_mask, causal_values=(True,))
+        verify.check_forward(no_mask, causal_values=(True,))
 
 
 def test_gradient_check_rejects_a_wrong_gradient():
     ref = [torch.ones(2, 3) * scale for scale in (1.0, 4.0, 1.0)]
-    assert flash_ref.gradient_problems([r.clone() for r in ref], ref, 1e-2) == []
+    assert verify.gradient_problems([r.clone() for r in ref], ref, 1e-2) == []
     wrong = [ref[0], ref[1] * 1.1, ref[2]]  # dk off by 0.4: tolerance 0.04 + 0.04 * 4
-    assert flash_ref.gradient_problems(wrong, ref, 1e-2) == ["dk max error 0.4 > 0.04"]
+    assert verify.gradient_problems(wrong, ref, 1e-2) == ["dk max error 0.4 > 0.04"]
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -50,7 +50,7 @@ def test_reference_forward_backward_match_autograd(causal):
     gen = torch.Generator().manual_seed(7)
     q, k, v, do = (torch.randn(2, 2, 37, 16, generator=gen) for _ in range(4))
     q, k, v = (x.requires_grad_(True) for x in (q, k, v))
-    out = flash_ref.flash_attention(q, k, v, causal)
+    out = host.flash_attention(q, k, v, causal)
     grads = torch.autograd.grad(out, (q, k, v), do)
     q2, k2, v2 = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
     scores = (q2 @ k2.transpose(-1, -2)) / 4.0
@@ -64,7 +64,7 @@ def test_reference_forward_backward_match_autograd(causal):
 
 
 def test_backward_on_transposed_fp16_views():
-    lines = flash_ref.check_backward(dtype=torch.float16, shapes=[(2, 2, 50, 32)])
+    lines = verify.check_backward(dtype=torch.float16, shapes=[(2, 2, 50, 32)])
     assert len(lines) == 2
 
 
@@ -72,22 +72,21 @@ def test_tma_steps_fall_back_to_pointers_for_unaligned_strides():
     # a row stride of 17 floats is no multiple of 16 bytes: no descriptor can describe it
     base = torch.randn(3, 2, 2, 45, 17, generator=torch.Generator().manual_seed(3))
     q, k, v = (base[i, ..., :16] for i in range(3))
-    assert not flash_ref._tma_ok(q, k, v) and flash_ref._tma_ok(*(x.contiguous()
-                                                                  for x in (q, k, v)))
+    assert not host._tma_ok(q, k, v) and host._tma_ok(*(x.contiguous() for x in (q, k, v)))
     for causal, step in ((False, 5), (True, 5), (False, 7), (True, 7)):
-        out, lse = flash_ref.forward(q, k, v, causal, step=step)
-        ref, ref_lse = flash_ref.reference_attention(q, k, v, causal)
+        out, lse = host.forward(q, k, v, causal, step=step)
+        ref, ref_lse = verify.reference_fp32(q, k, v, causal)
         torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(lse, ref_lse, atol=1e-4, rtol=1e-4)
 
 
 def test_tma_store_leaves_rows_past_n_alone():
     # the output is a view into a larger buffer: the descriptor must not write past row N
-    q, k, v = flash_ref.make_qkv(2, 2, 37, 16, torch.float32, "cpu", seed=4)
+    q, k, v = verify.make_qkv(2, 2, 37, 16, torch.float32, "cpu", seed=4)
     buffer = torch.full((2, 2, 64, 16), 7.0)
     for step in (4, 7):
-        out, _ = flash_ref.forward(q, k, v, True, step=step, out=buffer[:, :, :37])
-        ref, _ = flash_ref.reference_attention(q, k, v, True)
+        out, _ = host.forward(q, k, v, True, step=step, out=buffer[:, :, :37])
+        ref, _ = verify.reference_fp32(q, k, v, True)
         torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
         assert bool((buffer[:, :, 37:] == 7.0).all())
 
@@ -95,13 +94,13 @@ def test_tma_store_leaves_rows_past_n_alone():
 def test_bf16_is_refused_in_the_interpreter():
     q = torch.randn(1, 1, 16, 16, dtype=torch.bfloat16)
     with pytest.raises(fc.CourseInputError, match="bfloat16"):
-        flash_ref.flash_attention(q, q, q)
+        host.flash_attention(q, q, q)
 
 
 # ---------------------------------------------------------------- the ladder exercise
 
 
-PRELUDE = cells.PRELUDE + "from flashcourse.kernels.flash_ref import attn_fwd_inner\n"
+PRELUDE = cells.PRELUDE + "from flashcourse.kernels.forward import attn_fwd_inner\n"
 
 
 def ladder_kernel(root, *replace):
@@ -187,7 +186,7 @@ def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script):
 
 
 def test_explored_forward_variants_match_attention(root):
-    # gpu/explore_fwd.py's variants (the search behind flash_ref.TUNED) run in the interpreter
+    # gpu/explore_fwd.py's variants (the search behind tiles.TUNED) run in the interpreter
     spec = importlib.util.spec_from_file_location("explore_fwd", root / "gpu" / "explore_fwd.py")
     explore = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(explore)
@@ -200,7 +199,7 @@ def test_explored_forward_variants_match_attention(root):
         for causal in (False, True):
             cfg = (64, 16, 4, 1) if explore.VARIANTS[variant] is None else (32, 16, 4, 1)
             out, lse = explore.launch(variant, cfg, q, k, v, causal)
-            ref, ref_lse = flash_ref.reference_attention(q, k, v, causal)
+            ref, ref_lse = verify.reference_fp32(q, k, v, causal)
             tol = 1e-3 if variant in explore.APPROXIMATE_EXP else 1e-4
             torch.testing.assert_close(out, ref, atol=tol, rtol=tol, msg=variant)
             torch.testing.assert_close(lse, ref_lse, atol=tol, rtol=tol, msg=variant)

@@ -158,9 +158,9 @@ def make_call(provider: str, causal: bool, sm_scale: float):
         fn = compiled_attention()
         return lambda q, k, v: fn(q, k, v, causal, sm_scale)
     if provider == "course":
-        from ..kernels import flash_ref
+        from ..kernels import host
 
-        return lambda q, k, v: flash_ref.flash_attention(q, k, v, causal, sm_scale)
+        return lambda q, k, v: host.flash_attention(q, k, v, causal, sm_scale)
     backend = sdpa_backend(provider)
 
     def call(q, k, v):
@@ -211,15 +211,15 @@ def check_course(case: Case, q, k, v, do, fn) -> str:
     """
     import torch
 
-    from ..kernels import flash_ref
+    from ..kernels import verify
 
     atol = 2e-2
     sm_scale = 1.0 / math.sqrt(case.d)
     if case.mode == "fwd":
         with torch.no_grad():
             o = fn(q, k, v)
-            ref, _ = flash_ref.reference_attention(q, k, v, case.causal, sm_scale)
-        err, ok = flash_ref.max_error(o, ref, atol)
+            ref, _ = verify.reference_fp32(q, k, v, case.causal, sm_scale)
+        err, ok = verify.max_error(o, ref, atol)
         return "" if ok else f"output max error {err:.3g} > {atol:g}"
     o = fn(q, k, v)
     grads = torch.autograd.grad(o, (q, k, v), do)
@@ -228,14 +228,14 @@ def check_course(case: Case, q, k, v, do, fn) -> str:
         bi, hi = b % case.batch, h % case.heads
         rq, rk, rv, rdo = (x[bi:bi + 1, hi:hi + 1].detach().float() for x in (q, k, v, do))
         rq, rk, rv = (x.requires_grad_(True) for x in (rq, rk, rv))
-        ro, _ = flash_ref.reference_attention(rq, rk, rv, case.causal, sm_scale)
+        ro, _ = verify.reference_fp32(rq, rk, rv, case.causal, sm_scale)
         rgrads = torch.autograd.grad(ro, (rq, rk, rv), rdo)
-        err, ok = flash_ref.max_error(o[bi:bi + 1, hi:hi + 1], ro, atol)
+        err, ok = verify.max_error(o[bi:bi + 1, hi:hi + 1], ro, atol)
         if not ok:
             problems.append(f"output ({bi},{hi}) max error {err:.3g}")
         mine = [g[bi:bi + 1, hi:hi + 1] for g in grads]
         problems += [f"({bi},{hi}) {problem}"
-                     for problem in flash_ref.gradient_problems(mine, rgrads, atol)]
+                     for problem in verify.gradient_problems(mine, rgrads, atol)]
     return "; ".join(problems)
 
 
@@ -294,10 +294,10 @@ def bench_case(case: Case, providers, rep_ms: int, warmup_ms: int) -> list[dict]
         row["tflops"] = round(case.flops() / (ms * 1e-3) / 1e12, 1)
         row["status"] = "ok" if provider == "course" else "timed"
         if provider == "course":
-            from ..kernels import flash_ref
+            from ..kernels import host
 
-            if flash_ref.BROKEN_STEPS:
-                row["note"] = f"fell back from steps {sorted(flash_ref.BROKEN_STEPS)}"
+            if host.BROKEN_STEPS:
+                row["note"] = f"fell back from steps {sorted(host.BROKEN_STEPS)}"
         if provider == "compile":
             fused = fuse_attention_count() - before_fuse
             row["note"] = (f"Inductor rewrote it into SDPA ({fused}x)" if fused > 0 else
@@ -320,13 +320,13 @@ def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = T
     timing case itself) before timing, time, check again. One row per (case, step)."""
     import torch
 
-    from ..kernels import flash_ref
+    from ..kernels import host, ladder, tiles, verify
 
     rows = []
     for case in cases:
         dtype = _dtype(case.dtype)
         q, k, v, _ = make_inputs(case)
-        ref, _ = flash_ref.reference_attention(q, k, v, case.causal)
+        ref, _ = verify.reference_fp32(q, k, v, case.causal)
         cudnn_ms = None
         try:
             cudnn = make_call("sdpa-cudnn", case.causal, 1.0 / math.sqrt(case.d))
@@ -336,7 +336,7 @@ def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = T
         except RuntimeError:
             pass
         base_ms = None
-        for step in flash_ref.ladder_steps():
+        for step in ladder.ladder_steps():
             row = {"dtype": case.dtype, "d": case.d, "N": case.n, "causal": case.causal,
                    "B": case.batch, "H": case.heads, "step": step.number, "name": step.name,
                    "config": "", "ms": "", "tflops": "", "vs_step0": "", "vs_cudnn": "",
@@ -344,24 +344,24 @@ def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = T
             rows.append(row)
             if progress:
                 progress.step(f"{case.label()} step {step.number}")
-            ok, why = flash_ref.step_supported(step)
+            ok, why = ladder.step_supported(step)
             if not ok:
                 row["status"] = f"unsupported: {why}"
                 continue
-            tune = autotune and step.number in flash_ref.AUTOTUNE_STEPS
+            tune = autotune and step.number in tiles.AUTOTUNE_STEPS
             try:
                 config = None
                 if tune:  # tune at the timing size, then check that config everywhere
-                    flash_ref.forward(q, k, v, case.causal, step=step, autotune=True)
-                    best = flash_ref.best_config(step)
+                    host.forward(q, k, v, case.causal, step=step, autotune=True)
+                    best = host.best_config(step)
                     config = (best["BLOCK_M"], best["BLOCK_N"], best["num_warps"],
                               best["num_stages"])
-                cfg = config or flash_ref.config_for(step, case.d)
+                cfg = config or ladder.config_for(step, case.d)
                 row["config"] = "BM{}xBN{} w{} s{}".format(*cfg) + (" (autotuned)" if tune
                                                                        else "")
 
                 def run(step=step, cfg=cfg, q=q, k=k, v=v, causal=case.causal):
-                    return flash_ref.forward(q, k, v, causal, step=step, config=cfg)[0]
+                    return host.forward(q, k, v, causal, step=step, config=cfg)[0]
 
                 problem = _ladder_check(step, cfg, case, dtype, run, ref)
                 if problem:
@@ -389,20 +389,19 @@ def _ladder_check(step, cfg, case, dtype, run, ref, small: bool = True) -> str:
     """'' or what is wrong: small ragged cases (B>1, H>1, transposed views) and the case."""
     import torch
 
-    from ..kernels import flash_ref
+    from ..kernels import host, verify
 
     if small:
         try:
-            flash_ref.check_forward(
-                lambda q, k, v, causal: flash_ref.forward(q, k, v, causal, step=step,
-                                                          config=cfg),
+            verify.check_forward(
+                lambda q, k, v, causal: host.forward(q, k, v, causal, step=step, config=cfg),
                 dtype, [(2, 3, 333, case.d), (3, 2, 257, case.d)], (case.causal,), atol=2e-2,
                 name=f"step {step.number}")
         except AssertionError as err:
             return str(err)
     with torch.no_grad():
         o = run()
-    err, ok = flash_ref.max_error(o, ref, 2e-2)
+    err, ok = verify.max_error(o, ref, 2e-2)
     return "" if ok else f"timing case: max error {err:.3g}"
 
 
@@ -542,10 +541,10 @@ def ncu_forward(d: int = 64, n: int = 4096, causal: bool = False, timeout: int =
         return "ncu not found: Nsight Compute is part of the CUDA toolkit."
     case = Case("fwd", "fp16", d, n, causal)
     script = ("import torch; import flashcourse as fc; fc.setup(verbose=False); "
-              "from flashcourse.kernels import flash_ref; "
+              "from flashcourse.kernels import host; "
               f"q, k, v = (torch.randn({case.batch}, {case.heads}, {n}, {d}, device='cuda', "
               "dtype=torch.float16) for _ in range(3)); "
-              f"flash_ref.flash_attention(q, k, v, {causal}); torch.cuda.synchronize()")
+              f"host.flash_attention(q, k, v, {causal}); torch.cuda.synchronize()")
     result = subprocess.run(
         ["ncu", "--clock-control", "none", "--kernel-name", "regex:attn_fwd",
          "--launch-count", "1", "--metrics", ",".join(NCU_METRICS), sys.executable, "-c",
@@ -604,9 +603,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.no_ladder:
         cases = ladder_cases(args.quick)
-        from ..kernels import flash_ref
+        from ..kernels import ladder
 
-        progress = Progress(len(cases) * len(flash_ref.ladder_steps()), "ladder")
+        progress = Progress(len(cases) * len(ladder.ladder_steps()), "ladder")
         rows = time_ladder(cases, args.rep_ms, args.warmup_ms, not args.no_autotune, progress)
         progress.close()
         write_csv(out / "07-ladder.csv", rows)

@@ -13,7 +13,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from .. import attention, runtime
+from .. import runtime
+from ..kernels import attention
 from . import buffers, guards, registry
 
 LESSON = registry.lesson("flash-triton", "Lesson 6: FlashAttention forward and backward in Triton",

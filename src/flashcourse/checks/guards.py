@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import attention, runtime
+from .. import runtime
 from ..blanks import BlankNotFilled, refuse_blanks, source_of
+from ..kernels import attention
 from ..launch import raise_blank_or_stub
 from . import buffers, recording, registry
 

@@ -1,7 +1,7 @@
 """Checks of lesson 7, "Performance engineering": the optimisation-ladder kernel (exp2 scale
 folding and the split causal loop), three questions and the veto misconceptions.
 
-The grader launches the student's @triton.jit kernel itself (through `flash_ref.forward` with
+The grader launches the student's @triton.jit kernel itself (through `host.forward` with
 `kernel=`), with inputs inside NaN padding and outputs inside canaries, and compares with
 float64 attention. Known mistakes are named by comparing the output with attention computed
 the way that mistake computes it.
@@ -14,7 +14,8 @@ import math
 import numpy as np
 import torch
 
-from .. import attention, runtime
+from .. import runtime
+from ..kernels import attention
 from ..models.traffic import attention_flops
 from . import buffers, guards, registry
 
@@ -113,7 +114,7 @@ def _diagnose(out: np.ndarray, case: Case, q, k, v) -> str:
 
 
 def _run_case(kernel, case: Case, number: int, total: int) -> None:
-    from ..kernels import flash_ref
+    from ..kernels import host
 
     label = case.label(number, total)
     q64, k64, v64 = attention.make_inputs(case.B, case.H, case.N, case.D, torch.float64,
@@ -126,9 +127,9 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
     lse = buffers.Canaried((case.B, case.H, case.N), torch.float32, device, pad_rows=0,
                            pad_cols=0)
     guards.guarded(
-        label, lambda: flash_ref.forward(q, k, v, case.causal, case.sm_scale, kernel=kernel,
-                                         out=out.tensor, lse=lse.tensor,
-                                         config=(case.block_m, case.block_n, 4, 1)),
+        label, lambda: host.forward(q, k, v, case.causal, case.sm_scale, kernel=kernel,
+                                    out=out.tensor, lse=lse.tensor,
+                                    config=(case.block_m, case.block_n, 4, 1)),
         hint="Keep the kernel's signature as given: the grader passes exactly those arguments.",
         tensors=[q, k, v, out.tensor, lse.tensor])
     out.verify(label)

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch, Rectangle
 
-from .. import attention
+from ..kernels import attention
 
 HBM_COLOR = "#deebf7"
 SRAM_COLOR = "#fdd0a2"

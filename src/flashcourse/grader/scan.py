@@ -357,8 +357,8 @@ def scan_student_cells(cells: list[dict]) -> list[Finding]:
 
 # Modules of the package that hold references and finished kernels; an answer cell must not
 # reach them (demo cells may, to compare).
-REFERENCE_MODULES = ("flashcourse.reference", "flashcourse.attention", "flashcourse.kernels",
-                     "flashcourse.checks", "flashcourse.checks.registry",
+REFERENCE_MODULES = ("flashcourse.reference", "flashcourse.kernels", "flashcourse.checks",
+                     "flashcourse.checks.registry",
                      "flashcourse.checks.recording")
 # Library calls that compute what an exercise asks the student to write.
 REFERENCE_ATTRIBUTES = {"scaled_dot_product_attention", "softmax", "log_softmax",

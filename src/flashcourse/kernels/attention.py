@@ -1,45 +1,32 @@
-"""Torch-side helpers for the Triton FlashAttention lessons.
+"""Host side of the Triton FlashAttention lessons: lesson 6's kernels (the student's) and the
+torch reference both lessons compare against. No @triton.jit here: importing it picks no runtime.
 
-* `standard_attention`: softmax(sm_scale * Q K^T) V in torch for (B, H, N, D) inputs, causal or
-  not, with the row logsumexp; the reference the graders and benchmarks compare against.
+* `standard_attention`: softmax(sm_scale * Q K^T) V in torch for (..., N, D) inputs, causal or
+  not, with the row logsumexp; the reference the graders, tests and benchmarks compare against
+  (the numpy `flashcourse.reference.standard_attention` is lesson 1's: unscaled, no mask).
 * `make_inputs`: reproducible Q, K, V (optionally with scores of magnitude ~1e3).
 * `flash_forward` / `flash_backward`: launch a student's kernels with the right grid, strides and
-  block sizes (chosen per head dim and causality on a GPU; small blocks in the interpreter).
-* `FlashAttentionFunction` / `make_flash_attention`: a torch.autograd.Function that takes the
-  kernels as arguments, so `loss.backward()` runs the Triton backward.
-* `peak_memory_bytes` and `memory_figure`: peak memory of standard vs fused attention.
+  block sizes (tiles.py: per head dim and causality on a GPU; small blocks in the interpreter).
+* `FlashAttentionFunction`: the course's one torch.autograd.Function; it takes the forward and
+  backward launchers as arguments, so `loss.backward()` runs the Triton backward (the student's
+  kernels through `make_flash_attention`, the reference's through host.flash_attention).
+* `causal_tiles`, `peak_memory_bytes` and `memory_figure`: tiles a causal forward visits, peak
+  memory of standard vs fused attention.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
 
-from . import runtime
-from .models.matmul import cdiv
-from .runtime import CourseInputError
-
-LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
-
-# Forward configs on the GPU, keyed by (head dim, causal): BLOCK_M, BLOCK_N, warps, stages.
-# Known good on an H200 with Triton 3.6 (assets/results); BLOCK_M % BLOCK_N == 0.
-FORWARD_CONFIGS = {
-    (16, False): (64, 64, 4, 3), (16, True): (64, 64, 4, 3),
-    (32, False): (64, 64, 4, 3), (32, True): (64, 64, 4, 3),
-    (64, False): (64, 64, 4, 3), (64, True): (64, 64, 4, 3),
-    (128, False): (128, 128, 8, 3), (128, True): (64, 64, 4, 3),
-}
-# Backward configs on the GPU, keyed by (kernel, head dim): BLOCK_M, BLOCK_N, warps, stages.
-# The dK/dV kernel keeps a key block resident and walks query blocks; dQ does the opposite.
-BACKWARD_CONFIGS = {  # tuned on an H200 (gpu/tune_flash_backward.py), N = 4096, fp16
-    ("dkdv", 16): (64, 64, 4, 3), ("dkdv", 32): (64, 64, 4, 3), ("dkdv", 64): (64, 64, 4, 3),
-    ("dkdv", 128): (64, 64, 4, 2),
-    ("dq", 16): (64, 64, 4, 3), ("dq", 32): (64, 64, 4, 3), ("dq", 64): (64, 64, 4, 3),
-    ("dq", 128): (64, 32, 4, 3),
-}
-INTERPRETER_BLOCKS = (16, 16)  # small blocks: the interpreter's cost grows with block area
+from .. import runtime
+from ..models.matmul import cdiv
+from ..runtime import CourseInputError
+from . import LOG2E, tiles
+from .tiles import BACKWARD_CONFIGS, FORWARD_CONFIGS  # noqa: F401  (lesson 6 names them here)
 
 
 @dataclass(frozen=True)
@@ -79,22 +66,30 @@ class AttentionCase:
 
 
 def standard_attention(q, k, v, causal: bool = False, sm_scale: float | None = None,
-                       return_lse: bool = False):
+                       return_lse: bool = False, chunk: int | None = None):
     """softmax(sm_scale * q k^T) v for (..., N, D) tensors, materialising the (N, N) scores.
 
-    Computes in the inputs' dtype (pass float64 for a reference). With return_lse, also returns
-    the natural-log logsumexp of each row of scaled scores, shape (..., N).
+    Computes in the inputs' dtype (pass float64 or float32 copies for a reference). With
+    return_lse, also returns the natural-log logsumexp of each row of scaled scores, shape
+    (..., N). chunk: query rows per step, so that an fp32 reference at N = 16k fits in memory.
     """
     d = q.shape[-1]
     sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
-    scores = (q @ k.transpose(-1, -2)) * sm_scale  # (..., N, N)
-    if causal:
-        n_q, n_k = scores.shape[-2:]
-        above = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).triu(1 + n_k - n_q)
-        scores = scores.masked_fill(above, float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ v
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    rows = n_q if chunk is None else chunk
+    outs, lses = [], []
+    for start in range(0, n_q, rows) if n_q else [0]:
+        scores = (q[..., start:start + rows, :] @ k.transpose(-1, -2)) * sm_scale  # (..., rows, N)
+        if causal:  # query row i sees keys j <= i + n_k - n_q
+            above = torch.ones(scores.shape[-2], n_k, dtype=torch.bool,
+                               device=q.device).triu(1 + start + n_k - n_q)
+            scores = scores.masked_fill(above, float("-inf"))
+        outs.append(torch.softmax(scores, dim=-1) @ v)
+        if return_lse:
+            lses.append(torch.logsumexp(scores, dim=-1))
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, -2)
     if return_lse:
-        return out, torch.logsumexp(scores, dim=-1)
+        return out, lses[0] if len(lses) == 1 else torch.cat(lses, -1)
     return out
 
 
@@ -102,7 +97,7 @@ def make_inputs(B: int, H: int, N: int, D: int, dtype=torch.float32, device="cpu
                 seed: int = 0, large_logits: bool = False, sm_scale: float | None = None):
     """Reproducible q, k, v of shape (B, H, N, D). large_logits: scaled scores of about 1e3,
     with a few dominant keys, so exp() overflows unless the running max is subtracted."""
-    from .checks.cases import case_seed
+    from ..checks.cases import case_seed
 
     gen = torch.Generator().manual_seed(case_seed(seed))
     q, k, v = (torch.randn(B, H, N, D, generator=gen, dtype=torch.float64) for _ in range(3))
@@ -135,7 +130,7 @@ def kernel_helpers(kernel) -> list[tuple[str, object]]:
 def refuse_unfinished(kernel, name: str = "kernel") -> None:
     """Raise BlankNotFilled when a kernel, or a @triton.jit helper it calls, still holds a
     `______`, instead of letting Triton fail with a long stack trace."""
-    from .blanks import refuse_blanks
+    from ..blanks import refuse_blanks
 
     if kernel in _FINISHED:  # read the source once per kernel object, not per launch
         return
@@ -185,9 +180,9 @@ def _checked_blocks(bm: int, bn: int) -> tuple[int, int]:
 def forward_config(d: int, causal: bool, block_m=None, block_n=None):
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) for the forward kernel on this runtime."""
     if runtime.current().interpreter:
-        bm, bn, warps, stages = *INTERPRETER_BLOCKS, 4, 1
+        bm, bn, warps, stages = tiles.INTERPRETER
     else:
-        bm, bn, warps, stages = FORWARD_CONFIGS.get((d, causal), (64, 64, 4, 3))
+        bm, bn, warps, stages = tiles.FORWARD_CONFIGS.get((d, causal), tiles.FORWARD_DEFAULT)
     bm, bn = _checked_blocks(block_m or bm, block_n or bn)
     if bm % bn:
         raise CourseInputError(f"BLOCK_M={bm} must be a multiple of BLOCK_N={bn}: the causal "
@@ -222,10 +217,11 @@ def flash_forward(kernel, q, k, v, causal: bool = False, sm_scale: float | None 
 
 
 def backward_config(d: int, block_m=None, block_n=None, kernel: str = "dkdv"):
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for a backward kernel ("dkdv" or "dq")."""
     if runtime.current().interpreter:
-        bm, bn, warps, stages = *INTERPRETER_BLOCKS, 4, 1
+        bm, bn, warps, stages = tiles.INTERPRETER
     else:
-        bm, bn, warps, stages = BACKWARD_CONFIGS.get((kernel, d), (64, 64, 4, 2))
+        bm, bn, warps, stages = tiles.BACKWARD_CONFIGS.get((kernel, d), tiles.BACKWARD_DEFAULT)
     return (*_checked_blocks(block_m or bm, block_n or bn), warps, stages)
 
 
@@ -297,34 +293,39 @@ def flash_backward(kernels, q, k, v, o, lse, do, causal, sm_scale):
 
 
 class FlashAttentionFunction(torch.autograd.Function):
-    """Autograd wrapper: forward and backward both run Triton kernels passed as arguments.
+    """Autograd wrapper: forward and backward both run Triton launchers passed as arguments.
 
-    apply(q, k, v, causal, sm_scale, forward_kernel, (delta, dkdv, dq kernels))
+    apply(q, k, v, causal, sm_scale, run_forward, run_backward) with
+    run_forward(q, k, v, causal, sm_scale) -> (o, lse) and
+    run_backward(q, k, v, o, lse, do, causal, sm_scale) -> (dq, dk, dv), or None (no backward).
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale, forward_kernel, backward_kernels):
+    def forward(ctx, q, k, v, causal, sm_scale, run_forward, run_backward):
         sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-        o, lse = flash_forward(forward_kernel, q, k, v, causal, sm_scale)
+        o, lse = run_forward(q, k, v, causal, sm_scale)
         ctx.save_for_backward(q, k, v, o, lse)  # lse: one float per row, not the (N, N) P
-        ctx.causal, ctx.sm_scale, ctx.kernels = causal, sm_scale, backward_kernels
+        ctx.causal, ctx.sm_scale, ctx.run_backward = causal, sm_scale, run_backward
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        if ctx.kernels is None:
+        if ctx.run_backward is None:
             raise CourseInputError("no backward kernels were given to this attention function")
-        dq, dk, dv = flash_backward(ctx.kernels, q, k, v, o, lse, do, ctx.causal, ctx.sm_scale)
+        dq, dk, dv = ctx.run_backward(q, k, v, o, lse, do, ctx.causal, ctx.sm_scale)
         return dq, dk, dv, None, None, None, None
 
 
 def make_flash_attention(forward_kernel, delta_kernel=None, dkdv_kernel=None, dq_kernel=None):
     """attention(q, k, v, causal=False, sm_scale=None) running the given Triton kernels."""
-    kernels = None if delta_kernel is None else (delta_kernel, dkdv_kernel, dq_kernel)
+    run_forward = functools.partial(flash_forward, forward_kernel)
+    run_backward = None if delta_kernel is None else functools.partial(
+        flash_backward, (delta_kernel, dkdv_kernel, dq_kernel))
 
     def attention(q, k, v, causal: bool = False, sm_scale: float | None = None):
-        return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, forward_kernel, kernels)
+        return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, run_forward,
+                                            run_backward)
 
     return attention
 

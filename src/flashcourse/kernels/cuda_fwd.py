@@ -92,7 +92,7 @@ def check(shapes=((2, 3, 333, 64), (2, 2, 1000, 128), (1, 2, 77, 32)), atol: flo
     """Compare the CUDA kernel with float32 standard attention (ragged N, B > 1, H > 1)."""
     import torch
 
-    from .flash_ref import max_error, reference_attention
+    from .verify import max_error, reference_fp32
 
     lines = []
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -101,7 +101,7 @@ def check(shapes=((2, 3, 333, 64), (2, 2, 1000, 128), (1, 2, 77, 32)), atol: flo
             q, k, v = (torch.randn(B, H, N, D, generator=gen).to("cuda", torch.float16)
                        for _ in range(3))
             out = attention(q, k, v, causal)
-            ref, _ = reference_attention(q, k, v, causal)
+            ref, _ = reference_fp32(q, k, v, causal)
             err, ok = max_error(out, ref, atol)
             label = f"CUDA kernel B={B} H={H} N={N} D={D} {'causal' if causal else 'full'}"
             if not ok:

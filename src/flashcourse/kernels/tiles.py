@@ -1,0 +1,64 @@
+"""The one table of launch configurations: tile sizes, warps and stages of every kernel.
+
+A config is (BLOCK_M, BLOCK_N, num_warps, num_stages) unless a comment says otherwise; BLOCK_M
+is the query-row tile, BLOCK_N the key tile, and BLOCK_M % BLOCK_N == 0 in every forward entry
+(the causal diagonal block is walked in BLOCK_N steps). Each table says where it was measured.
+No Triton here: the table is read before a runtime is chosen.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------- both kernels
+
+# The interpreter (CPU): small tiles, because its cost grows with tile area.
+INTERPRETER = (16, 16, 4, 1)
+
+# ---------------------------------------------------------------- the reference kernel (lesson 7)
+
+# Forward, keyed on head dim <= 64. Measured best on an H200 with Triton 3.6 (gpu/explore_fwd.py,
+# fp16, N = 4096 and 16384): the best config did not depend on N or on causal masking. d = 128
+# wants one warpgroup per 128 query rows so that two CTAs share an SM and hide each other's
+# softmax; d = 64 wants two warpgroups and four K/V tiles in flight.
+BASELINE = (64, 32, 4, 2)  # ladder steps 0-2: a first guess, before any tuning
+TUNED = {True: (128, 64, 8, 4), False: (128, 64, 4, 2)}  # steps 3-6
+# Step 7 where the halves paid (same runs; d <= 64: one warpgroup, two 64-row halves); at
+# d = 128 the second half's scores and acc do not fit in the registers beside the first's and
+# step 5 is faster.
+HALVES = {True: (128, 64, 4, 3), False: None}
+# What forward(..., autotune=True) searches when compiled: (BLOCK_M, BLOCK_N, num_warps) at
+# num_stages = 2 for step 3, then num_stages for step 5 with step 3's tiles from TUNED.
+AUTOTUNE_TILES = [(64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 32, 4)]
+AUTOTUNE_STAGES = [2, 3, 4]
+AUTOTUNE_STEPS = (3, 5)  # the ladder steps autotune applies to
+
+# Backward, keyed on head dim <= 64: (dK/dV config, dQ config), tuned on an H200 with Triton 3.6
+# with the ladder (assets/results/07-attention-fwdbwd.csv times them). The dK/dV kernel keeps a
+# key block resident and walks query blocks, the dQ kernel the other way round.
+LADDER_BACKWARD = {
+    True: ((32, 128, 4, 3), (128, 32, 4, 3)),
+    False: ((64, 128, 8, 2), (128, 64, 8, 2)),
+}
+# Smaller tiles, tried when a GPU has too little shared memory for LADDER_BACKWARD.
+LADDER_BACKWARD_FALLBACK = ((32, 64, 4, 2), (64, 32, 4, 2))
+DELTA_BLOCK_M = 64  # rows per program of the delta pre-pass (INTERPRETER's in the interpreter)
+
+# ---------------------------------------------------------------- lesson 6 (the student's kernels)
+
+# Forward, keyed by (head dim, causal). Known good on an H200 with Triton 3.6
+# (assets/results/06-flash-attention-fwd.csv).
+FORWARD_CONFIGS = {
+    (16, False): (64, 64, 4, 3), (16, True): (64, 64, 4, 3),
+    (32, False): (64, 64, 4, 3), (32, True): (64, 64, 4, 3),
+    (64, False): (64, 64, 4, 3), (64, True): (64, 64, 4, 3),
+    (128, False): (128, 128, 8, 3), (128, True): (64, 64, 4, 3),
+}
+FORWARD_DEFAULT = (64, 64, 4, 3)  # a (head dim, causal) not in the table
+# Backward, keyed by (kernel, head dim); tuned on an H200 (gpu/tune_flash_backward.py),
+# N = 4096, fp16.
+BACKWARD_CONFIGS = {
+    ("dkdv", 16): (64, 64, 4, 3), ("dkdv", 32): (64, 64, 4, 3), ("dkdv", 64): (64, 64, 4, 3),
+    ("dkdv", 128): (64, 64, 4, 2),
+    ("dq", 16): (64, 64, 4, 3), ("dq", 32): (64, 64, 4, 3), ("dq", 64): (64, 64, 4, 3),
+    ("dq", 128): (64, 32, 4, 3),
+}
+BACKWARD_DEFAULT = (64, 64, 4, 2)  # a (kernel, head dim) not in the table
