@@ -11,6 +11,8 @@ from flashcourse import BlankNotFilled, CourseInputError, ______, check, runtime
 from flashcourse.authoring import cells
 from flashcourse.checks import registry
 from flashcourse.kernels import attention
+from flashcourse.models.matmul import cdiv
+from flashcourse.models.traffic import score_matrix_bytes
 
 runtime.setup(verbose=False)  # before any kernel is defined: the interpreter on CPU
 
@@ -325,11 +327,21 @@ def test_zz_report_rejected_count():
 
 
 def test_backward_factor_is_this_lessons_and_fa3_overlap_is_pingpong(known_wrong):
-    from flashcourse.checks import flash_attention as flash_triton
-
+    q2 = registry.EXERCISES["flash-triton/q2-backward"].answers
+    q3 = registry.EXERCISES["flash-triton/q3-speed"].answers
     with known_wrong("flash-triton/q2-backward", "the conventional 2.5x for this backward",
                      match="backward_flop_factor"):
-        check("flash-triton/q2-backward", dict(flash_triton.Q2, backward_flop_factor=2.5))
+        check("flash-triton/q2-backward", dict(q2, backward_flop_factor=2.5))
     with known_wrong("flash-triton/q3-speed", "warp specialisation for the softmax overlap",
                      match="fa3_feature"):
-        check("flash-triton/q3-speed", dict(flash_triton.Q3, fa3_feature="warp_specialization"))
+        check("flash-triton/q3-speed", dict(q3, fa3_feature="warp_specialization"))
+
+
+def test_question_numbers_are_the_models():
+    # B = 4, H = 16, N = 4096, BLOCK_M = BLOCK_N = 64 (Q1); N = 16384 in fp16 (Q2)
+    q1 = registry.EXERCISES["flash-triton/q1-grid"].answers
+    visited, skipped = attention.causal_tiles(4096, 64, 64)
+    assert q1["programs"] == cdiv(4096, 64) * 4 * 16
+    assert q1["skipped_fraction"] == skipped / (visited + skipped)
+    q2 = registry.EXERCISES["flash-triton/q2-backward"].answers
+    assert q2["p_bytes_n16k_fp16"] == score_matrix_bytes(16384, "fp16")

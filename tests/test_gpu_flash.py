@@ -8,6 +8,7 @@ import pytest
 from flashcourse import WrongAnswer, check
 from flashcourse.authoring import cells
 from flashcourse.checks import gpu_flash, registry
+from flashcourse.models.traffic import score_matrix_bytes
 
 
 def student_answer(root, **lines):
@@ -111,13 +112,22 @@ def test_stub_says_implement(known_wrong):
         check("gpu-flash/flash-attention", flash_attention)
 
 
+def _answers(exercise_id):
+    return dict(registry.EXERCISES[exercise_id].answers)
+
+
 def _right_misconceptions():
-    return {key: truth for key, (truth, _) in gpu_flash.MISCONCEPTIONS.items()}
+    return _answers("gpu-flash/misconceptions")
+
+
+def test_q1_score_matrix_bytes_is_the_traffic_models():
+    assert _answers("gpu-flash/q1-memory")["s_bytes_n16k_fp16"] == score_matrix_bytes(16384,
+                                                                                      "fp16")
 
 
 def test_scorecard_below_pass_line(capsys):
     registry.ATTEMPTS.clear()
-    check("gpu-flash/q1-memory", gpu_flash.Q1)
+    check("gpu-flash/q1-memory", _answers("gpu-flash/q1-memory"))
     check("gpu-flash/misconceptions", _right_misconceptions())
     with pytest.raises(WrongAnswer, match="below the pass line 8"):
         fc_scorecard()
@@ -131,9 +141,9 @@ def test_scorecard_below_pass_line(capsys):
 def test_scorecard_of_a_correct_run_passes_and_points_to_the_next_lesson(root, capsys):
     registry.ATTEMPTS.clear()
     check("gpu-flash/flash-attention", student_answer(root))
-    for number, answers in ((1, gpu_flash.Q1), (2, gpu_flash.Q2), (3, gpu_flash.Q3)):
-        check(next(e for e in registry.list_ids() if e.startswith(f"gpu-flash/q{number}")),
-              answers)
+    for number in (1, 2, 3):
+        question = next(e for e in registry.list_ids() if e.startswith(f"gpu-flash/q{number}"))
+        check(question, _answers(question))
     check("gpu-flash/misconceptions", _right_misconceptions())
     assert fc_scorecard() == 10  # returns normally: no error at the end of a correct run
     out = capsys.readouterr().out
@@ -167,7 +177,7 @@ def test_every_known_wrong_answer_is_listed():
 
 
 def test_question_feedback_names_the_part_and_section_not_the_answer(known_wrong):
-    wrong = dict(gpu_flash.Q1, nxn_hbm_passes=3, flash_extra_memory=1)
+    wrong = dict(_answers("gpu-flash/q1-memory"), nxn_hbm_passes=3, flash_extra_memory=1)
     with known_wrong("gpu-flash/q1-memory", "two parts wrong") as caught:
         check("gpu-flash/q1-memory", wrong)
     text = str(caught.value)
@@ -178,7 +188,7 @@ def test_question_feedback_names_the_part_and_section_not_the_answer(known_wrong
 
 
 def test_misconception_feedback_does_not_say_the_truth(known_wrong):
-    wrong = {key: truth for key, (truth, _) in gpu_flash.MISCONCEPTIONS.items()}
+    wrong = _right_misconceptions()
     wrong["hbm_as_fast_as_shared"] = True
     with known_wrong("gpu-flash/misconceptions", "HBM as fast as shared memory") as caught:
         check("gpu-flash/misconceptions", wrong)

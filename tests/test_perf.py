@@ -14,6 +14,7 @@ from flashcourse import BlankNotFilled, check
 from flashcourse.authoring import cells
 from flashcourse.blanks import ______
 from flashcourse.checks import registry
+from flashcourse.models.traffic import attention_flops
 
 fc.setup(verbose=False)
 
@@ -151,17 +152,22 @@ def test_known_wrong_ladder_answers_are_rejected(root, known_wrong, mistake, old
 
 
 def test_questions_and_vetoes(known_wrong):
-    from flashcourse.checks import performance
-
-    check("performance/q2-ladder", dict(performance.Q2))
+    q2 = registry.EXERCISES["performance/q2-ladder"].answers
+    truths = registry.EXERCISES["performance/misconceptions"].answers
+    check("performance/q2-ladder", dict(q2))
     with known_wrong("performance/q2-ladder", "exp2 for accuracy",
                      match=r"exp2_reason = 'more_accurate' is not right\. Re-read section 3"):
-        check("performance/q2-ladder", {**performance.Q2, "exp2_reason": "more_accurate"})
+        check("performance/q2-ladder", {**q2, "exp2_reason": "more_accurate"})
     with known_wrong("performance/misconceptions", "wrong interpreter_timings_predict_gpu",
                      exc=fc.VetoMisconception, match="interpreter"):
-        check("performance/misconceptions",
-              {key: truth for key, (truth, _) in performance.MISCONCEPTIONS.items()}
-              | {"interpreter_timings_predict_gpu": True})
+        check("performance/misconceptions", {**truths, "interpreter_timings_predict_gpu": True})
+
+
+def test_q1_tflops_is_the_flop_models():
+    # B=2, H=16, N=16384, d=128, causal, measured at 10 ms
+    flops = attention_flops(16384, 128, 2, 16, causal=True)
+    tflops = registry.EXERCISES["performance/q1-measuring"].answers["tflops_d128_causal"]
+    assert tflops == flops / 10e-3 / 1e12
 
 
 # ---------------------------------------------------------------- harness and CUDA source

@@ -180,6 +180,18 @@ def test_intensity_numbers_are_consistent():
     assert np.all(roofline.attainable_tflops([1e-3, 1e4], 790, 4.3) == [4.3e-3, 790])
 
 
+def test_question_numbers_are_the_roofline_models():
+    from flashcourse.models import roofline
+
+    q1 = registry.EXERCISES["roofline/q1-intensity"].answers
+    q2 = registry.EXERCISES["roofline/q2-attention"].answers
+    assert q1["fp32_add_intensity"] == 1 / 12
+    assert q1["h200_ridge"] == round(roofline.H200_PEAK_TFLOPS / roofline.H200_BANDWIDTH_TBS)
+    # standard attention's three kernels (QK^T, softmax, PV) at N = 4096, d = 128
+    kernels = roofline.attention_points(4096, 128)[:3]
+    assert q2["standard_us_n4096_d128"] == round(sum(map(roofline.time_bound_us, kernels)))
+
+
 def test_zz_at_least_three_wrong_answers_per_exercise():
     for exercise_id in CELLS:  # questions: tests/test_self_checks.py
         assert len([r for r in REJECTED if r[0] == exercise_id]) >= 3, exercise_id

@@ -22,6 +22,7 @@ from flashcourse import BlankNotFilled, check
 from flashcourse.authoring import cells
 from flashcourse.checks import registry
 from flashcourse.checks import tiling_matmul as tiling  # noqa: E402
+from flashcourse.models import matmul  # noqa: E402
 
 flashcourse.setup(verbose=False)  # before any kernel is defined: the interpreter in tests
 
@@ -240,13 +241,25 @@ def test_wrong_grouped_order_is_rejected(root, known_wrong, mistake):
 # ---------------------------------------------------------------- questions and vetoes
 
 
-def test_question_answers_match_the_lesson_numbers():
-    assert tiling.Q1["reads_tiled_128x128"] == 2**31
-    assert tiling.Q1["reads_naive"] == 2**38
-    assert tiling.Q1["intensity_128x256"] == pytest.approx(256 / 3)
-    assert tiling.Q2 == {"acc_lives_in": "registers", "acc_registers_per_thread": 128,
-                         "smem_bytes_3_stages": 147456}
-    assert tiling.Q3 == {"stripes_row_major": 34, "stripes_group_8": 16, "best_group_m": 8}
+def test_question_answers_match_the_lesson_numbers_and_the_models():
+    q1, q2, q3 = (registry.EXERCISES[f"tiling/{name}"].answers for name in
+                  ("q1-traffic", "q2-registers-smem", "q3-grouped-order"))
+    assert q1["reads_tiled_128x128"] == 2**31 == matmul.tiled_read_bytes(4096, 4096, 4096, 128,
+                                                                          128, 2)
+    assert q1["reads_naive"] == 2**38 == matmul.naive_read_bytes(4096, 4096, 4096, 2)
+    assert q1["intensity_128x256"] == pytest.approx(256 / 3, rel=1e-15)
+    assert q1["intensity_128x256"] == (matmul.matmul_flops(4096, 4096, 4096)
+                                       / matmul.tiled_read_bytes(4096, 4096, 4096, 128, 256, 2))
+    assert q2 == {"acc_lives_in": "registers", "acc_registers_per_thread": 128 * 256 // (8 * 32),
+                  "smem_bytes_3_stages": 3 * (128 * 64 + 64 * 256) * 2}
+
+    def stripes(group_m):  # 32 x 32 tiles, waves of 64 programs
+        return sum(matmul.wave_stripes(matmul.launch_order(32, 32, group_m), 64))
+
+    best = min((1, 2, 4, 8, 16, 32), key=stripes)
+    assert q3 == {"stripes_row_major": stripes(1), "stripes_group_8": stripes(8),
+                  "best_group_m": best}
+    assert (stripes(1), stripes(8), best) == (34, 16, 8)
 
 
 def test_rubric_is_ten_points():

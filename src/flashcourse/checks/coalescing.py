@@ -16,28 +16,6 @@ LESSON = registry.lesson("coalescing", "Lesson 3: Coalescing, divergence and tra
                         pass_line=8)
 
 
-# Where the lesson explains each question and statement: wrong answers point there.
-SECTIONS = {
-    "coalescing/q1-sectors": (
-        'section 1 ("Sectors and lines")'),
-    "coalescing/q2-divergence": (
-        'section 5 ("Warp divergence") and section 3 ("Transposing a matrix")'),
-    "coalescing/q3-matmul": (
-        'section 4 ("What coalescing is worth") and section 6 ("Thread coarsening")'),
-}
-MISCONCEPTION_SECTIONS = {
-    "coalescing_is_per_thread": (
-        'section 1 ("Sectors and lines")'),
-    "divergence_between_warps_costs": (
-        'section 5 ("Warp divergence")'),
-    "stride_2_costs_2x_sectors": (
-        'section 1 ("Sectors and lines")'),
-    "tiled_transpose_still_uncoalesced": (
-        'section 3 ("Transposing a matrix")'),
-}
-
-
-
 # ---------------------------------------------------------------- sectors and lines
 
 # (description, addresses, access bytes)
@@ -101,7 +79,7 @@ def _check_sectors(sectors_and_lines) -> str:
                          if value == got),
                         "A thread's read covers every byte from its address to the end of "
                         "its element; count the distinct 32-byte sectors and 128-byte lines "
-                        f"those bytes fall in: {SECTIONS['coalescing/q1-sectors']}.")
+                        f"those bytes fall in: {registry.section_of('coalescing/q1-sectors')}.")
             raise registry.WrongAnswer(f"{case}: you returned (sectors, lines) = {got}, which "
                                       f"is not right for this access pattern. {hint}")
     return f"{len(cases)} access patterns right{registry.hidden_note()}"
@@ -160,7 +138,7 @@ def _check_warp_efficiency(warp_efficiency) -> str:
         # name the mistake whose values match the student's on every case
         hint = ("Count, per warp, how many paths of the branch run (one for each side that "
                 "at least one lane takes), then how many lane slots were busy: "
-                f"{SECTIONS['coalescing/q2-divergence']}.")
+                f"{registry.section_of('coalescing/q2-divergence')}.")
         for index in range(4):
             expected = [_efficiency_variants(p)[index][0] for _, p in cases]
             if np.allclose(results, expected, rtol=1e-9):
@@ -322,74 +300,3 @@ def _check_naive(transpose_naive_kernel) -> str:
 def _check_tiled(transpose_tiled_kernel) -> str:
     return _check_transpose(transpose_tiled_kernel, "coalescing/transpose-tiled",
                             "transpose_tiled_kernel", tiled=True)
-
-
-# ---------------------------------------------------------------- questions
-
-Q1 = {"fp16_contiguous_sectors": 2, "fp32_offset16_sectors": 5, "float4_contiguous_lines": 4}
-Q1_WHY = {
-    "fp16_contiguous_sectors": "32 threads x 2 bytes = 64 contiguous aligned bytes: 2 sectors.",
-    "fp32_offset16_sectors": "Bytes 16..143: the last 16 bytes of sector 0, sectors 1-3, the "
-                             "first 16 bytes of sector 4: 5 sectors.",
-    "float4_contiguous_lines": "32 threads x 16 bytes = 512 bytes = 4 lines of 128 bytes.",
-}
-
-
-registry.questions("coalescing/q1-sectors", "Q1: counting sectors", 1, Q1, Q1_WHY,
-                  sections=SECTIONS["coalescing/q1-sectors"])
-
-
-Q2 = {"efficiency_t_mod_4": 0.5, "efficiency_t_lt_40_of_128": 0.8,
-      "naive_transpose_uncoalesced": "stores"}
-Q2_WHY = {
-    "efficiency_t_mod_4": "Every warp runs both paths (8 and 24 lanes): 32 useful of 64 "
-                          "issued slots.",
-    "efficiency_t_lt_40_of_128": "Warp 0 all True, warp 1 mixed (2 paths), warps 2-3 all "
-                                 "False: 128 / (32 * 5) = 0.8.",
-    "naive_transpose_uncoalesced": "The naive kernel reads a row (contiguous) and writes a "
-                                   "column of y (stride M): the 'stores'.",
-}
-
-
-registry.questions("coalescing/q2-divergence", "Q2: divergence and the naive transpose",
-                  1, Q2, Q2_WHY, sections=SECTIONS["coalescing/q2-divergence"])
-
-
-Q3 = {"sectors_a_thread_per_row": 32, "sectors_b_thread_per_col": 4,
-      "tile16_reuse_factor": 16, "coarsening_relieves": "mio_throttle"}
-Q3_WHY = {
-    "sectors_a_thread_per_row": "Thread t computes row t: at step k the warp reads A[t, k] for "
-                                "32 rows, K * 4 bytes apart: 32 sectors.",
-    "sectors_b_thread_per_col": "Thread t computes column t: the warp reads B[k, t..t+31], "
-                                "128 contiguous bytes: 4 sectors.",
-    "tile16_reuse_factor": "Each element of a 16 x 16 tile in shared memory serves 16 outputs: "
-                           "HBM reads drop 16-fold.",
-    "coarsening_relieves": "More outputs per thread means fewer shared-memory loads issued per "
-                           "FLOP: the MIO (memory input/output) queue throttles less.",
-}
-
-
-registry.questions("coalescing/q3-matmul", "Q3: naive matmul, tiling and coarsening", 1,
-                   Q3, Q3_WHY,
-                  sections=SECTIONS["coalescing/q3-matmul"])
-
-
-# ---------------------------------------------------------------- veto misconceptions
-
-MISCONCEPTIONS = {
-    "coalescing_is_per_thread": (
-        False, "Coalescing is decided per warp instruction: the addresses of all 32 lanes "
-        "together decide how many sectors one load needs."),
-    "divergence_between_warps_costs": (
-        False, "Different warps may take different branches at no extra cost: only lanes of "
-        "one warp that disagree serialise the paths."),
-    "stride_2_costs_2x_sectors": (
-        True, "With a stride of 2 fp32 elements, a warp's 32 reads span 256 bytes: 8 sectors "
-        "instead of 4, half of every moved byte unused."),
-    "tiled_transpose_still_uncoalesced": (
-        False, "A tiled transpose loads rows of a tile and stores rows of the transposed tile: "
-        "both sides are contiguous; the reshuffle happens on chip."),
-}
-
-
-registry.misconceptions("coalescing", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

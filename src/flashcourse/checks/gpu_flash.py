@@ -5,34 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..models.traffic import score_matrix_bytes
 from ..reference import standard_attention
 from . import registry
 
 LESSON = registry.lesson("gpu-flash", "Lesson 1: GPU kernels and FlashAttention", pass_line=8)
-
-
-# Where the lesson explains each question and statement: wrong answers point there.
-SECTIONS = {
-    "gpu-flash/q1-memory": (
-        'section 5 ("Standard attention and its HBM traffic") and section 6 '
-        '("FlashAttention: tiles and an online softmax")'),
-    "gpu-flash/q2-coalescing": (
-        'section 3 ("Four rules of fast kernels")'),
-    "gpu-flash/q3-tools": (
-        'section 4 ("The tool spectrum") and section 6 ("FlashAttention: tiles and an '
-        'online softmax")'),
-}
-MISCONCEPTION_SECTIONS = {
-    "flash_reduces_flops": (
-        'section 6 ("FlashAttention: tiles and an online softmax")'),
-    "running_max_for_safety": (
-        'section 6 ("FlashAttention: tiles and an online softmax")'),
-    "blockwise_softmax_then_concat": (
-        'section 6 ("FlashAttention: tiles and an online softmax")'),
-    "hbm_as_fast_as_shared": (
-        'section 1 ("How a GPU is organised")'),
-}
 
 
 # (n, d, block_size or None for the default, seed, logit scale, kind); kind "extreme": rows of
@@ -188,87 +164,3 @@ def _check_flash_attention(flash_attention) -> str:
             raise registry.WrongAnswer(f"{err}\n{hint}") from None
     hidden = registry.hidden_note()
     return f"{len(cases)} cases match standard attention{hidden}"
-
-
-# ---------------------------------------------------------------- self-check questions
-
-
-
-
-
-
-Q1 = {
-    "s_bytes_n16k_fp16": score_matrix_bytes(16384, "fp16"),
-    "nxn_hbm_passes": 4,
-    "flash_extra_memory": "O(N)",
-}
-Q1_WHY = {
-    "s_bytes_n16k_fp16": "One (N, N) matrix of 2-byte values holds N*N*2 bytes.",
-    "nxn_hbm_passes": "Count HBM passes over an (N, N) matrix: S written, S read, P written, "
-                      "P read.",
-    "flash_extra_memory": "Beyond Q, K, V and O, FlashAttention keeps m and l, one number each "
-                          "per row: 'O(N)'.",
-}
-
-
-registry.questions("gpu-flash/q1-memory", "Q1: why materialising S is slow and big", 2, Q1, Q1_WHY,
-                  sections=SECTIONS["gpu-flash/q1-memory"])
-
-
-Q2 = {
-    "sectors_strided": 32,
-    "sectors_contiguous": 4,
-    "tiling_reuse_factor": 32,
-    "coarsening_relieves": "mio_throttle",
-}
-Q2_WHY = {
-    "sectors_strided": "Addresses 4 KB apart never share a 32-byte sector: one sector per "
-                       "thread.",
-    "sectors_contiguous": "32 threads x 4 bytes = 128 contiguous, 128-byte-aligned bytes = "
-                          "exactly 4 sectors of 32 bytes.",
-    "tiling_reuse_factor": "Each element loaded into a 32x32 tile is reused by 32 outputs, so "
-                           "HBM reads drop 32-fold.",
-    "coarsening_relieves": "More outputs per thread means fewer shared-memory instructions per "
-                           "FLOP: the memory-input/output queue (mio_throttle) stalls less.",
-}
-
-
-registry.questions("gpu-flash/q2-coalescing", "Q2: coalescing, tiling and coarsening",
-                  2, Q2, Q2_WHY, sections=SECTIONS["gpu-flash/q2-coalescing"])
-
-
-Q3 = {"FA1": "B", "FA2": "C", "FA3": "A", "leave_triton_for": "warp_control"}
-Q3_WHY = {
-    "FA1": "FA1 introduced tiling with an online softmax so S is never written to HBM.",
-    "FA2": "FA2 cut non-matmul work, parallelised over the sequence, and split work between "
-           "warps better.",
-    "FA3": "FA3 targets Hopper: asynchronous TMA loads, wgmma, warp specialisation and FP8.",
-    "leave_triton_for": "Triton exposes blocks, not warps: explicit warp roles, register "
-                        "layouts and shared-memory layouts need CUDA.",
-}
-
-
-registry.questions("gpu-flash/q3-tools", "Q3: torch.compile vs Triton vs CUDA; FA1/2/3",
-                  2, Q3, Q3_WHY, sections=SECTIONS["gpu-flash/q3-tools"])
-
-
-# ---------------------------------------------------------------- veto misconceptions
-
-MISCONCEPTIONS = {
-    "flash_reduces_flops": (
-        False, "FlashAttention does the same FLOPs as standard attention (slightly more in the "
-        "backward, which recomputes P). What it cuts is HBM traffic and the O(N^2) memory."),
-    "running_max_for_safety": (
-        True, "The running max keeps exp() from overflowing: scores of 100 already give e^100, "
-        "beyond float32. It does not change the result, only keeps it finite."),
-    "blockwise_softmax_then_concat": (
-        False, "Softmax of each block normalises by that block's sum only; the weights of a row "
-        "then sum to the number of blocks, not 1. The blocks must share one running max and sum."),
-    "hbm_as_fast_as_shared": (
-        False, "Shared memory/L1 delivers about 30 TB/s per chip on an H100 (132 SMs x 128 "
-        "bytes per clock) against 3.35 TB/s for HBM: about an order of magnitude, with 20x "
-        "lower latency."),
-}
-
-
-registry.misconceptions("gpu-flash", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

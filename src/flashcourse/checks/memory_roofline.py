@@ -16,28 +16,6 @@ from . import buffers, guards, recording, registry
 LESSON = registry.lesson("roofline", "Lesson 2: Memory and the roofline", pass_line=8)
 
 
-# Where the lesson explains each question and statement: wrong answers point there.
-SECTIONS = {
-    "roofline/q1-intensity": (
-        'section 1 ("Arithmetic intensity") and section 2 ("The roofline")'),
-    "roofline/q2-attention": (
-        'section 3 ("Attention on the roofline")'),
-    "roofline/q3-copy": (
-        'section 4 ("A Triton copy kernel")'),
-}
-MISCONCEPTION_SECTIONS = {
-    "more_flops_always_slower": (
-        'section 2 ("The roofline")'),
-    "memory_bound_means_slow_hbm": (
-        'section 2 ("The roofline")'),
-    "roofline_is_upper_bound": (
-        'section 2 ("The roofline")'),
-    "copy_can_exceed_bandwidth": (
-        'section 5 ("Measuring bandwidth")'),
-}
-
-
-
 def _number(value, case: str) -> float:
     try:
         return float(np.asarray(value, dtype=np.float64))
@@ -83,7 +61,7 @@ def _check_gemm(gemm_intensity) -> str:
                          if np.isclose(got, value, rtol=1e-9)),
                         "Count the FLOPs of one multiply-add per output element and k, and "
                         "the bytes of reading A and B once and writing C once: "
-                        f"{SECTIONS['roofline/q1-intensity']}.")
+                        f"{registry.section_of('roofline/q1-intensity')}.")
             raise registry.WrongAnswer(f"{case}: you returned {got:.6g} FLOP/B, which is not "
                                       f"this GEMM's intensity. {hint}")
     return f"{len(cases)} shapes right{registry.hidden_note()}"
@@ -220,7 +198,7 @@ def _copy_hint(out, values, n, block) -> str:
     if n > block and bool(written[:block].all()) and not bool(written[block:].any()):
         return ("Only the first block was written: every program stored to the same "
                 "offsets. Each program must start at its own block (its program id times "
-                f"the block size): {SECTIONS['roofline/q3-copy']}.")
+                f"the block size): {registry.section_of('roofline/q3-copy')}.")
     if bool(written[:-1].all()) and not bool(written[-1]):
         return ("The last element was never written: the mask must keep offsets < n_elements "
                 "(not n_elements - 1).")
@@ -253,97 +231,3 @@ def _check_copy(copy_kernel) -> str:
                                  "the same offsets, without arithmetic on the values.")
     return (f"{total} cases copied exactly, canaries intact "
             f"({', '.join(guards.dtype_name(t) for t in dtypes)}){registry.hidden_note()}")
-
-
-# ---------------------------------------------------------------- questions
-
-Q1 = {
-    "fp32_add_intensity": 1 / 12,
-    "h200_ridge": round(roofline.H200_PEAK_TFLOPS / roofline.H200_BANDWIDTH_TBS),
-    "softmax_bound": "memory",
-}
-Q1_WHY = {
-    "fp32_add_intensity": "c = a + b in fp32: 1 FLOP per element against 4 + 4 bytes read and "
-                          "4 written, 1/12 FLOP/B.",
-    "h200_ridge": "790 TFLOP/s / 4.3 TB/s = 184 FLOP/B (rounded to a whole number).",
-    "softmax_bound": "Softmax does 5 FLOPs per 4 bytes (bf16 read + write): 1.25 FLOP/B, far "
-                     "below the ridge: 'memory'.",
-}
-
-
-def _rounded_question(exercise_id: str, title: str, expected: dict, explanations: dict,
-                      whole_number: str, sections: str | None = None) -> None:
-    """A question whose answer `whole_number` is compared after rounding to an integer."""
-
-    @registry.exercise(exercise_id, title, 1, kind="question", answers=expected)
-    def _check(answers) -> str:
-        registry.require_answers(answers, list(expected), exercise_id)
-        if isinstance(answers.get(whole_number), (int, float)):
-            answers = dict(answers, **{whole_number: round(answers[whole_number])})
-        return registry.grade_answers(exercise_id, answers, expected, explanations,
-                                     sections=sections)
-
-
-_rounded_question("roofline/q1-intensity", "Q1: intensity and the ridge point", Q1, Q1_WHY,
-                  "h200_ridge", sections=SECTIONS["roofline/q1-intensity"])
-
-
-Q2 = {
-    "standard_us_n4096_d128": round(sum(roofline.time_bound_us(p) for p in
-                                        roofline.attention_points(4096, 128)[:3])),
-    "slowest_standard_kernel": "softmax",
-    "matmul_intensity_limit_d128": 128,
-}
-Q2_WHY = {
-    "standard_us_n4096_d128": "Add max(FLOPs/peak, bytes/bandwidth) over the three kernels "
-                              "(roofline.time_bound_us) and round to whole microseconds.",
-    "slowest_standard_kernel": "The softmax reads and writes an (N, N) matrix and does almost "
-                               "no arithmetic: it takes the longest.",
-    "matmul_intensity_limit_d128": "2*N*N*d FLOPs over about 2*N*N bytes (the bf16 (N, N) "
-                                   "matrix): intensity tends to d = 128 as N grows.",
-}
-
-
-_rounded_question("roofline/q2-attention", "Q2: standard attention on the roofline", Q2,
-                  Q2_WHY, "standard_us_n4096_d128", sections=SECTIONS["roofline/q2-attention"])
-
-
-Q3 = {
-    "copy_bytes_per_fp32_element": 8,
-    "programs_n1e6_block1024": 977,
-    "mask_needed_for": "last_block",
-}
-Q3_WHY = {
-    "copy_bytes_per_fp32_element": "A copy reads 4 bytes and writes 4 bytes per fp32 element.",
-    "programs_n1e6_block1024": "triton.cdiv(1_000_000, 1024) = 977 programs: round up.",
-    "mask_needed_for": "Only the last program can run past the end; the others are full: "
-                       "'last_block'.",
-}
-
-
-registry.questions("roofline/q3-copy", "Q3: the copy kernel", 1, Q3, Q3_WHY,
-                  sections=SECTIONS["roofline/q3-copy"])
-
-
-# ---------------------------------------------------------------- veto misconceptions
-
-MISCONCEPTIONS = {
-    "more_flops_always_slower": (
-        False, "Below the ridge, time is set by bytes, not FLOPs: a fused kernel can do the "
-        "same FLOPs in less time, and extra arithmetic on data already in registers is free."),
-    "memory_bound_means_slow_hbm": (
-        False, "Memory-bound describes the operator (too few FLOPs per byte), not a fault of "
-        "the memory: the fix is fewer bytes per FLOP (fusion, reuse), not faster HBM."),
-    "roofline_is_upper_bound": (
-        True, "Drawn with the hardware's peak FLOP rate and bandwidth, the roofline is a "
-        "ceiling: real kernels sit below it (latency, occupancy, imperfect overlap); a point "
-        "above it means the FLOPs or bytes were miscounted. (A roofline drawn with measured "
-        "rates is not a hard ceiling: a kernel can land slightly above it.)"),
-    "copy_can_exceed_bandwidth": (
-        False, "A copy does no FLOPs and is bound by bandwidth: no kernel copies faster than "
-        "the memory moves bytes (a much faster result means the data stayed in L2 or the "
-        "byte count is wrong)."),
-}
-
-
-registry.misconceptions("roofline", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

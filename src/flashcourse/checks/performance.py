@@ -16,31 +16,10 @@ import torch
 
 from .. import runtime
 from ..kernels import attention
-from ..models.traffic import attention_flops
 from . import buffers, guards, registry
 
 LESSON = registry.lesson("performance", "Lesson 7: Performance engineering", pass_line=8)
 
-
-# Where the lesson explains each question and statement: wrong answers point there.
-SECTIONS = {
-    "performance/q1-measuring": (
-        'section 1 ("Measuring right")'),
-    "performance/q2-ladder": (
-        'section 3 ("The course kernel and its optimisation ladder")'),
-    "performance/q3-versions": (
-        'section 2 ("The tool spectrum, measured") and section 6 ("Results")'),
-}
-MISCONCEPTION_SECTIONS = {
-    "first_call_is_representative": (
-        'section 1 ("Measuring right")'),
-    "cpu_timer_without_sync_is_fine": (
-        'section 1 ("Measuring right")'),
-    "interpreter_timings_predict_gpu": (
-        'section 2 ("The tool spectrum, measured")'),
-    "faster_variant_must_be_rechecked": (
-        'section 3 ("The course kernel and its optimisation ladder")'),
-}
 
 LN2 = math.log(2.0)
 LADDER_ID = "performance/ladder-kernel"
@@ -156,97 +135,3 @@ def _check_ladder(kernel) -> str:
         _run_case(kernel, case, number, len(cases))
     return (f"{len(cases)} cases match float64 attention (ragged N, B > 1, H > 1, causal, "
             f"poisoned padding){registry.hidden_note()}")
-
-
-# ---------------------------------------------------------------- questions
-
-
-
-
-
-
-Q1 = {
-    "median_not_mean": True,
-    "flush_l2": True,
-    # B=2, H=16, N=16384, d=128, causal, 10 ms
-    "tflops_d128_causal": attention_flops(16384, 128, 2, 16, causal=True) / 10e-3 / 1e12,
-    "fused_check": "fuse_attention",
-}
-Q1_WHY = {
-    "median_not_mean": "One slow outlier (a clock change, another process) moves the mean but "
-                       "not the median; do_bench reports the median here.",
-    "flush_l2": "Without flushing, a second run finds its inputs in the 60 MiB L2 and looks "
-                "faster than any real call, whose inputs come from HBM.",
-    "tflops_d128_causal": "FLOPs = 4*B*H*N*N*d / 2 for causal = 4*2*16*16384^2*128/2; divide by "
-                          "10 ms = 1e-2 s and by 1e12.",
-    "fused_check": "Inductor counts each attention rewrite in "
-                   "torch._dynamo.utils.counters['inductor']['fuse_attention'].",
-}
-
-
-registry.questions("performance/q1-measuring", "Q1: measuring right", 2, Q1, Q1_WHY, rtol=1e-3,
-                  sections=SECTIONS["performance/q1-measuring"])
-
-
-Q2 = {
-    "exp2_reason": "native",
-    "split_saves": "masks",
-    "tma_needs": "hopper",
-    "leave_triton_for": "warp_roles",
-}
-Q2_WHY = {
-    "exp2_reason": "The GPU's special-function unit computes 2^x natively (ex2.approx); exp(x) "
-                   "compiles to exp2(x * log2 e), so folding log2 e into the scale saves a "
-                   "multiply per score: 'native'.",
-    "split_saves": "Blocks left of the diagonal need no bounds check and no -inf select; only "
-                   "the diagonal block does: 'masks'.",
-    "tma_needs": "Tensor descriptors map to the Tensor Memory Accelerator (TMA), a per-SM "
-                 "unit that copies whole tiles, on Hopper (sm_90) and newer: 'hopper'.",
-    "leave_triton_for": "Triton schedules warps for you (with warp_specialize=True it "
-                        "specialises them, but it picks the roles itself); producer/consumer "
-                        "roles you assign yourself, register budgets per role and custom "
-                        "shared-memory layouts need CUDA (or CUTLASS): 'warp_roles'.",
-}
-
-
-registry.questions("performance/q2-ladder", "Q2: why each rung of the ladder helps",
-                  2, Q2, Q2_WHY, rtol=1e-3, sections=SECTIONS["performance/q2-ladder"])
-
-
-Q3 = {"FA1": "tiling", "FA2": "parallelism", "FA3": "asynchrony",
-      "compile_gives": "sdpa_rewrite"}
-Q3_WHY = {
-    "FA1": "FA1: tiles and an online softmax, so S never reaches HBM ('tiling').",
-    "FA2": "FA2: fewer non-matmul FLOPs, parallel over query blocks, better split between "
-           "warps ('parallelism').",
-    "FA3": "FA3: Hopper's asynchronous TMA and wgmma, warp-specialised pipelines, FP8 "
-           "('asynchrony').",
-    "compile_gives": "For a standard attention pattern Inductor's best move is to recognise it "
-                     "and call SDPA ('sdpa_rewrite'); it does not write a new flash kernel.",
-}
-
-
-registry.questions("performance/q3-versions", "Q3: torch.compile, and FA1 -> FA2 -> FA3",
-                  2, Q3, Q3_WHY, rtol=1e-3, sections=SECTIONS["performance/q3-versions"])
-
-
-# ---------------------------------------------------------------- veto misconceptions
-
-MISCONCEPTIONS = {
-    "first_call_is_representative": (
-        False, "The first call compiles (Triton, torch.compile, cuDNN plans) and warms caches: "
-        "it can be 1000x slower. Warm up, then time many calls and take the median."),
-    "cpu_timer_without_sync_is_fine": (
-        False, "CUDA launches are asynchronous: time.time() around a launch measures the "
-        "launch, not the kernel. Synchronise, or use CUDA events (do_bench does)."),
-    "interpreter_timings_predict_gpu": (
-        False, "The Triton interpreter runs kernels with numpy on the CPU: its timings say "
-        "nothing about GPU speed. Correctness yes, performance no."),
-    "faster_variant_must_be_rechecked": (
-        True, "A faster variant must pass the same correctness checks (B > 1, H > 1, ragged N, "
-        "causal) before and after timing: the Triton tutorial's TMA path was faster and "
-        "wrong for B > 1."),
-}
-
-
-registry.misconceptions("performance", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)

@@ -16,35 +16,11 @@ from ..models.matmul import (
     cdiv,
     grouped_order,
     launch_order,
-    matmul_flops,
-    naive_read_bytes,
     tiled_read_bytes,
-    wave_stripes,
 )
 from . import guards, recording, registry
 
 LESSON = registry.lesson("tiling", "Lesson 4: Tiling a matrix product", pass_line=8)
-
-
-# Where the lesson explains each question and statement: wrong answers point there.
-SECTIONS = {
-    "tiling/q1-traffic": (
-        'section 1 ("What a matrix product costs") and section 2 ("Tiles: reuse on chip")'),
-    "tiling/q2-registers-smem": (
-        'section 6 ("Exercise: the tiled Triton kernel")'),
-    "tiling/q3-grouped-order": (
-        'section 5 ("Grouped launch order")'),
-}
-MISCONCEPTION_SECTIONS = {
-    "bigger_tiles_always_faster": (
-        'section 6 ("Exercise: the tiled Triton kernel")'),
-    "group_m_changes_flops": (
-        'section 5 ("Grouped launch order")'),
-    "fp16_accumulator_is_enough": (
-        'section 6 ("Exercise: the tiled Triton kernel")'),
-    "unmasked_load_past_end_raises": (
-        'section 4 ("A naive kernel, for contrast")'),
-}
 
 
 # ---------------------------------------------------------------- numpy: blocked matmul + bytes
@@ -431,101 +407,6 @@ def _check_kernel(kernel) -> str:
         notes.append("graders also run hidden cases")
     extra = f" ({'; '.join(notes)})" if notes else ""
     return f"{ran} cases match A @ B (ragged shapes, fp32 and fp16){extra}"
-
-
-# ---------------------------------------------------------------- questions
-
-
-
-
-
-
-Q1 = {
-    "reads_tiled_128x128": tiled_read_bytes(4096, 4096, 4096, 128, 128, 2),
-    "reads_naive": naive_read_bytes(4096, 4096, 4096, 2),
-    "intensity_128x256": matmul_flops(4096, 4096, 4096)
-    / tiled_read_bytes(4096, 4096, 4096, 128, 256, 2),
-    "block_k_changes_reads": False,
-}
-Q1_WHY = {
-    "reads_tiled_128x128": "M*N*K*(1/BN + 1/BM)*2 bytes = 4096^3 * (2/128) * 2 = 2^31.",
-    "reads_naive": "Every output reads a row of A and a column of B: 2*M*N*K elements of "
-                   "2 bytes.",
-    "intensity_128x256": "FLOPs 2*M*N*K divided by the tiled reads M*N*K*(1/256 + 1/128)*2: "
-                         "256/3.",
-    "block_k_changes_reads": "BK does not appear in the formula: it cuts the same bytes into "
-                             "more or fewer loads.",
-}
-
-
-registry.questions("tiling/q1-traffic", "Q1: HBM bytes and arithmetic intensity of tiles",
-                  2, Q1, Q1_WHY, rtol=1e-3, sections=SECTIONS["tiling/q1-traffic"])
-
-
-Q2 = {
-    "acc_lives_in": "registers",
-    "acc_registers_per_thread": 128 * 256 // (8 * 32),
-    "smem_bytes_3_stages": 3 * (128 * 64 + 64 * 256) * 2,
-}
-Q2_WHY = {
-    "acc_lives_in": "acc is a block-sized value that stays in the program for the whole K loop: "
-                    "the compiler spreads it over the registers of the program's threads.",
-    "acc_registers_per_thread": "128*256 fp32 values over 8 warps of 32 threads: 128 values, "
-                                "one 32-bit register each.",
-    "smem_bytes_3_stages": "Each stage holds one A tile (128x64) and one B tile (64x256) of "
-                           "2-byte values; 3 stages hold three of each pair.",
-}
-
-
-registry.questions("tiling/q2-registers-smem", "Q2: register tiling and shared-memory staging",
-                  1, Q2, Q2_WHY, sections=SECTIONS["tiling/q2-registers-smem"])
-
-
-def _best_group(num_tiles: int, wave: int) -> int:
-    options = [g for g in (1, 2, 4, 8, 16, 32) if g <= num_tiles]
-    return min(options, key=lambda g: sum(wave_stripes(launch_order(num_tiles, num_tiles, g),
-                                                       wave)))
-
-
-Q3 = {
-    "stripes_row_major": sum(wave_stripes(launch_order(32, 32, 1), 64)),
-    "stripes_group_8": sum(wave_stripes(launch_order(32, 32, 8), 64)),
-    "best_group_m": _best_group(32, 64),
-}
-Q3_WHY = {
-    "stripes_row_major": "Row-major: the first 64 programs cover 2 tile rows and all 32 tile "
-                         "columns: 2 + 32 stripes.",
-    "stripes_group_8": "GROUP_M=8: the first 64 programs form an 8 x 8 block of tiles: 8 + 8 "
-                       "stripes.",
-    "best_group_m": "A square block of 64 tiles (8 x 8) needs the fewest stripes; compare "
-                    "sum(matmul_model.wave_stripes(...)) for each GROUP_M.",
-}
-
-
-registry.questions("tiling/q3-grouped-order", "Q3: grouped launch order and L2 reuse",
-                  1, Q3, Q3_WHY, sections=SECTIONS["tiling/q3-grouped-order"])
-
-
-# ---------------------------------------------------------------- veto misconceptions
-
-MISCONCEPTIONS = {
-    "bigger_tiles_always_faster": (
-        False, "Bigger tiles cut HBM reads, but they need more registers and shared memory per "
-        "program, so fewer programs fit on an SM, and at some size there are fewer tiles than "
-        "SMs or the accumulator spills to local memory."),
-    "group_m_changes_flops": (
-        False, "GROUP_M only changes which program computes which tile, and so how well L2 "
-        "serves repeated tile loads. Every tile, and every FLOP, is the same."),
-    "fp16_accumulator_is_enough": (
-        False, "Each fp16 addition rounds to 11 significant bits; summing K products in fp16 "
-        "loses low bits once the sum is large. tl.dot accumulates in fp32 for this reason."),
-    "unmasked_load_past_end_raises": (
-        False, "An unmasked load past the end of a tensor usually raises nothing: it reads "
-        "whatever memory lies there, silently, on the GPU and in the interpreter."),
-}
-
-
-registry.misconceptions("tiling", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
 
 
 __all__ = ["grouped_order", "launch"]
