@@ -16,5 +16,6 @@ LESSON_MODULES = {
     "05-softmax": "softmax",
     "06-flash-attention": "flash_attention",
     "07-performance": "performance",
+    "08-modern-attention": "modern_attention",
     "09-ring-attention": "ring_attention",
 }

@@ -1,0 +1,225 @@
+"""Run lesson 8's solution kernels compiled on a CUDA GPU and compare them with float64 references.
+
+    python gpu/check_modern_attention.py                 # kernels, then the lesson's graders
+    python gpu/check_modern_attention.py --no-graders
+    python gpu/check_modern_attention.py --interpreter   # smoke test of this script on a CPU
+
+The kernels are the solution cells of lessons/08-modern-attention.qmd, taken by cell id and
+imported from a real file (flashcourse.authoring.cells). Every kernel runs in fp16 and bf16 at
+head dims 64 and 128 (fp32 and fp16 at small sizes with --interpreter): the block-sparse forward
+on causal, window and document masks, the GQA forward, split-KV decoding with the merge, and
+paged decoding with pages out of order and ragged lengths. Inputs are non-contiguous views;
+outputs sit inside NaN padding that must stay untouched. Exits 1 on any mismatch, 2 without a
+GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # flashcourse is imported once Triton's mode is chosen
+LESSON = ROOT / "lessons" / "08-modern-attention.qmd"
+KERNEL_CELLS = ("exercise-sparse-kernel", "exercise-gqa-kernel", "exercise-split-kv",
+                "exercise-merge-splits", "exercise-paged-decode")
+HEADER = "import triton\nimport triton.language as tl\n\n\n"
+TOLERANCE = {"fp32": 5e-3, "fp16": 2e-2, "bf16": 6e-2}  # max abs error, outputs of size ~1
+PAD = 8  # NaN columns after each output row
+
+
+def load_kernels():
+    from flashcourse.authoring import cells  # after --interpreter has chosen Triton's mode
+
+    return cells.load_cells(LESSON, list(KERNEL_CELLS), prelude=HEADER)
+
+
+class Checker:
+    def __init__(self, device: str, small: bool):
+        import torch
+
+        self.torch = torch
+        self.device = device
+        self.small = small
+        self.failures = 0
+        self.count = 0
+        self.dtypes = ({"fp32": torch.float32, "fp16": torch.float16} if small else
+                       {"fp16": torch.float16, "bf16": torch.bfloat16})
+
+    def view(self, x):
+        """A non-contiguous copy of x on the device: its last axis is padded by 8."""
+        torch = self.torch
+        wide = torch.full((*x.shape[:-1], x.shape[-1] + 8), float("nan"), dtype=x.dtype,
+                          device=self.device)
+        wide[..., :x.shape[-1]] = x.to(self.device)
+        return wide[..., :x.shape[-1]]
+
+    def output(self, shape, dtype):
+        """An output view with NaN after every row, and the padded storage."""
+        torch = self.torch
+        wide = torch.full((*shape[:-1], shape[-1] + PAD), float("nan"), dtype=dtype,
+                          device=self.device)
+        return wide[..., :shape[-1]], wide
+
+    def report(self, label, out, wide, expected, dtype_name):
+        torch = self.torch
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        error = (out.double().cpu() - expected).abs()
+        worst = float(torch.nan_to_num(error, nan=float("inf")).max())
+        problems = []
+        if not worst <= TOLERANCE[dtype_name]:
+            problems.append(f"max error {worst:.3g}")
+        if not torch.isnan(wide[..., out.shape[-1]:]).all():
+            problems.append("wrote past the end of a row")
+        self.count += 1
+        self.failures += bool(problems)
+        print(f"{'FAIL' if problems else 'ok  '} {label}: "
+              + ("; ".join(problems) if problems else f"max error {worst:.2e}"))
+
+    def inputs(self, shapes, dtype, seed):
+        torch = self.torch
+        gen = torch.Generator().manual_seed(seed)
+        return [torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
+                for shape in shapes]
+
+
+def check_sparse(c: Checker, kernels, ma):
+    torch = c.torch
+    sizes = [(1, 2, 77), (2, 1, 100)] if c.small else [(2, 3, 1000), (1, 4, 2125)]
+    for B, H, N in sizes:
+        window = max(8, N // 8)
+        docs = ma.packed_documents([N // 3, N // 2], padding=N - N // 3 - N // 2)
+        masks = {
+            "causal": (ma.UNLIMITED, 0, None),
+            f"causal window {window}": (window - 1, 0, None),
+            f"sliding {window // 2}": (window // 2, window // 2, None),
+            "causal documents + padding": (ma.UNLIMITED, 0, docs),
+            f"the {window} keys before": (window, -1, None),
+        }
+        for D in ((16, 32) if c.small else (64, 128)):
+            block_m, block_n, warps, stages = ma.sparse_config(D)
+            for dtype_name, dtype in c.dtypes.items():
+                q, k, v = c.inputs([(B, H, N, D)] * 3, dtype, N + D)
+                for name, (left, right, doc_ids) in masks.items():
+                    ids = np.zeros(N, np.int32) if doc_ids is None else doc_ids
+                    mask = ma.dense_mask(N, N, left, right, ids)
+                    lists = ma.block_list_tensors(ma.classify_blocks(mask, block_m, block_n),
+                                                  c.device)
+                    out, wide = c.output((B, H, N, D), dtype)
+                    ma.launch_sparse(kernels.sparse_attention_kernel, c.view(q), c.view(k),
+                                     c.view(v), out, torch.from_numpy(ids).to(c.device), left,
+                                     right, lists, block_m, block_n, num_warps=warps,
+                                     num_stages=stages)
+                    expected = ma.masked_reference(q, k, v, mask)
+                    c.report(f"sparse B={B} H={H} N={N} D={D} {dtype_name} {name}", out, wide,
+                             expected, dtype_name)
+
+
+def check_gqa(c: Checker, kernels, ma):
+    sizes = [(1, 4, 40)] if c.small else [(2, 8, 1000), (1, 32, 777)]
+    for B, H, N in sizes:
+        for H_KV in sorted({H, H // 4, 1}):
+            for D in ((16,) if c.small else (64, 128)):
+                for dtype_name, dtype in c.dtypes.items():
+                    q, k, v = c.inputs([(B, H, N, D), (B, H_KV, N, D), (B, H_KV, N, D)], dtype,
+                                       N + H_KV)
+                    out, wide = c.output((B, H, N, D), dtype)
+                    blocks = (16, 16) if c.small else (64, 64)
+                    ma.launch_gqa(kernels.gqa_attention_kernel, c.view(q), c.view(k), c.view(v),
+                                  out, *blocks)
+                    c.report(f"gqa B={B} H={H} H_KV={H_KV} N={N} D={D} {dtype_name}", out, wide,
+                             ma.gqa_reference(q, k, v), dtype_name)
+
+
+def check_decode(c: Checker, kernels, ma):
+    torch = c.torch
+    lengths = [100, 37, 0, 64] if c.small else [5000, 1, 0, 4096, 2049, 333]
+    n_max = max(lengths)
+    block_n = ma.DECODE_BLOCK_N["interpreter" if c.small else "gpu"]
+    for H, H_KV in ((4, 2), (4, 4)) if c.small else ((32, 8), (32, 32), (8, 1)):
+        for D in ((16,) if c.small else (64, 128)):
+            for dtype_name, dtype in c.dtypes.items():
+                B = len(lengths)
+                q, k, v = c.inputs([(B, H, D), (B, H_KV, n_max, D), (B, H_KV, n_max, D)],
+                                   dtype, H + D)
+                lens = torch.tensor(lengths, dtype=torch.int32, device=c.device)
+                expected = ma.decode_reference(q, k, v, lengths)
+                split = 32 if c.small else ma.splits_for(B, H_KV, n_max, block_n)
+                splits = ma.split_count(n_max, split)
+                m, m_wide = c.output((B, H, splits), torch.float32)
+                l, l_wide = c.output((B, H, splits), torch.float32)
+                o, _ = c.output((B, H, splits, D), torch.float32)
+                ma.launch_split_decode(kernels.split_decode_kernel, c.view(q), c.view(k),
+                                       c.view(v), lens, m, l, o, split, block_n)
+                out, wide = c.output((B, H, D), dtype)
+                ma.launch_merge(kernels.merge_splits_kernel, m, l, o, out)
+                label = f"H={H} H_KV={H_KV} D={D} {dtype_name} lengths {lengths}"
+                c.report(f"split-KV + merge ({splits} splits of {split}) {label}", out, wide,
+                         expected, dtype_name)
+                for page_size in (16, 64):
+                    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths, page_size, seed=D)
+                    out, wide = c.output((B, H, D), dtype)
+                    ma.launch_paged_decode(kernels.paged_decode_kernel, c.view(q),
+                                           k_pages.to(c.device), v_pages.to(c.device),
+                                           table.to(c.device), lens, out, block_n)
+                    c.report(f"paged (pages of {page_size}, out of order) {label}", out, wide,
+                             expected, dtype_name)
+
+
+def run_graders() -> int:
+    from flashcourse.checks import registry
+
+    kernels = load_kernels()
+    answers = {"modern-attention/sparse-kernel": kernels.sparse_attention_kernel,
+               "modern-attention/gqa-kernel": kernels.gqa_attention_kernel,
+               "modern-attention/split-kv": kernels.split_decode_kernel,
+               "modern-attention/merge-splits": kernels.merge_splits_kernel,
+               "modern-attention/paged-decode": kernels.paged_decode_kernel}
+    failures = 0
+    os.environ[registry.GRADING_MODE_ENV] = "1"  # hidden cases too
+    for exercise_id, kernel in answers.items():
+        try:
+            registry.check(exercise_id, kernel)
+        except Exception as err:  # noqa: BLE001  (report every grader, then fail)
+            failures += 1
+            print(f"FAIL grader {exercise_id}: {type(err).__name__}: {err}")
+    return failures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-graders", action="store_true")
+    parser.add_argument("--interpreter", action="store_true",
+                        help="run in Triton's interpreter on the CPU (small sizes)")
+    args = parser.parse_args()
+    os.environ["FLASHCOURSE_INTERPRET"] = "1" if args.interpreter else "0"
+    import torch
+
+    if not args.interpreter and not torch.cuda.is_available():
+        print("no CUDA GPU: this script checks the compiled kernels (use --interpreter on a CPU)")
+        return 2
+    from flashcourse import runtime
+
+    rt = runtime.setup()
+    assert rt.interpreter == args.interpreter
+    from flashcourse.kernels import modern_attention as ma
+
+    kernels = load_kernels()
+    checker = Checker(rt.device, small=args.interpreter)
+    check_sparse(checker, kernels, ma)
+    check_gqa(checker, kernels, ma)
+    check_decode(checker, kernels, ma)
+    print(f"{checker.count - checker.failures} of {checker.count} cases match float64")
+    failures = checker.failures
+    if not args.no_graders:
+        failures += run_graders()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

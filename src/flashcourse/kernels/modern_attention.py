@@ -1,0 +1,380 @@
+"""Host side of lesson 8 ("Attention as people run it today"): masks, block lists, launchers,
+paged caches and float64 references. The kernels themselves are the lesson's exercises.
+
+* masks: `dense_mask` builds the (n_q, n_k) boolean mask of a window (`left`, `right`) and of
+  documents packed into one sequence (`docs`); `classify_blocks` is the reference block map
+  (`classify_rule` builds it without the dense mask) and `block_lists` turns it into the four arrays the sparse kernel walks (FlexAttention's
+  BlockMask keeps the same four).
+* launchers: `launch_sparse`, `launch_gqa`, `launch_split_decode`, `launch_merge`,
+  `launch_paged_decode` pass strides and compile-time sizes; every tensor is an argument.
+* decoding: `split_count`, `splits_for` (how many splits fill the GPU), `paged_cache` (a cache
+  scattered into pages in a shuffled order, with NaN in every unused slot).
+* references (float64, on the CPU): `masked_reference`, `decode_reference`, `split_states`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .. import hardware, runtime
+from ..models.matmul import cdiv
+from ..softmax_states import softmax_state
+
+LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E)
+EMPTY, PARTIAL, FULL = 0, 1, 2  # the kinds of a tile of the block map
+UNLIMITED = 1 << 30  # a window side without a limit (fits an int32 kernel argument)
+MIN_DOT_ROWS = 16  # tl.dot's smallest tile side on a GPU
+# Sparse kernel on a GPU, by head dim: BLOCK_M, BLOCK_N, warps, stages (lesson 6's forward
+# configs, with key blocks of 64 so that a window's edges cost less); small in the interpreter.
+SPARSE_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
+INTERPRETER_SPARSE = (16, 16, 4, 1)
+DECODE_BLOCK_N = {"interpreter": 16, "gpu": 64}
+
+
+# ---------------------------------------------------------------- masks
+
+
+def dense_mask(n_q: int, n_k: int | None = None, left: int = UNLIMITED,
+               right: int = UNLIMITED, docs=None, offset: int = 0) -> np.ndarray:
+    """(n_q, n_k) boolean mask. Query i sits at position i + offset; it sees key j when
+    i + offset - left <= j <= i + offset + right and both lie in the same document
+    (docs[i + offset] == docs[j] >= 0; an id of -1 marks padding: it sees nothing and nobody
+    sees it). Causal is right=0; a causal sliding window of w keys is left=w-1, right=0."""
+    n_k = n_q if n_k is None else n_k
+    pos = np.arange(n_q)[:, None] + offset
+    keys = np.arange(n_k)[None, :]
+    visible = (keys - pos <= right) & (pos - keys <= left)
+    if docs is not None:
+        docs = np.asarray(docs)
+        doc_q = docs[pos[:, 0]][:, None]
+        visible &= (doc_q == docs[None, :n_k]) & (doc_q >= 0)
+    return visible
+
+
+def packed_documents(lengths, padding: int = 0) -> np.ndarray:
+    """Document ids of sequences packed one after another (0, 0, 1, 1, 1, ...), then `padding`
+    positions of id -1."""
+    ids = [np.full(n, i) for i, n in enumerate(lengths)] + [np.full(padding, -1)]
+    return np.concatenate(ids).astype(np.int32)
+
+
+def classify_blocks(mask: np.ndarray, block_m: int, block_n: int) -> np.ndarray:
+    """The reference block map: EMPTY, PARTIAL or FULL for every (query block, key block) tile.
+    Keys past the end count as not visible (the kernel must mask them); rows past the end do
+    not exist (the kernel never stores them)."""
+    n_q, n_k = mask.shape
+    cols = cdiv(n_k, block_n)
+    padded = np.zeros((n_q, cols * block_n), dtype=bool)
+    padded[:, :n_k] = mask
+    kinds = np.empty((cdiv(n_q, block_m), cols), dtype=np.int8)
+    for i in range(kinds.shape[0]):
+        rows = padded[i * block_m:(i + 1) * block_m].reshape(-1, cols, block_n)
+        seen = rows.sum(axis=(0, 2))
+        kinds[i] = np.where(seen == 0, EMPTY, np.where(seen == rows.shape[0] * block_n,
+                                                       FULL, PARTIAL))
+    return kinds
+
+
+def classify_rule(n: int, block_m: int, block_n: int, left: int = UNLIMITED,
+                  right: int = UNLIMITED, docs=None) -> np.ndarray:
+    """classify_blocks of dense_mask(n, n, left, right, docs) without the dense mask (at 32k it
+    would take a gigabyte). Without documents, row r sees the interval [r - left, r + right]
+    of keys, so a tile is FULL when every row's interval covers it and EMPTY when none meets
+    it; with documents, the mask is built one query block at a time."""
+    if docs is not None:
+        rows = [classify_blocks(dense_mask(min(block_m, n - s), n, left, right, docs, offset=s),
+                                block_m, block_n)[0] for s in range(0, n, block_m)]
+        return np.stack(rows)
+    starts = np.arange(0, n, block_n)  # first key of each key block
+    ends = np.minimum(starts + block_n, n) - 1  # its last real key
+    cut = starts + block_n > n  # a cut-off block: its missing keys are never visible
+    kinds = np.empty((cdiv(n, block_m), len(starts)), dtype=np.int8)
+    for i in range(kinds.shape[0]):
+        r = np.arange(i * block_m, min((i + 1) * block_m, n))[:, None]
+        lo, hi = np.maximum(r - left, 0), np.minimum(r + right, n - 1)  # (rows, 1)
+        meets = (lo <= ends) & (hi >= starts) & (lo <= hi)  # (rows, key blocks)
+        covers = (lo <= starts) & (hi >= ends)
+        kinds[i] = np.where(~meets.any(axis=0), EMPTY,
+                            np.where(covers.all(axis=0) & ~cut, FULL, PARTIAL))
+    return kinds
+
+
+def block_lists(kinds) -> tuple[np.ndarray, ...]:
+    """The block map as the sparse kernel reads it: for each query block the number of FULL key
+    blocks and their indices in increasing order, then the same for PARTIAL ones
+    (full_counts, full_index, part_counts, part_index; int32, index rows padded with 0)."""
+    kinds = np.asarray(kinds)
+    rows, cols = kinds.shape
+    lists = []
+    for kind in (FULL, PARTIAL):
+        counts = (kinds == kind).sum(axis=1).astype(np.int32)
+        index = np.zeros((rows, max(1, cols)), dtype=np.int32)
+        for i in range(rows):
+            found = np.flatnonzero(kinds[i] == kind)
+            index[i, :len(found)] = found
+        lists += [counts, index]
+    return tuple(lists)
+
+
+def block_list_tensors(kinds, device) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.from_numpy(a).to(device) for a in block_lists(kinds))
+
+
+def tile_counts(kinds) -> dict:
+    """How many tiles of each kind a block map holds."""
+    kinds = np.asarray(kinds)
+    return {"full": int((kinds == FULL).sum()), "partial": int((kinds == PARTIAL).sum()),
+            "empty": int((kinds == EMPTY).sum())}
+
+
+# ---------------------------------------------------------------- launchers
+
+
+def _scale(d: int, sm_scale: float | None) -> float:
+    return 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+
+
+def _where() -> str:
+    return "interpreter" if runtime.current().interpreter else "gpu"
+
+
+def sparse_config(d: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the sparse kernel on this runtime."""
+    if runtime.current().interpreter:
+        return INTERPRETER_SPARSE
+    return SPARSE_CONFIGS.get(d, SPARSE_CONFIGS[64])
+
+
+def launch_sparse(kernel, q, k, v, out, docs, left, right, lists, block_m, block_n,
+                  sm_scale=None, num_warps=4, num_stages=2):
+    """How the grader launches your sparse kernel: one program per (query block, batch x head);
+    `lists` = block_list_tensors(block map), `docs` an int32 tensor of document ids."""
+    runtime.check_block_size("BLOCK_M", block_m)
+    runtime.check_block_size("BLOCK_N", block_n)
+    B, H, N, D = q.shape
+    full_counts, full_index, part_counts, part_index = lists
+    kernel[(cdiv(N, block_m), B * H)](
+        q, k, v, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+        H, N, _scale(D, sm_scale) * LOG2E, docs, left, right,
+        full_counts, full_index, part_counts, part_index, full_index.stride(0),
+        D=D, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+
+
+def sparse_attention(kernel, q, k, v, mask, docs=None, left=UNLIMITED, right=UNLIMITED,
+                     block_m=None, block_n=None, sm_scale=None):
+    """Run a sparse kernel on q, k, v (B, H, N, D); `mask` is the dense mask the window and
+    documents describe (used only to build the block map). Returns a new output tensor."""
+    runtime.check_tensors(q, k, v, names=("q", "k", "v"), dot=True)
+    default_m, default_n, warps, stages = sparse_config(q.shape[-1])
+    block_m, block_n = block_m or default_m, block_n or default_n
+    N = q.shape[2]
+    docs = np.zeros(N, np.int32) if docs is None else np.asarray(docs, np.int32)
+    lists = block_list_tensors(classify_blocks(mask, block_m, block_n), q.device)
+    out = torch.empty_like(q)
+    launch_sparse(kernel, q, k, v, out, torch.from_numpy(docs).to(q.device), left, right,
+                  lists, block_m, block_n, sm_scale, num_warps=warps, num_stages=stages)
+    return out
+
+
+def launch_gqa(kernel, q, k, v, out, block_m=16, block_n=16, sm_scale=None, num_warps=4,
+               num_stages=2):
+    """How the grader launches your GQA kernel: one program per (query block, batch x query
+    head); K and V have H_KV heads, H a multiple of H_KV."""
+    B, H, N, D = q.shape
+    H_KV = k.shape[1]
+    if H % H_KV:
+        raise runtime.CourseInputError(f"H={H} query heads must be a multiple of the "
+                                       f"H_KV={H_KV} key/value heads.")
+    kernel[(cdiv(N, block_m), B * H)](
+        q, k, v, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+        H, H_KV, N, _scale(D, sm_scale) * LOG2E, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
+        num_warps=num_warps, num_stages=num_stages)
+
+
+def group_rows(group: int) -> int:
+    """Rows of a decode tile: the query heads of one group, padded to a power of two of at
+    least 16 (tl.dot's smallest tile on a GPU)."""
+    return max(MIN_DOT_ROWS, 1 << max(0, (group - 1).bit_length()))
+
+
+def split_count(n_max: int, split_size: int) -> int:
+    return max(1, cdiv(n_max, split_size))
+
+
+def splits_for(batch: int, kv_heads: int, n: int, block_n: int, sms: int = hardware.H100_SMS,
+               waves: int = 2) -> int:
+    """Split size (a multiple of block_n) that gives about `waves` programs per SM: a batch
+    of one sequence with 8 K/V heads needs many splits, a batch of 64 none."""
+    programs = batch * kv_heads
+    wanted = max(1, cdiv(waves * sms, programs))
+    return max(block_n, cdiv(cdiv(n, wanted), block_n) * block_n)
+
+
+def launch_split_decode(kernel, q, k, v, lengths, m, l, o, split_size, block_n,
+                        sm_scale=None, num_warps=4, num_stages=2):
+    """How the grader launches your split-KV kernel: grid (splits, B * H_KV); q (B, H, D),
+    cache k, v (B, H_KV, N_max, D), lengths (B,) int32, states m, l (B, H, S), o (B, H, S, D)."""
+    runtime.check_block_size("BLOCK_N", block_n)
+    if split_size % block_n:
+        raise runtime.CourseInputError(f"split_size={split_size} must be a multiple of "
+                                       f"BLOCK_N={block_n}.")
+    B, H, D = q.shape
+    H_KV = k.shape[1]
+    if m.stride() != l.stride():
+        raise runtime.CourseInputError("m and l must share their strides.")
+    kernel[(m.shape[-1], B * H_KV)](
+        q, k, v, lengths, m, l, o, q.stride(0), q.stride(1), *k.stride()[:3],
+        *v.stride()[:3], m.stride(0), m.stride(1), o.stride(2), o.stride(0), o.stride(1),
+        H, H_KV, _scale(D, sm_scale), D=D, GROUP=group_rows(H // H_KV),
+        SPLIT_SIZE=split_size, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+
+
+def launch_merge(kernel, m, l, o, out, num_warps=4):
+    """How the grader launches your merge kernel: one program per (batch, head)."""
+    B, H, S = m.shape
+    kernel[(B * H,)](m, l, o, out, m.stride(0), m.stride(1), o.stride(0), o.stride(1),
+                     o.stride(2), out.stride(0), out.stride(1), H, S, D=o.shape[-1],
+                     S_BLOCK=max(2, 1 << max(0, (S - 1).bit_length())), num_warps=num_warps)
+
+
+def split_decode(split_kernel, merge_kernel, q, k, v, lengths, split_size, block_n=None,
+                 sm_scale=None):
+    """Decode one token per sequence: split kernel, then merge kernel. Returns (B, H, D)."""
+    block_n = block_n or DECODE_BLOCK_N[_where()]
+    B, H, D = q.shape
+    splits = split_count(k.shape[2], split_size)
+    m = torch.empty(B, H, splits, device=q.device, dtype=torch.float32)
+    l = torch.empty_like(m)
+    o = torch.empty(B, H, splits, D, device=q.device, dtype=torch.float32)
+    out = torch.empty_like(q)
+    launch_split_decode(split_kernel, q, k, v, lengths, m, l, o, split_size, block_n, sm_scale)
+    launch_merge(merge_kernel, m, l, o, out)
+    return out
+
+
+def launch_paged_decode(kernel, q, k_pages, v_pages, page_table, lengths, out, block_n,
+                        sm_scale=None, num_warps=4, num_stages=2):
+    """How the grader launches your paged kernel: one program per (sequence, K/V head);
+    pages (num_pages, PAGE_SIZE, H_KV, D), page_table (B, max_pages) int32."""
+    runtime.check_block_size("BLOCK_N", block_n)
+    B, H, D = q.shape
+    page_size, H_KV = k_pages.shape[1], k_pages.shape[2]
+    runtime.check_block_size("PAGE_SIZE", page_size)
+    kernel[(B * H_KV,)](
+        q, k_pages, v_pages, page_table, lengths, out, q.stride(0), q.stride(1),
+        *k_pages.stride()[:3], *v_pages.stride()[:3], page_table.stride(0), out.stride(0),
+        out.stride(1), H, H_KV, _scale(D, sm_scale), D=D, GROUP=group_rows(H // H_KV),
+        PAGE_SIZE=page_size, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+
+
+# ---------------------------------------------------------------- paged caches
+
+
+def paged_cache(k, v, lengths, page_size: int, seed: int = 0, spare_pages: int = 2,
+                spare_columns: int = 3):
+    """Scatter a contiguous cache k, v (B, H_KV, N_max, D) into pages (num_pages, page_size,
+    H_KV, D) taken in a shuffled order, as an allocator that has served many requests hands
+    them out. Returns (k_pages, v_pages, page_table, nan_page): every unused slot and the
+    spare pages hold NaN; the table has `spare_columns` extra columns (its row stride is not
+    the number of pages a sequence may use), and every unused entry names page `nan_page`."""
+    B, H_KV, N_max, D = k.shape
+    used = [cdiv(int(n), page_size) for n in lengths]
+    total = sum(used) + max(1, spare_pages)
+    order = np.random.default_rng(seed).permutation(total)
+    nan_page = int(order[-1])
+    k_pages = torch.full((total, page_size, H_KV, D), float("nan"), dtype=k.dtype)
+    v_pages = torch.full_like(k_pages, float("nan"))
+    table = torch.full((B, max(1, cdiv(N_max, page_size)) + spare_columns), nan_page,
+                       dtype=torch.int32)
+    taken = 0
+    for b in range(B):
+        for j in range(used[b]):
+            page = int(order[taken])
+            taken += 1
+            table[b, j] = page
+            lo, hi = j * page_size, min((j + 1) * page_size, int(lengths[b]))
+            k_pages[page, :hi - lo] = k[b, :, lo:hi].transpose(0, 1)
+            v_pages[page, :hi - lo] = v[b, :, lo:hi].transpose(0, 1)
+    return k_pages, v_pages, table, nan_page
+
+
+# ---------------------------------------------------------------- references (float64)
+
+
+def masked_reference(q, k, v, mask, sm_scale=None) -> torch.Tensor:
+    """softmax(sm_scale q k^T + mask) v in float64 with an explicit boolean mask (N, N) or
+    (B, H, N, N); a row with no visible key gives 0 (PyTorch's SDPA does the same)."""
+    scale = _scale(q.shape[-1], sm_scale)
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    s = s.masked_fill(~torch.as_tensor(np.asarray(mask)), float("-inf"))
+    return torch.softmax(s, -1).nan_to_num(0.0) @ v.double()
+
+
+def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+    """(B, H_KV, ...) -> (B, H_KV * group, ...): query head h reads K/V head h // group."""
+    return x.repeat_interleave(group, dim=1)
+
+
+def gqa_reference(q, k, v, sm_scale=None) -> torch.Tensor:
+    """float64 attention with grouped K/V heads: SDPA's enable_gqa (torch >= 2.5), else the
+    K/V heads repeated explicitly (the same numbers)."""
+    q64, k64, v64 = (x.double().cpu() for x in (q, k, v))
+    try:
+        return torch.nn.functional.scaled_dot_product_attention(
+            q64, k64, v64, scale=_scale(q.shape[-1], sm_scale), enable_gqa=True)
+    except TypeError:
+        group = q.shape[1] // k.shape[1]
+        return masked_reference(q64, repeat_kv(k64, group), repeat_kv(v64, group),
+                                np.ones((q.shape[2], k.shape[2]), bool), sm_scale)
+
+
+def decode_reference(q, k, v, lengths, sm_scale=None, keep_nan: bool = False) -> torch.Tensor:
+    """float64 output of one query token per sequence over its first lengths[b] keys;
+    q (B, H, D), k, v (B, H_KV, N_max, D); a sequence of length 0 gives 0. Slots past a
+    length are ignored (they may hold NaN); keep_nan: a NaN key inside a length gives NaN."""
+    B, H, D = q.shape
+    group = H // k.shape[1]
+    n_max = k.shape[2]
+    visible = torch.arange(n_max)[None, :] < torch.as_tensor(lengths).cpu()[:, None]  # (B, N)
+    mask = visible[:, None, None, :].expand(B, H, 1, n_max).numpy()
+    unused = ~visible[:, None, :, None]  # (B, 1, N, 1): slots past each length
+    k64 = repeat_kv(k.double().cpu().masked_fill(unused, 0.0), group)
+    v64 = repeat_kv(v.double().cpu().masked_fill(unused, 0.0), group)
+    if not keep_nan:
+        k64, v64 = torch.nan_to_num(k64), torch.nan_to_num(v64)
+    return masked_reference(q.double().cpu()[:, :, None], k64, v64, mask, sm_scale)[:, :, 0]
+
+
+def split_states(q, k, v, lengths, split_size: int, sm_scale=None, head_of=None,
+                 start_of=None):
+    """float64 partial states of split-KV decoding: m, l (B, H, S) and o (B, H, S, D) of the
+    keys [s * split_size, min((s + 1) * split_size, length)) of each split s; an empty split
+    has the empty state (-inf, 0, 0). head_of(h): the K/V head of query head h (default
+    h // group); start_of(s): the first key of split s (default s * split_size)."""
+    B, H, D = q.shape
+    H_KV, n_max = k.shape[1], k.shape[2]
+    group = H // H_KV
+    head_of = head_of or (lambda h: h // group)
+    start_of = start_of or (lambda s: s * split_size)
+    scale = _scale(D, sm_scale)
+    splits = split_count(n_max, split_size)
+    m = np.full((B, H, splits), -np.inf)
+    l = np.zeros((B, H, splits))
+    o = np.zeros((B, H, splits, D))
+    q64, k64, v64 = (x.double().cpu().numpy() for x in (q, k, v))
+    for b in range(B):
+        n = int(lengths[b])
+        for h in range(H):
+            kv = head_of(h)
+            for s in range(splits):
+                lo = start_of(s)
+                hi = min(lo + split_size, n)
+                if lo >= hi:
+                    continue
+                scores = (k64[b, kv, lo:hi] @ q64[b, h]) * scale
+                m[b, h, s], l[b, h, s], o[b, h, s] = (
+                    a[0] for a in softmax_state(scores[None], v64[b, kv, lo:hi]))
+    return m, l, o

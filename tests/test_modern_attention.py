@@ -1,0 +1,426 @@
+"""Lesson 8's grader: the solutions pass (and with the hidden cases), known-wrong answers built
+by editing the lesson's own solution cells are rejected with the message that names the
+mistake, blanks say "Fill in the blank", the launchers and references agree with PyTorch, and
+the questions' answers agree with the package's models."""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from flashcourse import BlankNotFilled, check, runtime
+from flashcourse.authoring import cells
+from flashcourse.checks import registry
+
+runtime.setup(verbose=False)  # before triton is imported or any kernel defined: the interpreter
+
+from flashcourse.checks import modern_attention as checks  # noqa: E402
+from flashcourse.kernels import modern_attention as ma  # noqa: E402
+
+LESSON = "08-modern-attention.qmd"
+PRELUDE = cells.PRELUDE + "from flashcourse.kernels.modern_attention import EMPTY, FULL, PARTIAL\n"
+
+EXERCISES = {  # exercise id: (solution cell id, function name)
+    "modern-attention/block-map": ("exercise-block-map", "block_map"),
+    "modern-attention/sparse-kernel": ("exercise-sparse-kernel", "sparse_attention_kernel"),
+    "modern-attention/gqa-kernel": ("exercise-gqa-kernel", "gqa_attention_kernel"),
+    "modern-attention/split-kv": ("exercise-split-kv", "split_decode_kernel"),
+    "modern-attention/merge-splits": ("exercise-merge-splits", "merge_splits_kernel"),
+    "modern-attention/paged-decode": ("exercise-paged-decode", "paged_decode_kernel"),
+}
+
+WRONG = {
+    # exercise 1: the block map
+    ("modern-attention/block-map", "cut-off key block judged on its real keys"): (
+        dict(lines={"tile": "mask[i * block_m:(i + 1) * block_m, "
+                            "j * block_n:(j + 1) * block_n]"}),
+        "judged on its real keys only"),
+    ("modern-attention/block-map", "rows past the end counted as hidden"): (
+        dict(replace=[("padded = np.zeros((n_q,", "padded = np.zeros((query_blocks * block_m,", 1),
+                      ("padded[:, :n_k] = mask", "padded[:n_q, :n_k] = mask", 1)]),
+        "rows past the last query were counted"),
+    ("modern-attention/block-map", "block sizes swapped"): (
+        dict(lines={"tile": "padded[i * block_n:(i + 1) * block_n, "
+                            "j * block_m:(j + 1) * block_m]"}),
+        "block_m and block_n are swapped"),
+    ("modern-attention/block-map", "some visible counted as FULL"): (
+        dict(lines={"kinds[i, j]": "FULL if tile.any() else EMPTY"}), "is marked FULL"),
+    ("modern-attention/block-map", "FULL and EMPTY swapped"): (
+        dict(lines={"kinds[i, j]": "EMPTY if tile.all() else PARTIAL if tile.any() else FULL"}),
+        "FULL and EMPTY are swapped"),
+    ("modern-attention/block-map", "block counts rounded down"): (
+        dict(lines={"query_blocks": "n_q // block_m"}), "round the block counts up"),
+    ("modern-attention/block-map", "key blocks rounded down (crash)"): (
+        dict(lines={"key_blocks": "n_k // block_n"}), "round the block counts up"),
+    # exercise 2: the sparse kernel
+    ("modern-attention/sparse-kernel", "no safe max"): (
+        dict(lines={"m_safe": "m_new"}), "first listed blocks hide all its keys"),
+    ("modern-attention/sparse-kernel", "empty rows divided by 0"): (
+        dict(lines={"l_safe": "l_i"}), "no visible key at all comes out NaN"),
+    ("modern-attention/sparse-kernel", "PARTIAL blocks not masked"): (
+        dict(replace=[("part_row, N, left, right,\n                                  qk_scale, "
+                       "D, BLOCK_N, True)", "part_row, N, left, right,\n"
+                       "                                  qk_scale, D, BLOCK_N, False)", 1)]),
+        "the mask is not applied in the PARTIAL blocks"),
+    ("modern-attention/sparse-kernel", "every query block walks block 0's lists"): (
+        dict(lines={"full_row": "full_index", "part_row": "part_index"}),
+        "walks the key blocks of query block 0"),
+    ("modern-attention/sparse-kernel", "block number used as a key position"): (
+        dict(lines={"start_n": "tl.load(index + i)"}), "not key positions"),
+    ("modern-attention/sparse-kernel", "window sides swapped"): (
+        dict(lines={"in_window": "(offset <= left) & (-offset <= right)"}),
+        "the window's sides are swapped"),
+    ("modern-attention/sparse-kernel", "documents ignored"): (
+        dict(lines={"same_doc": "docs_q[:, None] >= 0"}),
+        "ids of query and key are not compared"),
+    ("modern-attention/sparse-kernel", "document ids past N loaded as 0"): (
+        dict(replace=[("docs_k = tl.load(Docs + cols, mask=cols < N, other=-1)",
+                       "docs_k = tl.load(Docs + cols, mask=cols < N, other=0)", 1)]),
+        "keys past N get document 0"),
+    ("modern-attention/sparse-kernel", "only the FULL list walked"): (
+        dict(lines={"count": "tl.load(counts) * (1 - MASKED)"}), "only the FULL blocks"),
+    # exercise 3: grouped-query heads
+    ("modern-attention/gqa-kernel", "heads dealt in turn"): (
+        dict(lines={"kv_h": "h % H_KV"}), "dealt to the K/V heads in turn"),
+    ("modern-attention/gqa-kernel", "divided by H_KV"): (
+        dict(lines={"kv_h": "h // H_KV"}), "not by the group size"),
+    ("modern-attention/gqa-kernel", "query head used for K/V"): (
+        dict(lines={"kv_h": "h"}), "K/V rows that do not exist"),
+    ("modern-attention/gqa-kernel", "always K/V head 0"): (
+        dict(lines={"kv_h": "0"}), "that is MQA"),
+    ("modern-attention/gqa-kernel", "V read from another head"): (
+        dict(lines={"V_head": "V + b * svb + (h % H_KV) * svh"}), "K and V are read from"),
+    ("modern-attention/gqa-kernel", "K offset with Q's strides"): (
+        dict(lines={"K_head": "K + b * sqb + kv_h * sqh"}), "own batch and head strides"),
+    # exercise 4: the split kernel
+    ("modern-attention/split-kv", "split not cut at the length"): (
+        dict(lines={"hi": "lo + SPLIT_SIZE"}), "read past its length"),
+    ("modern-attention/split-kv", "splits BLOCK_N apart"): (
+        dict(lines={"lo": "split * BLOCK_N"}), "not s * BLOCK_N"),
+    ("modern-attention/split-kv", "partial output normalised"): (
+        dict(replace=[("tl.store(O + o_state, acc,", "tl.store(O + o_state, acc / l_i[:, None],",
+                       1)]), "o is stored divided by l"),
+    ("modern-attention/split-kv", "group heads interleaved"): (
+        dict(lines={"heads": "kv_h + g * H_KV"}), "kv_h * group + g"),
+    ("modern-attention/split-kv", "every split writes slot 0"): (
+        dict(lines={"state": "b * smb + heads * smh"}), "were never written"),
+    ("modern-attention/split-kv", "keys past the split's end not masked"): (
+        dict(lines={"inside": "cols < hi + BLOCK_N"}), "read past its length"),
+    # exercise 5: the merge kernel
+    ("modern-attention/merge-splits", "no rescale"): (
+        dict(lines={"weight": "tl.where(real, 1.0, 0.0)"}), "added without rescaling"),
+    ("modern-attention/merge-splits", "no safe max"): (
+        dict(lines={"m_safe": "m"}), "every split empty"),
+    ("modern-attention/merge-splits", "no division guard"): (
+        dict(lines={"l_safe": "l"}), "every split empty"),
+    ("modern-attention/merge-splits", "padding splits load m = 0"): (
+        dict(replace=[('mask=real, other=float("-inf"))', "mask=real, other=0.0)", 1)]),
+        "load m as 0"),
+    ("modern-attention/merge-splits", "not divided by l"): (
+        dict(replace=[("(o / l_safe).to(", "o.to(", 1)]), "without dividing"),
+    ("modern-attention/merge-splits", "o not rescaled"): (
+        dict(lines={"o": "tl.sum(o_s, 0)"}), "l is rescaled but o is not"),
+    ("modern-attention/merge-splits", "weights flipped"): (
+        dict(lines={"weight": "tl.exp(m_safe - m_s)"}), "point the wrong way"),
+    # exercise 6: the paged kernel
+    ("modern-attention/paged-decode", "page index not looked up"): (
+        dict(lines={"page_id": "pos // PAGE_SIZE"}), "look it up in the page table"),
+    ("modern-attention/paged-decode", "slot is the position"): (
+        dict(lines={"slot": "pos"}), "it is pos % PAGE_SIZE"),
+    ("modern-attention/paged-decode", "table row of sequence 0"): (
+        dict(lines={"page_id": "tl.load(Pages + pos // PAGE_SIZE, mask=inside, other=0)"}),
+        "reads the page table of sequence 0"),
+    ("modern-attention/paged-decode", "page index divided by BLOCK_N"): (
+        dict(lines={"page_id": "tl.load(Pages + b * s_pages + pos // BLOCK_N, mask=inside, "
+                            "other=0)"}), "not by PAGE_SIZE"),
+    ("modern-attention/paged-decode", "V rows from K's strides"): (
+        dict(lines={"v_rows": "page * skp + slot * skh"}), "their own page and slot strides"),
+}
+
+
+def answer(root, exercise_id, lines=None, replace=()):
+    """The solution of an exercise with lines rewritten (lines: {target: value}) and text
+    replaced (replace: (old, new, expected count)), imported from a real file."""
+    cell_id, name = EXERCISES[exercise_id]
+    runtime.setup(verbose=False)  # the interpreter must be chosen before @triton.jit runs
+    source = cells.edit(cells.solution_source(root / "lessons" / LESSON, cell_id), replace, lines)
+    return getattr(cells.load(source, prelude=PRELUDE), name)
+
+
+# ---------------------------------------------------------------- right answers
+
+
+@pytest.mark.parametrize("exercise_id", list(EXERCISES))
+def test_solution_passes(root, capsys, exercise_id):
+    check(exercise_id, answer(root, exercise_id))
+    out = capsys.readouterr().out
+    assert out.startswith(f"\u2713 {exercise_id}: ")
+    assert "(graders also run hidden cases)" in out
+    assert registry.RESULTS[exercise_id] == registry.EXERCISES[exercise_id].points
+
+
+@pytest.mark.parametrize("exercise_id", list(EXERCISES))
+def test_hidden_cases_run_in_grading_mode(root, capsys, monkeypatch, exercise_id):
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    check(exercise_id, answer(root, exercise_id))
+    out = capsys.readouterr().out
+    count = int(re.search(r": (\d+) cases", out).group(1))
+    assert count >= 6 and "hidden" not in out, out
+
+
+def _record(root, tmp_path, monkeypatch, exercise_id, edits):
+    """Run the check of an answer in the notebook's way (with hidden cases), return its record."""
+    import json
+
+    from flashcourse.checks import recording
+
+    folder = tmp_path / ("wrong" if edits else "right")
+    monkeypatch.setenv(recording.RECORD_DIR_ENV, str(folder))
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    try:
+        check(exercise_id, answer(root, exercise_id, **edits))
+    except registry.WrongAnswer:
+        pass
+    monkeypatch.delenv(recording.RECORD_DIR_ENV)
+    return json.loads((folder / recording.record_name(exercise_id)).read_text())
+
+
+@pytest.mark.parametrize("exercise_id", list(EXERCISES))
+def test_grader_replay_gives_the_same_verdict(root, tmp_path, monkeypatch, exercise_id):
+    """Recorded in the notebook's way, replayed in the grader's: the right answer passes with
+    its hidden cases, and the exercise's first known-wrong answer fails with its message."""
+    right = _record(root, tmp_path, monkeypatch, exercise_id, {})
+    assert "cases" in registry.replay(exercise_id, right)
+    (edits, message), = [value for key, value in WRONG.items() if key[0] == exercise_id][:1]
+    wrong = _record(root, tmp_path, monkeypatch, exercise_id, edits)
+    with pytest.raises(registry.WrongAnswer, match=re.escape(message)):
+        registry.replay(exercise_id, wrong)
+
+
+# ---------------------------------------------------------------- known-wrong answers
+
+
+@pytest.mark.parametrize("exercise_id, mistake", list(WRONG))
+def test_known_wrong_answer_is_rejected_with_its_message(root, known_wrong, exercise_id,
+                                                         mistake):
+    edits, message = WRONG[exercise_id, mistake]
+    wrong = answer(root, exercise_id, **edits)
+    with known_wrong(exercise_id, mistake, match=re.escape(message)) as caught:
+        check(exercise_id, wrong)
+    text = str(caught.value)
+    assert re.search(r"case \d+/\d+ \(", text), text  # names the case
+    assert "Traceback" not in text
+    assert exercise_id not in registry.RESULTS
+
+
+def test_every_exercise_has_five_known_wrong_answers():
+    for exercise_id in EXERCISES:
+        count = len([key for key in WRONG if key[0] == exercise_id])
+        assert count >= 5, (exercise_id, count)
+
+
+def test_hidden_cases_hold_the_edge_cases():
+    """Empty rows, pages out of order and a length that is not a multiple of the page size
+    are among the hidden cases too, not only the visible ones."""
+    assert any(c.mask.kind == "causal-documents" and sum(c.mask.docs) < c.mask.n
+               for c in checks.SPARSE_HIDDEN)  # padding rows see no key
+    assert any(0 < n % c.page_size for c in checks.PAGED_HIDDEN for n in c.lengths)
+    assert any(0 in c.lengths for c in checks.MERGE_HIDDEN)  # every split empty
+
+
+def test_failure_message_says_where_and_how_much(root, known_wrong):
+    wrong = answer(root, "modern-attention/sparse-kernel",
+                   lines={"in_window": "(offset <= left) & (-offset <= right)"})
+    with known_wrong("modern-attention/sparse-kernel", "window sides swapped (message)") as err:
+        check("modern-attention/sparse-kernel", wrong)
+    text = str(err.value)
+    assert re.search(r"max abs error [0-9.e+-]+ .* at index \(\d+, \d+\), row \d+", text), text
+    assert "BLOCK_M=16" in text and "fp32" in text
+
+
+def test_kernel_crash_names_the_case(root, known_wrong):
+    wrong = answer(root, "modern-attention/merge-splits", lines={"m": "tl.max(m_s, 1)"})
+    with known_wrong("modern-attention/merge-splits", "max over an axis it lacks (crash)",
+                     match=r"case 1/\d+ .*launching your kernel raised"):
+        check("modern-attention/merge-splits", wrong)
+
+
+# ---------------------------------------------------------------- blanks and wrong types
+
+
+@pytest.mark.parametrize("exercise_id, target", [
+    ("modern-attention/block-map", "tile"), ("modern-attention/sparse-kernel", "start_n"),
+    ("modern-attention/sparse-kernel", "l_safe"), ("modern-attention/gqa-kernel", "kv_h"),
+    ("modern-attention/split-kv", "hi"), ("modern-attention/merge-splits", "weight"),
+    ("modern-attention/paged-decode", "slot")])
+def test_blank_says_fill_in_the_blank(root, exercise_id, target):
+    blank = answer(root, exercise_id, lines={target: "______"})
+    with pytest.raises(BlankNotFilled, match="Fill in the blank") as caught:
+        check(exercise_id, blank)
+    assert re.search(rf"{target} = ______", str(caught.value)), caught.value
+
+
+def test_passing_something_else_than_a_kernel(root, known_wrong):
+    kernel = answer(root, "modern-attention/split-kv")
+    with known_wrong("modern-attention/split-kv", "kernel.fn, not the kernel",
+                     match="pass the @triton.jit kernel itself"):
+        check("modern-attention/split-kv", kernel.fn)
+
+
+def test_block_map_must_not_modify_the_mask(known_wrong):
+    def sneaky(mask, block_m, block_n):
+        kinds = ma.classify_blocks(mask, block_m, block_n)
+        mask[:] = False
+        return kinds
+
+    with known_wrong("modern-attention/block-map", "modifies the mask in place",
+                     match="modified the mask in place"):
+        check("modern-attention/block-map", sneaky)
+
+
+def test_block_map_must_be_integers(known_wrong):
+    with known_wrong("modern-attention/block-map", "returns floats",
+                     match="return an integer array"):
+        check("modern-attention/block-map",
+              lambda mask, bm, bn: ma.classify_blocks(mask, bm, bn).astype(float))
+
+
+# ---------------------------------------------------------------- the package's helpers
+
+
+def test_masks_match_their_definitions():
+    causal = ma.dense_mask(6, 6, right=0)
+    assert np.array_equal(causal, np.tril(np.ones((6, 6), bool)))
+    window = ma.dense_mask(8, 8, left=2, right=0)
+    assert window[5].tolist() == [False, False, False, True, True, True, False, False]
+    docs = ma.packed_documents([2, 3], padding=1)
+    assert docs.tolist() == [0, 0, 1, 1, 1, -1]
+    mask = ma.dense_mask(6, 6, docs=docs)
+    assert not mask[5].any() and not mask[:, 5].any() and mask[2, 4] and not mask[1, 2]
+
+
+def test_classify_rule_is_the_dense_block_map():
+    docs = ma.packed_documents([30, 41], padding=9)
+    for left, right in ((ma.UNLIMITED, 0), (20, 0), (7, 7), (5, -1)):
+        for block_m, block_n in ((16, 16), (32, 8)):
+            dense = ma.dense_mask(80, 80, left, right, docs)
+            assert np.array_equal(ma.classify_rule(80, block_m, block_n, left, right, docs),
+                                  ma.classify_blocks(dense, block_m, block_n))
+
+
+def test_block_lists_hold_the_map():
+    kinds = ma.classify_blocks(ma.dense_mask(64, 64, left=20, right=0), 16, 16)
+    full_counts, full_index, part_counts, part_index = ma.block_lists(kinds)
+    for i in range(kinds.shape[0]):
+        assert sorted(full_index[i, :full_counts[i]]) == list(np.flatnonzero(kinds[i] == ma.FULL))
+        assert sorted(part_index[i, :part_counts[i]]) == list(
+            np.flatnonzero(kinds[i] == ma.PARTIAL))
+
+
+def test_masked_reference_matches_sdpa_and_gives_zero_rows():
+    q, k, v = (torch.randn(1, 2, 12, 8, dtype=torch.float64) for _ in range(3))
+    mask = ma.dense_mask(12, 12, left=3, right=-1)  # row 0 sees nothing
+    ours = ma.masked_reference(q, k, v, mask)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                            attn_mask=torch.from_numpy(mask))
+    assert torch.allclose(ours[:, :, 1:], sdpa[:, :, 1:]) and (ours[:, :, 0] == 0).all()
+
+
+def test_split_states_merge_to_decode_reference():
+    from flashcourse.softmax_states import merge_all, normalised
+
+    q = torch.randn(2, 4, 8, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 50, 8, dtype=torch.float64) for _ in range(2))
+    lengths = [50, 0]
+    m, l, o = ma.split_states(q, k, v, lengths, 16)
+    _, l_all, o_all = merge_all(m, l, o)
+    expected = ma.decode_reference(q, k, v, lengths).numpy()
+    assert np.allclose(normalised(l_all, o_all), expected) and (expected[1] == 0).all()
+
+
+def test_paged_cache_scatters_every_key():
+    k, v = (torch.randn(2, 2, 40, 8) for _ in range(2))
+    k_pages, v_pages, table, nan_page = ma.paged_cache(k, v, [40, 13], 16, seed=3)
+    for b, n in enumerate((40, 13)):
+        for pos in range(n):
+            page = int(table[b, pos // 16])
+            assert torch.equal(k_pages[page, pos % 16], k[b, :, pos])
+            assert torch.equal(v_pages[page, pos % 16], v[b, :, pos])
+    assert torch.isnan(k_pages[nan_page]).all()
+    assert table[1, 1:].eq(nan_page).all()  # unused entries name the NaN page
+
+
+def test_splits_fill_the_gpu():
+    split = ma.splits_for(1, 8, 131072, 64)
+    programs = 8 * ma.split_count(131072, split)
+    assert split % 64 == 0 and programs >= 2 * 132
+    assert ma.splits_for(64, 8, 4096, 64) == 4096  # a big batch fills the GPU unsplit
+
+
+def test_launchers_match_the_lesson(root):
+    kernels = cells.load_cells(root / "lessons" / LESSON,
+                               ["exercise-split-kv", "exercise-merge-splits"], prelude=PRELUDE)
+    q = torch.randn(2, 4, 16)
+    k, v = (torch.randn(2, 2, 70, 16) for _ in range(2))
+    lengths = torch.tensor([70, 33], dtype=torch.int32)
+    out = ma.split_decode(kernels.split_decode_kernel, kernels.merge_splits_kernel, q, k, v,
+                          lengths, split_size=32, block_n=16)
+    assert torch.allclose(out.double(), ma.decode_reference(q, k, v, lengths), atol=1e-5)
+
+
+# ---------------------------------------------------------------- questions and misconceptions
+
+
+def self_checks():
+    from flashcourse.checks import self_check_files
+
+    return self_check_files.read(self_check_files.path_of(LESSON.removesuffix(".qmd")))
+
+
+def answers_of(question_id):
+    return next(q.answers for q in self_checks().questions if q.id == question_id)
+
+
+def test_q1_matches_the_block_map():
+    q1 = answers_of("modern-attention/q1-block-map")
+    kinds = ma.classify_blocks(ma.dense_mask(4096, 4096, left=255, right=0), 64, 64)
+    for i in (4, 30, 63):
+        assert (kinds[i] == ma.FULL).sum() == q1["full_blocks"]
+        assert (kinds[i] == ma.PARTIAL).sum() == q1["partial_blocks"]
+    q, k, v = (torch.randn(1, 1, 8, 4, dtype=torch.float64) for _ in range(3))
+    empty = ma.masked_reference(q, k, v, ma.dense_mask(8, 8, left=2, right=-1))[0, 0, 0]
+    assert q1["empty_row_output"] == "zeros" and (empty == 0).all()
+
+
+def test_q2_matches_the_model():
+    q2 = answers_of("modern-attention/q2-gqa")
+    H, H_KV, D, fp16 = 32, 8, 128, 2
+    assert q2["kv_bytes_per_token"] == 2 * H_KV * D * fp16
+    assert q2["kv_head_of_query_13"] == 13 // (H // H_KV)
+    assert q2["mha_over_gqa"] == H // H_KV
+
+
+def test_q3_matches_the_machine():
+    from flashcourse import hardware
+
+    q3 = answers_of("modern-attention/q3-decode")
+    programs, splits = q3["programs_without_split"], q3["splits_for_132_sms"]
+    assert programs * splits >= hardware.H100_SMS > programs * (splits - 1)
+    assert q3["kv_gib_per_step"] == 2 * 32 * 131072 * 128 * 2 / 2**30
+
+
+def test_lesson_is_out_of_ten_with_pass_line_eight():
+    registry.get("modern-attention/q1-block-map")  # loads the self-check file
+    lesson = registry.LESSONS["modern-attention"]
+    assert lesson.total_points == 10 and lesson.pass_line == 8
+
+
+def test_a_wrong_misconception_is_a_veto(known_wrong):
+    from flashcourse import VetoMisconception
+
+    answers = {key: truth for key, (truth, _) in self_checks().statements.items()}
+    check("modern-attention/misconceptions", answers)
+    with known_wrong("modern-attention/misconceptions", "GQA copies K/V",
+                     exc=VetoMisconception, match="gqa_copies_kv"):
+        check("modern-attention/misconceptions", dict(answers, gqa_copies_kv=True))
