@@ -13,7 +13,7 @@ import pytest
 from flashcourse import BlankNotFilled, check
 from flashcourse import distributed as ring
 from flashcourse.authoring import cells
-from flashcourse.checks import recording, registry
+from flashcourse.checks import recording, registry, self_check_files
 from flashcourse.checks import ring_attention as checks
 
 LESSON = "lessons/09-ring-attention.qmd"
@@ -352,13 +352,25 @@ def test_zigzag_balances_causal_work():
 
 
 def test_questions_match_the_model():
-    assert ring.ring_schedule(4)[1, 2] == checks.Q1["rank_held_by_1_at_step_2"]
+    answers = {q.id.split("/")[1]: q.answers for q in self_check_files.read(
+        self_check_files.path_of("09-ring-attention")).questions}
+    q1, q2, q3 = answers["q1-schedule"], answers["q2-balance"], answers["q3-memory"]
+    assert ring.ring_schedule(4)[1, 2] == q1["rank_held_by_1_at_step_2"]
+    assert q1["mib_sent_per_step"] == 65536 * 32 * 128 * 2 * 2 / 2**20
     work = ring.plan_work(2**16, 4, zigzag=False)
-    assert work[-1] / work[0] == pytest.approx(checks.Q2["contiguous_last_over_first"],
-                                               rel=1e-3)
+    assert work[-1] / work[0] == pytest.approx(q2["contiguous_last_over_first"], rel=1e-3)
+    zigzag = ring.plan_work(2**16, 4, zigzag=True)
+    assert zigzag[-1] / zigzag[0] == q2["zigzag_last_over_first"]
     skipped = sum(all(kind == "skip" for _, _, kind in ring.step_plan(0, s, 4, False))
                   for s in range(4))
-    assert skipped == checks.Q2["contiguous_steps_rank0_skips"]
+    assert skipped == q2["contiguous_steps_rank0_skips"]
+    assert q3["backward_hops_of_dk"] == 4
+
+
+def test_self_checks_are_registered(capsys):
+    ids = registry.list_ids()
+    for item in ("q1-schedule", "q2-balance", "q3-memory", "misconceptions"):
+        assert f"ring-attention/{item}" in ids
 
 
 def test_figures_build():

@@ -107,19 +107,18 @@ def reference_attention(q, k, v, causal: bool):
 
 def block_state(q, k, v, q_pos, k_pos, causal: bool):
     """(o, lse) of queries q against one block of keys, numpy float64: o normalised over the
-    block, lse its log-sum-exp; a row that sees no key of the block gets o = 0, lse = -inf.
-    Keys at position -1 are padding and never seen."""
+    block, lse its log-sum-exp. Built from lesson 5's state (m, l, o) of the block: o / l and
+    m + log l; a row that sees no key (the empty state) gets o = 0, lse = -inf. Keys at
+    position -1 are padding and never seen."""
+    from .checks.softmax import softmax_state
+
     visible = np.asarray(k_pos)[None, :] >= 0
     if causal:
         visible = visible & (np.asarray(k_pos)[None, :] <= np.asarray(q_pos)[:, None])
     scores = np.where(visible, q @ k.T * sm_scale(q.shape[-1]), NEG_INF)
-    top = scores.max(axis=-1)
-    safe = np.where(np.isneginf(top), 0.0, top)  # a row with no key: the empty state
-    weights = np.exp(scores - safe[:, None])
-    total = weights.sum(axis=-1)
+    m, total, o = softmax_state(scores, v)
     with np.errstate(divide="ignore"):
-        lse = safe + np.log(total)
-    return weights @ v / np.where(total == 0, 1.0, total)[:, None], lse
+        return o / np.where(total == 0, 1.0, total)[:, None], m + np.log(total)
 
 
 def merge_lse_numpy(o, lse, block_o, block_lse):
@@ -399,7 +398,7 @@ def _rank_main(rank, world_size, port, conn, job, cases):
     torch.set_num_threads(1)
     os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
     try:
-        store = dist.TCPStore(LOOPBACK, port, world_size, False,
+        store = dist.TCPStore(LOOPBACK, port, world_size, rank == 0,
                               timeout=datetime.timedelta(seconds=RANK_TIMEOUT_S))
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=10 * RANK_TIMEOUT_S))
@@ -421,9 +420,9 @@ def _rank_main(rank, world_size, port, conn, job, cases):
                   for key, value in result.items()}
         result["events"] = np.array([EVENT_CODES[e] for e in _events], dtype=np.int8)
         conn.send(("done", number, result))
-    with contextlib.suppress(Exception):
-        dist.destroy_process_group()
     conn.send(("end", len(cases), None))
+    conn.close()
+    os._exit(0)  # at once: rank 0 holds the store the others' teardown would wait for
 
 
 def run_ranks(job: Callable, world_size: int, cases: list, label: str,
@@ -444,32 +443,40 @@ def run_ranks(job: Callable, world_size: int, cases: list, label: str,
         raise CourseInputError("Running several ranks needs processes started by fork "
                                "(Linux or macOS); on Windows, use WSL.") from None
     try:
-        store = dist.TCPStore(LOOPBACK, 0, None, True, wait_for_workers=False)
-    except Exception as err:  # noqa: BLE001
-        raise CourseInputError(f"Could not open a port on {LOOPBACK} for the ranks to meet "
-                               f"({err}); is the loopback interface up?") from None
-    try:
-        return _start_and_collect(context, store, job, world_size, cases, label, timeout_s)
-    except RanksNeverStarted:  # a setup that hung (not the student's code): once more
-        store = dist.TCPStore(LOOPBACK, 0, None, True, wait_for_workers=False)
+        return _start_and_collect(context, free_port(), job, world_size, cases, label,
+                                  timeout_s)
+    except RanksNeverStarted:  # a setup that failed or hung (not the student's code): again
         try:
-            return _start_and_collect(context, store, job, world_size, cases, label,
+            return _start_and_collect(context, free_port(), job, world_size, cases, label,
                                       timeout_s)
         except RanksNeverStarted as err:
             raise CourseInputError(f"{label}: {err}") from None
+
+
+def free_port() -> int:
+    """A port of the loopback interface that nothing listens on now. Rank 0 opens the ranks'
+    meeting point (a TCPStore) there: the notebook's process runs no server thread while it
+    forks the ranks."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((LOOPBACK, 0))
+            return probe.getsockname()[1]
+    except OSError as err:
+        raise CourseInputError(f"Could not open a port on {LOOPBACK} for the ranks to meet "
+                               f"({err}); is the loopback interface up?") from None
 
 
 class RanksNeverStarted(Exception):
     """Some rank did not reach its first case in time: the process group never formed."""
 
 
-def _start_and_collect(context, store, job, world_size, cases, label, timeout_s):
+def _start_and_collect(context, port, job, world_size, cases, label, timeout_s):
     pipes, processes = {}, []
     try:
         for rank in range(world_size):
             receiver, sender = context.Pipe(duplex=False)
             process = context.Process(target=_rank_main, daemon=True, args=(
-                rank, world_size, store.port, sender, job, cases))
+                rank, world_size, port, sender, job, cases))
             process.start()
             sender.close()
             pipes[receiver] = rank
@@ -478,7 +485,6 @@ def _start_and_collect(context, store, job, world_size, cases, label, timeout_s)
     finally:
         for process in processes:
             _end(process)
-        del store
 
 
 def _collect(pipes, processes, case_count, label, timeout_s):
@@ -513,8 +519,8 @@ def _collect(pipes, processes, case_count, label, timeout_s):
                                   f"{max(current[rank], 0) + 1} (exit code {code}).") from None
             deadline = time.monotonic() + timeout_s
             if kind == "setup":
-                raise CourseInputError(f"{label}: rank {rank} could not join the others over "
-                                       f"{LOOPBACK}: {payload}")
+                raise RanksNeverStarted(f"rank {rank} could not join the others over "
+                                        f"{LOOPBACK}: {payload}")
             if kind == "error":
                 raise WrongAnswer(f"{label}, case {number + 1}: on rank {rank} your code "
                                   f"raised {payload}")

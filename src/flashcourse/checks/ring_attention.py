@@ -4,7 +4,8 @@ Four code exercises, each run on 2 and then 4 processes joined by torch.distribu
 loopback) that the check starts itself: the ring forward with its merge of partial states, the
 causal plan of each ring step, the load-balanced (zigzag) split, and the ring backward. Each
 world size is one call of student code (`registry.run_student`) that starts the processes,
-runs every case and returns plain arrays; the grader's replay checks those arrays.
+runs every case and returns plain arrays; the grader's replay checks those arrays. The
+self-check questions and veto misconceptions are in self_checks/09-ring-attention.toml.
 """
 
 from __future__ import annotations
@@ -21,21 +22,6 @@ LESSON = registry.lesson(
 
 WORLD_SIZES = (2, 4)
 ATOL, RTOL = 1e-10, 1e-8  # float64 everywhere
-
-# Where the lesson explains each question and statement: wrong answers point there.
-SECTIONS = {
-    "ring-attention/q1-schedule": 'section 2 ("The ring schedule")',
-    "ring-attention/q2-balance": 'section 5 ("Causal masks and load balance")',
-    "ring-attention/q3-memory": ('section 6 ("The backward") and section 7 ("Two H200s")'),
-}
-MISCONCEPTION_SECTIONS = {
-    "ring_reduces_flops": 'section 1 ("Why split attention over GPUs")',
-    "contiguous_causal_is_balanced": 'section 5 ("Causal masks and load balance")',
-    "merge_in_position_order": 'section 3 ("Merging the steps")',
-    "every_rank_holds_all_kv": 'section 2 ("The ring schedule")',
-    "blocking_send_is_safe": 'section 4 ("Real processes")',
-}
-
 
 # ---------------------------------------------------------------- cases
 
@@ -532,59 +518,3 @@ def _check_ring_backward(ring_attention_backward) -> str:
                         f"{err}\n{_name_backward_mistake(*grads, expected, n, world)}"
                     ) from None
     return _passed(len(cases), "match autograd of standard attention")
-
-
-# ---------------------------------------------------------------- questions
-
-Q1 = {"rank_held_by_1_at_step_2": 3, "sends_per_rank_forward": 3,
-      "mib_sent_per_step": 1024.0}
-Q1_WHY = {
-    "rank_held_by_1_at_step_2": "At step s rank r holds the K/V of rank (r - s) mod P: "
-                                "(1 - 2) mod 4 = 3.",
-    "sends_per_rank_forward": "P steps, a transfer before each but the last: P - 1 = 3.",
-    "mib_sent_per_step": "65536 tokens x 32 heads x 128 x 2 (K and V) x 2 bytes = 1 GiB.",
-}
-Q2 = {"contiguous_last_over_first": 7.0, "zigzag_last_over_first": 1.0,
-      "contiguous_steps_rank0_skips": 3}
-Q2_WHY = {
-    "contiguous_last_over_first": "Rank r computes r full blocks and one diagonal half: "
-                                  "(r + 1/2) blocks; (3.5) / (0.5) = 7 = 2P - 1.",
-    "zigzag_last_over_first": "Every rank computes the same amount (2P - 1 chunk pairs and "
-                              "a half): ratio 1.",
-    "contiguous_steps_rank0_skips": "Rank 0 holds the first chunk: the blocks of ranks 3, 2 "
-                                    "and 1 (steps 1 to 3) all come after it.",
-}
-Q3 = {"lse_floats_per_query": 1, "backward_hops_of_dk": 4, "kv_memory_scales_as_one_over_p":
-      True}
-Q3_WHY = {
-    "lse_floats_per_query": "One log-sum-exp per query row and head: the backward rebuilds "
-                            "P = exp(S - lse) from it.",
-    "backward_hops_of_dk": "dK travels with K for P - 1 hops and one more hop home: P = 4.",
-    "kv_memory_scales_as_one_over_p": "Each rank holds its own shard and one incoming block: "
-                                      "2 N/P rows of K and V.",
-}
-
-registry.questions("ring-attention/q1-schedule", "Q1: the ring schedule and its traffic", 1,
-                   Q1, Q1_WHY, rtol=1e-3, sections=SECTIONS["ring-attention/q1-schedule"])
-registry.questions("ring-attention/q2-balance", "Q2: causal work under both splits", 1,
-                   Q2, Q2_WHY, rtol=1e-3, sections=SECTIONS["ring-attention/q2-balance"])
-registry.questions("ring-attention/q3-memory", "Q3: what the backward keeps and moves", 1,
-                   Q3, Q3_WHY, rtol=1e-3, sections=SECTIONS["ring-attention/q3-memory"])
-
-
-MISCONCEPTIONS = {
-    "ring_reduces_flops": (False, "The ring computes every score exactly once, as one GPU "
-                                  "would: it spreads the FLOPs and the memory, it does not cut "
-                                  "them."),
-    "contiguous_causal_is_balanced": (False, "Under a causal mask the last rank's queries see "
-                                             "every key: it does 2P - 1 times the work of "
-                                             "rank 0."),
-    "merge_in_position_order": (False, "The merge is associative and commutative: each rank "
-                                       "merges blocks in the order the ring brings them."),
-    "every_rank_holds_all_kv": (False, "A rank holds its own block and the one in flight, "
-                                       "never all of K and V."),
-    "blocking_send_is_safe": (False, "Blocking send on every rank waits for a receive that "
-                                     "no rank has posted: a deadlock, whatever the size."),
-}
-
-registry.misconceptions("ring-attention", MISCONCEPTIONS, sections=MISCONCEPTION_SECTIONS)
