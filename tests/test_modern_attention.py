@@ -107,6 +107,9 @@ WRONG = {
         dict(lines={"state": "b * smb + heads * smh"}), "were never written"),
     ("modern-attention/split-kv", "keys past the split's end not masked"): (
         dict(lines={"inside": "cols < hi + BLOCK_N"}), "read past its length"),
+    ("modern-attention/split-kv", "scores past the split's end kept"): (
+        dict(replace=[('        s = tl.where(inside[None, :], s, float("-inf"))\n', "", 1)]),
+        "the loaded 0s count as keys"),
     # exercise 5: the merge kernel
     ("modern-attention/merge-splits", "no rescale"): (
         dict(lines={"weight": "tl.where(real, 1.0, 0.0)"}), "added without rescaling"),
@@ -134,6 +137,11 @@ WRONG = {
     ("modern-attention/paged-decode", "page index divided by BLOCK_N"): (
         dict(lines={"page_id": "tl.load(Pages + b * s_pages + pos // BLOCK_N, mask=inside, "
                             "other=0)"}), "not by PAGE_SIZE"),
+    ("modern-attention/paged-decode", "scores past the length kept"): (
+        dict(replace=[('        s = tl.where(inside[None, :], s, float("-inf"))\n', "", 1)]),
+        "a score of 0 counts as a key"),
+    ("modern-attention/paged-decode", "a sequence with no key divided by 0"): (
+        dict(lines={"l_safe": "l_i"}), "a sequence with no key (length 0) comes out NaN"),
     ("modern-attention/paged-decode", "V rows from K's strides"): (
         dict(lines={"v_rows": "page * skp + slot * skh"}), "their own page and slot strides"),
 }

@@ -818,6 +818,19 @@ PAGED_HIDDEN = [
 ]
 
 
+def _zero_keys_counted(q, k, v, lengths, block_n: int) -> np.ndarray:
+    """Decoding where the positions past each length, up to the end of the last block of
+    BLOCK_N, count as keys whose key and value are 0 (masked loads, scores not masked)."""
+    rounded = [ma.cdiv(int(n), block_n) * block_n for n in lengths]
+    size = max(rounded + [1])
+    kk = torch.zeros(*k.shape[:2], size, k.shape[3], dtype=torch.float64)
+    vv = torch.zeros_like(kk)
+    for b, n in enumerate(lengths):
+        kk[b, :, :int(n)] = k[b, :, :int(n)].double()
+        vv[b, :, :int(n)] = v[b, :, :int(n)].double()
+    return ma.decode_reference(q, kk, vv, rounded).numpy()
+
+
 def _paged_candidates(case, q, k, v, lengths, k_pages, v_pages, table):
     """(candidate output, hint) of the known mistakes of the paged kernel."""
     B = case.B
@@ -839,6 +852,10 @@ def _paged_candidates(case, q, k, v, lengths, k_pages, v_pages, table):
         return ma.decode_reference(q, kk, vv, lengths, keep_nan=True).numpy()
 
     return [
+        (_zero_keys_counted(q, k, v, lengths, case.block_n),
+         "the scores of the positions past seq_len in the last block are not -inf: their keys "
+         "load as 0, and a score of 0 counts as a key with weight exp(0 - m) "
+         f"({SECTION_PAGED})."),
         (through(lambda b, p: p),
          "the page number is the position's page index itself: look it up in the page "
          "table, page = Pages[b, pos // PAGE_SIZE] (the pages of a sequence are scattered) "
@@ -887,6 +904,11 @@ def _check_paged(kernel) -> str:
             fallback = ("Likely mistake: a key or value was read from a page or slot it does "
                         "not live in (the grader fills unused pages and slots with NaN). "
                         + where if np.isnan(got).any() else "Hint: " + where)
+            empty = np.asarray(case.lengths) == 0
+            if empty.any() and np.isnan(got[empty]).all() and not np.isnan(got[~empty]).any():
+                fallback = ("Likely mistake: a sequence with no key (length 0) comes out NaN "
+                            "(0 / 0): its output must be 0, as in exercise 2: divide by a sum "
+                            f"that is 1 where it is 0 ({SECTION_PAGED}).")
             hint = _named(got, candidates, fallback)
             raise registry.WrongAnswer(f"{err}\n{hint}") from None
     return _passed(len(cases), "match attention over each sequence's keys")
