@@ -1,6 +1,6 @@
 """Checks of lesson 3, "Coalescing, divergence and transposes": counting sectors and lines,
-warp efficiency under a branch, a strided copy and two transposes in Triton, three questions
-and the veto misconceptions."""
+warp efficiency under a branch, a strided copy and two transposes in Triton. Its self-check
+questions and veto misconceptions are data: self_checks/03-coalescing.toml."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Checks of lesson 1, "GPU kernels and FlashAttention": the numpy FlashAttention exercise,
-the three self-check questions and the four veto misconceptions."""
+"""Checks of lesson 1, "GPU kernels and FlashAttention": the numpy FlashAttention exercise.
+Its self-check questions and veto misconceptions are data: self_checks/01-gpu-flash.toml."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Checks of lesson 2, "Memory and the roofline": arithmetic intensity of a GEMM, the roofline
-itself, where attention's kernels sit, a Triton copy kernel, three questions and the veto
-misconceptions."""
+itself, where attention's kernels sit, a Triton copy kernel. Its self-check questions and veto
+misconceptions are data: self_checks/02-memory-roofline.toml."""
 
 from __future__ import annotations
 

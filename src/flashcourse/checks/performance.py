@@ -1,5 +1,6 @@
 """Checks of lesson 7, "Performance engineering": the optimisation-ladder kernel (exp2 scale
-folding and the split causal loop), three questions and the veto misconceptions.
+folding and the split causal loop). Its self-check questions and veto misconceptions are data:
+self_checks/07-performance.toml.
 
 The grader launches the student's @triton.jit kernel itself (through `host.forward` with
 `kernel=`), with inputs inside NaN padding and outputs inside canaries, and compares with

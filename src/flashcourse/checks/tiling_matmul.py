@@ -1,6 +1,6 @@
 """Checks of lesson 4, "Tiling a matrix product": the numpy blocked matmul that counts its HBM
-bytes, the grouped launch order, the tiled Triton kernel, three questions and the veto
-misconceptions.
+bytes, the grouped launch order, the tiled Triton kernel. Its self-check questions and veto
+misconceptions are data: self_checks/04-tiling-matmul.toml.
 
 The grader launches the student's Triton kernel itself (`launch`), always with the signature
 of the lesson's kernel, on inputs inside NaN padding and an output inside canaries.

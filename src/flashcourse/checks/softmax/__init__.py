@@ -1,0 +1,35 @@
+"""Checks of lesson 5, "Softmax, online softmax and merging softmax states".
+
+Five code exercises: a stable numpy softmax, a fused row-softmax Triton kernel, the online
+softmax statistics in numpy, an online-softmax Triton kernel over a long row, and the merge of
+two partial softmax states (`numpy_exercises.py`, `kernel_exercises.py`; shared inputs in
+`common.py`). Its self-check questions and veto misconceptions are data:
+self_checks/05-softmax.toml.
+"""
+
+from __future__ import annotations
+
+from .. import registry
+from . import kernel_exercises, numpy_exercises
+from .kernel_exercises import (  # noqa: F401  (the lesson's cells and tests use these)
+    launch_online_softmax,
+    launch_row_softmax,
+    online_softmax,
+    row_softmax,
+)
+from .numpy_exercises import softmax_state, stable_candidate  # noqa: F401
+
+LESSON = registry.lesson(
+    "softmax", "Lesson 5: Softmax, online softmax and merging softmax states", pass_line=8)
+
+# The exercises, in the scorecard's order.
+registry.exercise("softmax/stable-softmax", "numpy softmax that never overflows", 1)(
+    numpy_exercises.check_stable_softmax)
+registry.exercise("softmax/row-kernel", "fused row-softmax Triton kernel", 2, kernel=True)(
+    kernel_exercises.check_row_kernel)
+registry.exercise("softmax/online-stats", "online softmax in numpy: running max and sum", 1)(
+    numpy_exercises.check_online_stats)
+registry.exercise("softmax/online-kernel", "online-softmax Triton kernel over a long row", 2,
+                  kernel=True)(kernel_exercises.check_online_kernel)
+registry.exercise("softmax/merge-states", "merge two partial softmax states", 1)(
+    numpy_exercises.check_merge_states)
