@@ -211,8 +211,8 @@ def mask_case(b: Bench, kernels, ma, flex, create_block_mask, q, k, v, name, lef
 
         timed_columns(row, "sdpa is_causal", b.time(causal))
     if flex is not None and b.flex_allowed():
-        row.update(flex_mask_columns(b, flex, create_block_mask, q, k, v, left, right, docs_t,
-                                     reference))
+        row.update(flex_mask_columns(b, ma, flex, create_block_mask, q, k, v, left, right,
+                                     ids, docs_t, reference))
     else:
         row["flex note"] = "not run (time budget or no FlexAttention)"
     if row["ours ms"]:
@@ -238,8 +238,14 @@ def flex_functions(b: Bench):
     return b.torch.compile(flex_attention, dynamic=False), create_block_mask
 
 
-def flex_mask_columns(b: Bench, flex, create_block_mask, q, k, v, left, right, docs_t,
-                      reference) -> dict:
+FLEX_BLOCK = 128  # FlexAttention's default tile of the BlockMask
+
+
+def flex_mask_columns(b: Bench, ma, flex, create_block_mask, q, k, v, left, right, ids,
+                      docs_t, reference) -> dict:
+    """FlexAttention on the same mask: its BlockMask is built from the same rule, and its
+    counts of FULL and PARTIAL blocks per query block must equal our block map's at its tile
+    size (128 x 128) ("flex block map same"); then it is checked and timed."""
     start = time.time()
     n = q.shape[2]
 
@@ -249,7 +255,16 @@ def flex_mask_columns(b: Bench, flex, create_block_mask, q, k, v, left, right, d
 
     columns = {}
     try:
-        block_mask = create_block_mask(mask_mod, None, None, n, n, device=b.device)
+        block_mask = create_block_mask(mask_mod, None, None, n, n, device=b.device,
+                                       BLOCK_SIZE=FLEX_BLOCK)
+        full_counts, _, part_counts, _ = ma.block_lists(
+            ma.classify_rule(n, FLEX_BLOCK, FLEX_BLOCK, left, right, ids))
+        columns["flex block map same"] = bool(
+            np.array_equal(block_mask.full_kv_num_blocks.flatten().cpu().numpy(), full_counts)
+            and np.array_equal(block_mask.kv_num_blocks.flatten().cpu().numpy(), part_counts))
+        if not columns["flex block map same"]:
+            b.failures.append(f"block map differs from FlexAttention's BlockMask, N={n}, "
+                              f"left={left}, right={right}")
         out = flex(q, k, v, block_mask=block_mask)
         b.sync()
         columns["flex max err"] = error = max_error(out, reference)

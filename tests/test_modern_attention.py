@@ -432,3 +432,32 @@ def test_a_wrong_misconception_is_a_veto(known_wrong):
     with known_wrong("modern-attention/misconceptions", "GQA copies K/V",
                      exc=VetoMisconception, match="gqa_copies_kv"):
         check("modern-attention/misconceptions", dict(answers, gqa_copies_kv=True))
+
+
+def test_block_map_equals_flex_attention_block_mask():
+    """FlexAttention's BlockMask, built from the same rule, counts the same FULL and PARTIAL
+    key blocks for every query block (its default tile, 128 x 128). A cut-off last query
+    block differs: FlexAttention counts its missing rows as hidden, so none of its tiles is
+    FULL there; this lesson judges a tile on its real rows (section 1)."""
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    for n in (1024, 1000):
+        docs = ma.packed_documents([300, 450], padding=n - 750)
+        for left, right, ids in ((ma.UNLIMITED, 0, None), (299, 0, None), (200, 200, None),
+                                 (ma.UNLIMITED, 0, docs)):
+            doc_ids = torch.from_numpy(ids if ids is not None else np.zeros(n, np.int32))
+
+            def mask_mod(b, h, q_idx, kv_idx, left=left, right=right, doc_ids=doc_ids):
+                return ((kv_idx - q_idx <= right) & (q_idx - kv_idx <= left)
+                        & (doc_ids[q_idx] == doc_ids[kv_idx]) & (doc_ids[q_idx] >= 0))
+
+            block_mask = flex.create_block_mask(mask_mod, None, None, n, n, device="cpu",
+                                                BLOCK_SIZE=128)
+            full, _, partial, _ = ma.block_lists(ma.classify_rule(n, 128, 128, left, right, ids))
+            flex_full = block_mask.full_kv_num_blocks.flatten().numpy()
+            flex_partial = block_mask.kv_num_blocks.flatten().numpy()
+            whole = n // 128  # query blocks with all their rows
+            assert flex_full[:whole].tolist() == full[:whole].tolist()
+            assert flex_partial[:whole].tolist() == partial[:whole].tolist()
+            if whole < len(full):
+                assert flex_full[-1] == 0
+                assert flex_partial[-1] == full[-1] + partial[-1]

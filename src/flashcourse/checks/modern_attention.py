@@ -196,8 +196,9 @@ MAP_MISTAKES = {
         f"({SECTION_MASKS})."),
     "rows_padded": (
         "rows past the last query were counted as hidden rows, so the last query block is "
-        "never FULL. Those rows do not exist (the kernel never stores them): judge a tile on "
-        f"its real rows ({SECTION_MASKS})."),
+        "never FULL. That map is safe (FlexAttention's BlockMask does the same) but does more "
+        "masking than needed: those rows do not exist (the kernel never stores them), and "
+        f"this exercise judges a tile on its real rows ({SECTION_MASKS})."),
     "transposed": (
         "block_m and block_n are swapped: query blocks are block_m rows, key blocks block_n "
         "columns."),
