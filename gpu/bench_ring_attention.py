@@ -38,6 +38,7 @@ from flashcourse.bench import write_csv
 GPU_NS = (32768, 65536, 131072)
 QUICK_NS = (32768, 65536)
 CPU_NS = (256, 512)
+INTERPRETER_NS = (64,)  # the kernel in Triton's interpreter (a CPU test of the kernel path)
 HEADS, HEAD_DIM = 16, 128  # one sequence of 16 heads of d = 128
 CPU_HEADS, CPU_HEAD_DIM = 2, 16
 WARMUP, REPEATS = 2, 7
@@ -52,17 +53,18 @@ def log(message: str) -> None:
 
 
 def kernel_forward():
-    """The course's FlashAttention forward: (q, k, v, causal, sm_scale) -> (o, lse)."""
-    from flashcourse.kernels import flash_ref
+    """The course's reference FlashAttention forward (kernels/host.py): (q, k, v, causal,
+    sm_scale) -> (o, lse), lse in natural log, (B, H, N) float32."""
+    from flashcourse.kernels import host
 
-    return flash_ref.forward
+    return host.forward
 
 
-def block_function(device: str):
-    """`block_fn` of ring.ring_forward: the kernel on a GPU, torch's attention on a CPU. The
-    kernel's causal switch masks a square block on its diagonal, which is what a diagonal
-    pair of the causal plan is (a chunk against itself)."""
-    if device == "cpu":
+def block_function(block: str):
+    """`block_fn` of ring.ring_forward: the course's kernel ("kernel") or torch's attention
+    ("torch"). The kernel's causal switch masks a square block on its diagonal, which is what
+    a diagonal pair of the causal plan is (a chunk against itself)."""
+    if block == "torch":
         return ring.block_attention
     forward = kernel_forward()
 
@@ -169,8 +171,12 @@ def context_parallel_method(q, k, v, causal, device, stack):
 
     mesh = init_device_mesh("cpu" if device == "cpu" else "cuda", (dist.get_world_size(),))
     buffers = [x.clone() for x in (q, k, v)]
-    stack.enter_context(context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2, 2, 2],
-                                         no_restore_buffers=set(buffers)))
+    try:  # the inputs are not needed afterwards: no copy kept to restore them
+        sharded = context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2, 2, 2],
+                                   no_restore_buffers=set(buffers))
+    except TypeError:  # a torch without no_restore_buffers
+        sharded = context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2, 2, 2])
+    stack.enter_context(sharded)
 
     def run():
         return F.scaled_dot_product_attention(*buffers, is_causal=causal)
@@ -187,9 +193,11 @@ def context_parallel_method(q, k, v, causal, device, stack):
 def measure(n, causal, args, block_fn, dtype) -> list[dict]:
     device = args.device_name
     heads, d = (CPU_HEADS, CPU_HEAD_DIM) if args.device == "cpu" else (HEADS, HEAD_DIM)
+    repeats, warmup = (QUICK_REPEATS if args.quick else REPEATS), WARMUP
+    if args.interpreted:  # a test of the kernel path, not a measurement
+        heads, repeats, warmup = 1, 1, 0
     q, k, v = inputs(n, heads, d, dtype, device)
     reference = one_gpu(q, k, v, causal, block_fn)()
-    repeats = QUICK_REPEATS if args.quick else REPEATS
     rows = []
 
     def record(method, run, check, note=""):
@@ -200,7 +208,7 @@ def measure(n, causal, args, block_fn, dtype) -> list[dict]:
                              f"against one GPU (allowed {TOLERANCE[dtype]}): not timed.")
         del out
         reset_peak(device)
-        times = timed(run, device, WARMUP, repeats)
+        times = timed(run, device, warmup, repeats)
         median = statistics.median(times)
         rows.append({"method": method, "n": n, "causal": causal, "gpus": (
             1 if method == "one GPU" else dist.get_world_size()), "heads": heads, "d": d,
@@ -238,6 +246,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="folder for the CSV")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--block", choices=("kernel", "torch"), default=None,
+                        help="per-block compute: the course's kernel (default on a GPU; on a "
+                             "CPU it runs in Triton's interpreter, slowly) or torch")
     args = parser.parse_args(argv)
     if "RANK" not in os.environ:
         print("Start this script with torchrun, e.g.\n  torchrun --standalone "
@@ -262,7 +273,11 @@ def main(argv=None) -> int:
         log("Run with at least two processes (--nproc_per_node=2).")
         return 2
     ns = CPU_NS if args.device == "cpu" else QUICK_NS if args.quick else GPU_NS
-    block_fn = block_function(args.device)
+    block = args.block or ("kernel" if args.device == "cuda" else "torch")
+    args.interpreted = args.device == "cpu" and block == "kernel"
+    if args.interpreted:
+        ns = INTERPRETER_NS
+    block_fn = block_function(block)
     rows = []
     started = time.perf_counter()
     try:
