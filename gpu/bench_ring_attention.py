@@ -6,7 +6,8 @@ Run on a machine with two GPUs (NCCL):
     torchrun --standalone --nproc_per_node=2 gpu/bench_ring_attention.py --out DIR [--quick]
 
 It writes DIR/09-ring-scaling.csv (copy it to assets/results/ for the book). On a CPU machine
-the same script runs with gloo, torch's attention per block and tiny sizes, to test it:
+the same script runs with gloo, torch's attention per block and tiny sizes, to test it
+(`--block kernel` runs the course's kernel in Triton's interpreter instead, one tiny size):
 
     torchrun --standalone --nproc_per_node=2 gpu/bench_ring_attention.py --out DIR --device cpu
 
@@ -38,6 +39,7 @@ from flashcourse.bench import write_csv
 GPU_NS = (32768, 65536, 131072)
 QUICK_NS = (32768, 65536)
 CPU_NS = (256, 512)
+CPU_QUICK_NS = (128,)
 INTERPRETER_NS = (64,)  # the kernel in Triton's interpreter (a CPU test of the kernel path)
 HEADS, HEAD_DIM = 16, 128  # one sequence of 16 heads of d = 128
 CPU_HEADS, CPU_HEAD_DIM = 2, 16
@@ -194,8 +196,10 @@ def measure(n, causal, args, block_fn, dtype) -> list[dict]:
     device = args.device_name
     heads, d = (CPU_HEADS, CPU_HEAD_DIM) if args.device == "cpu" else (HEADS, HEAD_DIM)
     repeats, warmup = (QUICK_REPEATS if args.quick else REPEATS), WARMUP
-    if args.interpreted:  # a test of the kernel path, not a measurement
-        heads, repeats, warmup = 1, 1, 0
+    if args.interpreted or (args.quick and args.device == "cpu"):  # a test, not a measurement
+        repeats, warmup = 1, 0
+    if args.interpreted:
+        heads = 1
     q, k, v = inputs(n, heads, d, dtype, device)
     reference = one_gpu(q, k, v, causal, block_fn)()
     rows = []
@@ -226,6 +230,8 @@ def measure(n, causal, args, block_fn, dtype) -> list[dict]:
     expected = reference[..., mine, :]
     record("ring (ours)", run, lambda out: max_error(out, expected, device),
            "zigzag split, causal plan" if causal else "contiguous split")
+    if args.skip_context_parallel:
+        return rows
     with contextlib.ExitStack() as stack:
         try:
             cp_run, unshard = context_parallel_method(q, k, v, causal, device, stack)
@@ -246,6 +252,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="folder for the CSV")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--skip-context-parallel", action="store_true",
+                        help="measure one GPU and our ring only")
     parser.add_argument("--block", choices=("kernel", "torch"), default=None,
                         help="per-block compute: the course's kernel (default on a GPU; on a "
                              "CPU it runs in Triton's interpreter, slowly) or torch")
@@ -272,7 +280,10 @@ def main(argv=None) -> int:
     if dist.get_world_size() < 2:
         log("Run with at least two processes (--nproc_per_node=2).")
         return 2
-    ns = CPU_NS if args.device == "cpu" else QUICK_NS if args.quick else GPU_NS
+    if args.device == "cpu":
+        ns = CPU_QUICK_NS if args.quick else CPU_NS
+    else:
+        ns = QUICK_NS if args.quick else GPU_NS
     block = args.block or ("kernel" if args.device == "cuda" else "torch")
     args.interpreted = args.device == "cpu" and block == "kernel"
     if args.interpreted:

@@ -383,3 +383,27 @@ def test_figures_build():
     rows = [{"method": m, "causal": c, "n": n, "tokens_per_s": 1.0, "peak_mib_per_gpu": 1.0}
             for m in ("one GPU", "ring") for c in (False, True) for n in (32768, 65536)]
     assert ring.scaling_figure(rows).axes
+
+
+def test_gpu_script_runs_on_cpu_with_gloo(root, tmp_path):
+    """The GPU script's CPU mode: two gloo processes, our ring checked against one process
+    before it is timed, one CSV row per method (context_parallel left out: its first call
+    alone takes a minute on a loaded 2-core machine)."""
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=2", str(root / "gpu" / "bench_ring_attention.py"),
+               "--out", str(tmp_path), "--device", "cpu", "--quick", "--skip-context-parallel"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = list(csv.DictReader((tmp_path / f"{ring.SCALING_RESULTS}.csv").open()))
+    methods = {(row["method"], row["causal"]) for row in rows}
+    assert {("one GPU", "False"), ("ring (ours)", "False"), ("one GPU", "True"),
+            ("ring (ours)", "True")} <= methods
+    for row in rows:
+        if row["method"] == "ring (ours)":
+            assert float(row["max_error"]) < 1e-4 and float(row["tokens_per_s"]) > 0
