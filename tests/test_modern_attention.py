@@ -15,7 +15,7 @@ from flashcourse.checks import registry
 
 runtime.setup(verbose=False)  # before triton is imported or any kernel defined: the interpreter
 
-from flashcourse.checks import modern_attention as checks  # noqa: E402
+from flashcourse.checks.modern_attention import decoding, masks  # noqa: E402
 from flashcourse.kernels import modern_attention as ma  # noqa: E402
 
 LESSON = "08-modern-attention.qmd"
@@ -232,9 +232,9 @@ def test_hidden_cases_hold_the_edge_cases():
     """Empty rows, pages out of order and a length that is not a multiple of the page size
     are among the hidden cases too, not only the visible ones."""
     assert any(c.mask.kind == "causal-documents" and sum(c.mask.docs) < c.mask.n
-               for c in checks.SPARSE_HIDDEN)  # padding rows see no key
-    assert any(0 < n % c.page_size for c in checks.PAGED_HIDDEN for n in c.lengths)
-    assert any(0 in c.lengths for c in checks.MERGE_HIDDEN)  # every split empty
+               for c in masks.SPARSE_HIDDEN)  # padding rows see no key
+    assert any(0 < n % c.page_size for c in decoding.PAGED_HIDDEN for n in c.lengths)
+    assert any(0 in c.lengths for c in decoding.MERGE_HIDDEN)  # every split empty
 
 
 def test_failure_message_says_where_and_how_much(root, known_wrong):

@@ -1,0 +1,34 @@
+"""Checks of lesson 8, "Attention as people run it today".
+
+Six code exercises: the block map of a mask (numpy) and the block-sparse kernel that walks only
+the listed key blocks (`masks.py`), the head arithmetic of grouped-query attention
+(`heads.py`), the split-KV decoding kernel that writes partial softmax states, the kernel that
+merges them and decoding through the page table of a paged cache (`decoding.py`); shared cases
+and helpers in `common.py`. Every kernel is launched by the grader
+(`kernels.modern_attention.launch_*`) with inputs inside NaN padding and outputs inside
+canaries. Its self-check questions and veto misconceptions are data:
+self_checks/08-modern-attention.toml.
+"""
+
+from __future__ import annotations
+
+from .. import registry
+from . import decoding, heads, masks
+
+LESSON = registry.lesson("modern-attention", "Lesson 8: Attention as people run it today",
+                         pass_line=8)
+
+# The exercises, in the scorecard's order.
+registry.exercise("modern-attention/block-map", "the block map of a mask (numpy)", 1)(
+    masks.check_block_map)
+registry.exercise("modern-attention/sparse-kernel",
+                  "block-sparse attention kernel over the listed blocks", 2, kernel=True)(
+    masks.check_sparse)
+registry.exercise("modern-attention/gqa-kernel", "grouped-query heads in the kernel", 1,
+                  kernel=True)(heads.check_gqa)
+registry.exercise("modern-attention/split-kv", "split-KV decoding: partial states", 1,
+                  kernel=True)(decoding.check_split)
+registry.exercise("modern-attention/merge-splits", "merge kernel for the split states", 1,
+                  kernel=True)(decoding.check_merge)
+registry.exercise("modern-attention/paged-decode", "decoding through a page table", 1,
+                  kernel=True)(decoding.check_paged)

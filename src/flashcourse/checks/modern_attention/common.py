@@ -1,0 +1,160 @@
+"""What lesson 8's checks share: where the lesson explains each exercise, the launch of a
+student's kernel, the comparison with candidate outputs of known mistakes, the masks and the
+decoding cases, and their inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from ... import runtime
+from ...kernels import modern_attention as ma
+from .. import guards, registry
+
+NEG_INF = float("-inf")
+SECTION_MASKS = 'section 1 ("Masks described block by block")'
+SECTION_SPARSE = 'section 2 ("A kernel that skips empty blocks")'
+SECTION_GQA = 'section 3 ("Grouped-query attention")'
+SECTION_SPLIT = 'section 4 ("Decoding: one query against a long cache")'
+SECTION_MERGE = 'section 5 ("Merging the splits")'
+SECTION_PAGED = 'section 6 ("A paged KV cache")'
+
+
+def device() -> str:
+    return runtime.current().device
+
+
+def require_callable(answer, exercise_id: str, name: str) -> None:
+    if not callable(answer):
+        raise registry.WrongAnswer(f"{exercise_id}: pass the function itself: "
+                                   f"check(\"{exercise_id}\", {name}).")
+
+
+def passed(count: int, what: str) -> str:
+    return f"{count} cases {what}{registry.hidden_note()}"
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return guards.dot_tolerance(guards.ATTENTION_TOLERANCES, dtype)
+
+
+def launch(label: str, launcher, *args, **kwargs) -> None:
+    """Run a launcher on the student's kernel; every tensor argument is named to the record."""
+    with np.errstate(all="ignore"):  # the interpreter computes with numpy: no warning noise
+        guards.guarded(label, lambda: launcher(*args, **kwargs),
+                       tensors=guards.tensors_in(args, kwargs))
+
+
+def close(actual: np.ndarray, candidate: np.ndarray, tol: float = 2e-3) -> bool:
+    if actual.shape != candidate.shape:
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool(np.allclose(actual, candidate, rtol=tol, atol=tol, equal_nan=True))
+
+
+def named(output: np.ndarray, candidates, fallback: str, tol: float = 2e-3) -> str:
+    """'Likely mistake: ...' for the first candidate output that matches, else `fallback`."""
+    for candidate, hint in candidates:
+        if close(output, np.asarray(candidate, dtype=np.float64), tol):
+            return "Likely mistake: " + hint
+    return fallback
+
+
+def attention_inputs(B, H, H_KV, N, D, dtype, seed, large, n_q=None):
+    gen = torch.Generator().manual_seed(registry.case_seed(seed))
+    q = torch.randn(B, H, n_q or N, D, generator=gen, dtype=torch.float64)
+    k = torch.randn(B, H_KV, N, D, generator=gen, dtype=torch.float64)
+    v = torch.randn(B, H_KV, N, D, generator=gen, dtype=torch.float64)
+    if large:  # scaled scores of about 1e3
+        factor = (1000.0 * D ** 0.5 / D) ** 0.5
+        q, k = q * factor, k * factor
+    return tuple(x.to(dtype) for x in (q, k, v))
+
+
+def place(x: torch.Tensor, layout: str, pad: int) -> torch.Tensor:
+    return guards.place_heads(x, layout, pad)
+
+
+# ---------------------------------------------------------------- masks of the cases
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskCase:
+    """A mask of the lesson's family: a window (left, right) and packed documents."""
+
+    kind: str  # "causal", "sliding", "causal-sliding", "documents", "causal-documents", ...
+    n: int
+    window: int = 0
+    docs: tuple = ()  # document lengths; the rest of the sequence is padding (-1)
+
+    def left_right(self) -> tuple[int, int]:
+        w, big = self.window, ma.UNLIMITED
+        return {"causal": (big, 0), "sliding": (w, w), "causal-sliding": (w - 1, 0),
+                "documents": (big, big), "causal-documents": (big, 0),
+                "strictly-past": (w, -1), "full": (big, big)}[self.kind]
+
+    def doc_ids(self) -> np.ndarray:
+        if not self.docs:
+            return np.zeros(self.n, np.int32)
+        return ma.packed_documents(self.docs, self.n - sum(self.docs))
+
+    def dense(self) -> np.ndarray:
+        left, right = self.left_right()
+        return ma.dense_mask(self.n, self.n, left, right, self.doc_ids())
+
+    def describe(self) -> str:
+        if self.kind in ("documents", "causal-documents"):
+            pad = self.n - sum(self.docs)
+            return (f"{self.kind} mask, documents of {', '.join(map(str, self.docs))} tokens"
+                    f"{f', then {pad} padding tokens that see nothing' if pad else ''}")
+        if self.kind == "strictly-past":
+            return (f"each query sees the {self.window} keys before it, not itself (row 0 "
+                    "sees nothing)")
+        if self.kind == "full":
+            return "no mask (every pair visible)"
+        if self.kind in ("sliding", "causal-sliding"):
+            return f"{self.kind} window of {self.window}"
+        return f"{self.kind} mask"
+
+
+# ---------------------------------------------------------------- 4. split-KV decoding
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeCase:
+    lengths: tuple
+    H: int
+    H_KV: int
+    n_max: int
+    split_size: int = 32
+    block_n: int = 16
+    D: int = 16
+    dtype: torch.dtype = torch.float32
+    seed: int = 0
+    large: bool = False
+    page_size: int = 16
+
+    @property
+    def B(self) -> int:
+        return len(self.lengths)
+
+    def label(self, number: int, total: int, paged: bool = False) -> str:
+        what = (f"page size {self.page_size}, pages out of order" if paged else
+                f"split size {self.split_size}")
+        return (f"case {number}/{total} (lengths {list(self.lengths)} in a cache of "
+                f"{self.n_max}, H={self.H}, H_KV={self.H_KV}, D={self.D}, "
+                f"{guards.dtype_name(self.dtype)}, {what}, BLOCK_N={self.block_n}"
+                f"{', scores ~1e3' if self.large else ''}, seed={self.seed})")
+
+
+def decode_inputs(case: DecodeCase):
+    """q (B, H, D); k, v (B, H_KV, n_max, D) with every slot past a sequence's length NaN."""
+    q, k, v = attention_inputs(case.B, case.H, case.H_KV, case.n_max, case.D, case.dtype,
+                                case.seed, case.large, n_q=1)
+    q = q[:, :, 0]
+    for b, n in enumerate(case.lengths):
+        k[b, :, n:] = float("nan")
+        v[b, :, n:] = float("nan")
+    return q, k, v, torch.tensor(case.lengths, dtype=torch.int32)
