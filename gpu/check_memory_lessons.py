@@ -34,10 +34,11 @@ def main() -> int:
     import triton
 
     roof = cells.load_cells(ROOT / "lessons" / "02-memory-roofline.qmd",
-                                   ["exercise-copy-kernel"], prelude=PRELUDE)
+                            ["exercise-copy-kernel", "exercise-axpy-kernel"], prelude=PRELUDE)
     coal = cells.load_cells(ROOT / "lessons" / "03-coalescing.qmd",
-                                   ["exercise-strided-copy", "exercise-transpose-naive",
-                                    "exercise-transpose-tiled"], prelude=PRELUDE)
+                            ["exercise-strided-copy", "exercise-transpose-naive",
+                             "exercise-transpose-tiled", "exercise-batched-transpose"],
+                            prelude=PRELUDE)
     failures = []
 
     def run(name, fn):
@@ -50,9 +51,12 @@ def main() -> int:
             traceback.print_exc(limit=2)
 
     for exercise_id, kernel in (("roofline/copy-kernel", roof.copy_kernel),
+                                ("roofline/axpy-kernel", roof.axpy_kernel),
                                 ("coalescing/strided-copy", coal.strided_copy_kernel),
                                 ("coalescing/transpose-naive", coal.transpose_naive_kernel),
-                                ("coalescing/transpose-tiled", coal.transpose_tiled_kernel)):
+                                ("coalescing/transpose-tiled", coal.transpose_tiled_kernel),
+                                ("coalescing/batched-transpose",
+                                 coal.batched_transpose_kernel)):
         run(f"grader {exercise_id}", lambda e=exercise_id, k=kernel: check(e, k))
 
     def large(dtype):
@@ -62,6 +66,12 @@ def main() -> int:
             roof.copy_kernel[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), BLOCK=block,
                                                                num_warps=warps)
             assert torch.equal(x, y), f"copy BLOCK={block} differs"
+            other = torch.randn_like(x)
+            want = (-0.75 * x.float() + other.float()).to(dtype)
+            got = roof.axpy(-0.75, x, other, block=block)
+            tolerance = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 1.6e-2}[dtype]
+            assert torch.allclose(got.float(), want.float(), atol=tolerance, rtol=tolerance), (
+                f"axpy BLOCK={block} differs")
         for stride in (1, 3, 8):
             assert torch.equal(coal.strided_copy(x, stride, block=1024),
                                x[: x.numel() // stride * stride][::stride]), stride
@@ -72,6 +82,12 @@ def main() -> int:
         coal.transpose_naive_kernel[(4099, triton.cdiv(2051, 1024))](
             m, out, 4099, 2051, m.stride(0), out.stride(0), BLOCK=1024)
         assert torch.equal(out, m.T), "naive transpose differs"
+        stack = torch.randn(3, 1025, 2051, device="cuda").to(dtype)
+        for bm, bn in ((32, 32), (64, 64), (64, 32)):
+            assert torch.equal(coal.batched_transpose(stack, bm, bn), stack.transpose(1, 2)), (
+                "batched transpose", bm, bn)
+        view = stack[:, 1:, :2000]  # padded rows and an offset: strides, not shapes
+        assert torch.equal(coal.batched_transpose(view), view.transpose(1, 2)), "view"
 
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         run(f"large ragged shapes, {dtype}", lambda d=dtype: large(d))

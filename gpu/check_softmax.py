@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # flashcourse is imported once Triton's mode is chosen
 LESSON = ROOT / "lessons" / "05-softmax.qmd"
 KERNEL_CELLS = {"exercise-row-kernel": "softmax_row_kernel",
-                "exercise-online-kernel": "online_softmax_kernel"}
+                "exercise-online-kernel": "online_softmax_kernel",
+                "exercise-masked-softmax": "masked_softmax_kernel"}
 HEADER = "import triton\nimport triton.language as tl\n\n\n"
 
 ROW_SHAPES = [(1, 1), (7, 7), (64, 100), (33, 1000), (16, 4096), (8, 16384)]
@@ -82,6 +83,42 @@ def run_case(kernel_name, kernel, rows, n, dtype_name, scale, seed, block, torch
     return not problems
 
 
+def run_masked_case(kernel, rows, n, dtype_name, scale, seed, block, torch):
+    """The masked-softmax kernel against torch.softmax of the scaled scores with the columns
+    past each row's length at -inf; lengths include 0 (a row with nothing visible: NaN)."""
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+    x = inputs(rows, n, dtype, scale, seed, torch)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    lengths = torch.randint(0, n + 1, (rows,), device=DEVICE, generator=gen,
+                            dtype=torch.int32)
+    lengths[-1] = n  # one row fully visible
+    padded = torch.full((rows, n + PAD), float("nan"), device=DEVICE, dtype=dtype)
+    y = padded[:, :n]
+    sm_scale = 0.125
+    warps = 4 if block <= 1024 else 8 if block <= 4096 else 16
+    kernel[(rows,)](x, y, lengths, n, x.stride(0), y.stride(0), sm_scale, BLOCK=block,
+                    num_warps=warps)
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    hidden = torch.arange(n, device=DEVICE)[None, :] >= lengths[:, None]
+    ref = torch.softmax((sm_scale * x.double()).masked_fill(hidden, float("-inf")), dim=-1)
+    atol, rtol = TOLERANCE[dtype_name]
+    err = (y.double() - ref).abs()
+    both_nan = torch.isnan(y) & torch.isnan(ref)  # rows with nothing visible: NaN, as torch
+    bad = ~((err <= atol + rtol * ref.abs()) | both_nan)
+    label = (f"masked rows={rows} n={n} BLOCK={block} {dtype_name} scale={scale:g}"
+             f"{' with -inf' if seed % 2 and n > 1 else ''}")
+    problems = []
+    if bad.any():
+        where = tuple(int(i) for i in torch.nonzero(bad)[0])
+        problems.append(f"{int(bad.sum())} wrong values, first at {where}")
+    if not torch.isnan(padded[:, n:]).all():
+        problems.append("wrote past the end of a row")
+    print(f"{'FAIL' if problems else 'ok  '} {label}" + (": " + "; ".join(problems)
+                                                         if problems else ""))
+    return not problems
+
+
 def check_kernels(kernels, torch, triton, max_n=None) -> int:
     failures = 0
     seed = 0
@@ -100,6 +137,8 @@ def check_kernels(kernels, torch, triton, max_n=None) -> int:
                         continue
                     failures += not run_case("online", kernels["online_softmax_kernel"], rows,
                                              n, dtype_name, scale, seed, block, torch, triton)
+                    failures += not run_masked_case(kernels["masked_softmax_kernel"], rows, n,
+                                                    dtype_name, scale, seed, block, torch)
     return failures
 
 
@@ -114,7 +153,8 @@ def check_graders(kernels) -> int:
         return 1
     failures = 0
     for exercise_id, name in (("softmax/row-kernel", "softmax_row_kernel"),
-                              ("softmax/online-kernel", "online_softmax_kernel")):
+                              ("softmax/online-kernel", "online_softmax_kernel"),
+                              ("softmax/masked-softmax", "masked_softmax_kernel")):
         for hidden in (False, True):
             os.environ[registry.GRADING_MODE_ENV] = "1" if hidden else "0"
             try:

@@ -1,6 +1,7 @@
 """Lesson 3's grader: the solutions pass; known-wrong answers, built by editing the lesson's own
 solution cells, are rejected with the message meant for them."""
 
+import json
 import re
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import flashcourse as fc
 from flashcourse import BlankNotFilled, check
 from flashcourse.authoring import cells
-from flashcourse.checks import registry
+from flashcourse.checks import recording, registry
 from flashcourse.models import memory as memory_model
 
 REJECTED = []
@@ -32,7 +33,9 @@ CELLS = {
     "coalescing/strided-copy": ("exercise-strided-copy", "strided_copy_kernel"),
     "coalescing/transpose-naive": ("exercise-transpose-naive", "transpose_naive_kernel"),
     "coalescing/transpose-tiled": ("exercise-transpose-tiled", "transpose_tiled_kernel"),
+    "coalescing/batched-transpose": ("exercise-batched-transpose", "batched_transpose_kernel"),
 }
+FROM_SCRATCH = ["coalescing/batched-transpose"]  # whole bodies, not blanks: five known-wrong
 
 
 @pytest.mark.parametrize("exercise_id", list(CELLS))
@@ -45,7 +48,10 @@ def test_hidden_cases_run_in_grading_mode(lesson, capsys, monkeypatch):
     monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check("coalescing/transpose-tiled", answer(lesson, *CELLS["coalescing/transpose-tiled"]))
     check("coalescing/sectors", answer(lesson, *CELLS["coalescing/sectors"]))
+    check("coalescing/batched-transpose",
+          answer(lesson, *CELLS["coalescing/batched-transpose"]))
     out = capsys.readouterr().out
+    assert "16 cases transposed exactly" in out
     assert "14 cases transposed exactly" in out and "12 access patterns right" in out
 
 
@@ -110,6 +116,21 @@ WRONG = {
         "tl.trans forgotten": ([("tl.trans(tile)", "tile")], "y[j, i] must be x[i, j]"),
         "mask of x reused for y": ([("mask=in_y)", "mask=in_x)")], "launching your kernel"),
     },
+    "coalescing/batched-transpose": {
+        "batch index ignored": (
+            [("batch * stride_xb + ", ""), ("batch * stride_yb + ", "")], "only matrix 0 of y"),
+        "no batch offset on y": ([("batch * stride_yb + ", "")], "only matrix 0 of y"),
+        "y's batch stride taken from x": ([("batch * stride_yb", "batch * stride_xb")],
+                                          "own batch stride stride_yb"),
+        "y's row stride taken from x": (
+            [("cols[:, None] * stride_yn", "cols[:, None] * stride_xm")],
+            "own row stride stride_yn"),
+        "store without a mask": ([("tl.trans(tile), mask=in_y)", "tl.trans(tile))")],
+                                 "Mask the stores"),
+        "tile not transposed": ([("tl.trans(tile)", "tile")], "not transposed"),
+        "x's rows assumed contiguous": ([("rows[:, None] * stride_xm", "rows[:, None] * N")],
+                                        "right on contiguous tensors only"),
+    },
 }
 
 
@@ -126,12 +147,45 @@ def test_known_wrong_answer_is_rejected_with_its_message(lesson, known_wrong, ex
     REJECTED.append((exercise_id, mistake))
 
 
-@pytest.mark.parametrize("exercise_id", list(CELLS))
+@pytest.mark.parametrize("exercise_id", [e for e in CELLS if e not in FROM_SCRATCH])
 def test_untouched_exercise_says_fill_in_the_blank(lesson, exercise_id):
     cell_id, name = CELLS[exercise_id]
     module = cells.load(cells.exercise_source(lesson, cell_id), prelude=PRELUDE)
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
         check(exercise_id, getattr(module, name))
+
+
+@pytest.mark.parametrize("exercise_id", FROM_SCRATCH)
+def test_untouched_from_scratch_exercise_says_implement(lesson, known_wrong, exercise_id):
+    cell_id, name = CELLS[exercise_id]
+    stub = getattr(cells.load(cells.exercise_source(lesson, cell_id), prelude=PRELUDE), name)
+    with known_wrong(exercise_id, "body not written (the exercise as handed out)",
+                     match="still raises NotImplementedError"):
+        check(exercise_id, stub)
+
+
+def test_batched_transpose_is_replayed_by_the_grader(lesson, tmp_path, monkeypatch):
+    """The grader's replay of a record gives the check's own verdict, right or wrong (the
+    wrong kernel's diagnosis launches it again, and the replay follows)."""
+    exercise_id = "coalescing/batched-transpose"
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    for folder, replace in (("right", ()),
+                            ("wrong", (("rows[:, None] * stride_xm", "rows[:, None] * N"),))):
+        monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path / folder))
+        verdict = None
+        try:
+            check(exercise_id, answer(lesson, *CELLS[exercise_id], *replace))
+        except registry.WrongAnswer as err:
+            verdict = str(err)
+        monkeypatch.delenv(recording.RECORD_DIR_ENV)
+        record = json.loads((tmp_path / folder / recording.record_name(exercise_id))
+                            .read_text())
+        if verdict is None:
+            assert "16 cases transposed exactly" in registry.replay(exercise_id, record)
+        else:
+            with pytest.raises(registry.WrongAnswer) as caught:
+                registry.replay(exercise_id, record)
+            assert str(caught.value) == verdict
 
 
 def test_wrappers_turn_a_blank_into_a_short_error(lesson):
@@ -158,4 +212,5 @@ def test_reference_model_numbers():
 
 def test_zz_at_least_three_wrong_answers_per_exercise():
     for exercise_id in CELLS:  # questions: tests/test_self_checks.py
-        assert len([r for r in REJECTED if r[0] == exercise_id]) >= 3, exercise_id
+        least = 5 if exercise_id in FROM_SCRATCH else 3
+        assert len([r for r in REJECTED if r[0] == exercise_id]) >= least, exercise_id

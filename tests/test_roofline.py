@@ -1,6 +1,7 @@
 """Lesson 2's grader: the solutions pass; known-wrong answers, built by editing the lesson's own
 solution cells, are rejected with the message meant for them."""
 
+import json
 import re
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import flashcourse as fc
 from flashcourse import BlankNotFilled, check
 from flashcourse.authoring import cells
-from flashcourse.checks import registry
+from flashcourse.checks import recording, registry
 
 REJECTED = []
 
@@ -29,7 +30,9 @@ CELLS = {
     "roofline/attainable": ("exercise-attainable", "attainable_tflops"),
     "roofline/attention-intensity": ("exercise-attention-intensity", "attention_intensities"),
     "roofline/copy-kernel": ("exercise-copy-kernel", "copy_kernel"),
+    "roofline/axpy-kernel": ("exercise-axpy-kernel", "axpy_kernel"),
 }
+FROM_SCRATCH = ["roofline/axpy-kernel"]  # whole bodies, not blanks: five known-wrong each
 
 
 @pytest.mark.parametrize("exercise_id", list(CELLS))
@@ -44,8 +47,10 @@ def test_hidden_cases_run_in_grading_mode(lesson, capsys, monkeypatch):
     monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check("roofline/copy-kernel", answer(lesson, *CELLS["roofline/copy-kernel"]))
     check("roofline/gemm-intensity", answer(lesson, *CELLS["roofline/gemm-intensity"]))
+    check("roofline/axpy-kernel", answer(lesson, *CELLS["roofline/axpy-kernel"]))
     out = capsys.readouterr().out
     assert "16 cases copied exactly" in out and "6 shapes right" in out
+    assert "16 cases right, canaries intact" in out
 
 
 WRONG = {
@@ -111,6 +116,24 @@ WRONG = {
         "values changed": (
             [("values, mask=mask)", "values * 2, mask=mask)")], "reproduce its input exactly"),
     },
+    "roofline/axpy-kernel": {
+        "no masks at all": (
+            [("tl.load(x_ptr + offsets, mask=mask)", "tl.load(x_ptr + offsets)"),
+             ("tl.load(y_ptr + offsets, mask=mask)", "tl.load(y_ptr + offsets)"),
+             ("alpha * x + y, mask=mask)", "alpha * x + y)")], "outside the output"),
+        "store without a mask": ([("alpha * x + y, mask=mask)", "alpha * x + y)")],
+                                 "Mask the stores"),
+        "off-by-one mask": ([("offsets < n_elements", "offsets <= n_elements")],
+                            "Mask the stores"),
+        "mask drops the last element": ([("offsets < n_elements", "offsets < n_elements - 1")],
+                                        "last element was never written"),
+        "no program offset": ([("pid * BLOCK + tl.arange(0, BLOCK)", "tl.arange(0, BLOCK)")],
+                              "Only the first block was written"),
+        "alpha missing": ([("alpha * x + y, mask", "x + y, mask")], "alpha is missing"),
+        "x and y swapped": ([("alpha * x + y, mask", "alpha * y + x, mask")], "swapped"),
+        "alpha scales the sum": ([("alpha * x + y, mask", "alpha * (x + y), mask")],
+                                 "alpha multiplies the sum"),
+    },
 }
 
 
@@ -137,7 +160,7 @@ def test_copy_failure_says_where(lesson, known_wrong):
         check("roofline/copy-kernel", wrong)
 
 
-@pytest.mark.parametrize("exercise_id", list(CELLS))
+@pytest.mark.parametrize("exercise_id", [e for e in CELLS if e not in FROM_SCRATCH])
 def test_untouched_exercise_says_fill_in_the_blank(lesson, exercise_id):
     cell_id, name = CELLS[exercise_id]
     source = cells.exercise_source(lesson, cell_id)
@@ -162,6 +185,37 @@ def test_stub_kernel_says_implement(lesson, known_wrong):
     with known_wrong("roofline/copy-kernel", "stub still raises NotImplementedError",
                      match="NotImplementedError"):
         check("roofline/copy-kernel", stub.copy_kernel)
+
+
+@pytest.mark.parametrize("exercise_id", FROM_SCRATCH)
+def test_untouched_from_scratch_exercise_says_implement(lesson, known_wrong, exercise_id):
+    cell_id, name = CELLS[exercise_id]
+    stub = getattr(cells.load(cells.exercise_source(lesson, cell_id)), name)
+    with known_wrong(exercise_id, "body not written (the exercise as handed out)",
+                     match="still raises NotImplementedError"):
+        check(exercise_id, stub)
+
+
+def test_axpy_is_replayed_by_the_grader(lesson, tmp_path, monkeypatch):
+    """The grader's replay of a record gives the check's own verdict, right or wrong."""
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    for folder, replace in (("right", ()), ("wrong", (("alpha * x + y, mask", "x + y, mask"),))):
+        monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path / folder))
+        verdict = None
+        try:
+            check("roofline/axpy-kernel", answer(lesson, *CELLS["roofline/axpy-kernel"],
+                                                 *replace))
+        except registry.WrongAnswer as err:
+            verdict = str(err)
+        monkeypatch.delenv(recording.RECORD_DIR_ENV)
+        record = json.loads((tmp_path / folder / recording.record_name(
+            "roofline/axpy-kernel")).read_text())
+        if verdict is None:
+            assert "16 cases right" in registry.replay("roofline/axpy-kernel", record)
+        else:
+            with pytest.raises(registry.WrongAnswer) as caught:
+                registry.replay("roofline/axpy-kernel", record)
+            assert str(caught.value) == verdict
 
 
 def test_a_plain_function_is_not_a_kernel(known_wrong):
@@ -194,7 +248,8 @@ def test_question_numbers_are_the_roofline_models():
 
 def test_zz_at_least_three_wrong_answers_per_exercise():
     for exercise_id in CELLS:  # questions: tests/test_self_checks.py
-        assert len([r for r in REJECTED if r[0] == exercise_id]) >= 3, exercise_id
+        least = 5 if exercise_id in FROM_SCRATCH else 3
+        assert len([r for r in REJECTED if r[0] == exercise_id]) >= least, exercise_id
 
 
 def test_feedback_never_shows_the_right_value(known_wrong):

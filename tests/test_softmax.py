@@ -2,6 +2,7 @@
 built by editing the lesson's own solution cells) are rejected with the message that names the
 mistake, blanks say "Fill in the blank", questions and misconceptions are checked."""
 
+import json
 import math
 import re
 
@@ -10,7 +11,7 @@ import pytest
 
 from flashcourse import BlankNotFilled, ______, check, runtime
 from flashcourse.authoring import cells
-from flashcourse.checks import registry
+from flashcourse.checks import recording, registry
 
 runtime.setup(verbose=False)  # before triton is imported or any kernel defined: the interpreter
 
@@ -26,8 +27,10 @@ EXERCISES = {  # exercise id: (solution cell id, function name)
     "softmax/row-kernel": ("exercise-row-kernel", "softmax_row_kernel"),
     "softmax/online-stats": ("exercise-online-stats", "online_softmax_stats"),
     "softmax/online-kernel": ("exercise-online-kernel", "online_softmax_kernel"),
+    "softmax/masked-softmax": ("exercise-masked-softmax", "masked_softmax_kernel"),
     "softmax/merge-states": ("exercise-merge-states", "merge_states"),
 }
+FROM_SCRATCH = ["softmax/masked-softmax"]  # whole bodies, not blanks: five known-wrong each
 
 
 def answer(root, exercise_id, lines=None, replace=()):
@@ -53,7 +56,7 @@ def test_solution_passes(root, capsys, exercise_id):
 
 @pytest.mark.parametrize("exercise_id", ["softmax/stable-softmax", "softmax/row-kernel",
                                          "softmax/online-kernel", "softmax/merge-states",
-                                         "softmax/online-stats"])
+                                         "softmax/online-stats", "softmax/masked-softmax"])
 def test_hidden_cases_run_in_grading_mode(root, capsys, monkeypatch, exercise_id):
     monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check(exercise_id, answer(root, exercise_id))
@@ -145,6 +148,31 @@ WRONG = {
         dict(lines={"m": "m1"}), "not m1"),
     ("softmax/merge-states", "no safe max: two empty states give NaN"): (
         dict(lines={"m_safe": "m"}), "Two empty states"),
+    # exercise 5: the masked softmax kernel, written from scratch
+    ("softmax/masked-softmax", "hidden columns loaded as 0 (other=0.0)"): (
+        dict(replace=[('other=float("-inf")', "other=0.0", 2)]), "loaded as 0"),
+    ("softmax/masked-softmax", "lengths ignored: the whole row visible"): (
+        dict(replace=[("mask=cols < length,", "mask=cols < n_cols,", 2)]), "not cols < n_cols"),
+    ("softmax/masked-softmax", "a row with nothing visible written as 0, not NaN"): (
+        dict(lines={"y": "tl.where(l > 0, tl.exp(s * scale - m) / l, 0.0)"}),
+        "must be NaN throughout"),
+    ("softmax/masked-softmax", "no safe max: a hidden first block gives NaN"): (
+        dict(lines={"m_safe": "m_new"}), "Shift by a safe max"),
+    ("softmax/masked-softmax", "scale ignored"): (
+        dict(replace=[("s = s * scale", "s = s", 1),
+                      ("tl.exp(s * scale - m)", "tl.exp(s - m)", 1)]),
+        "not multiplied by scale"),
+    ("softmax/masked-softmax", "sum not rescaled"): (
+        dict(replace=[("l = l * tl.exp(m - m_safe) + ", "l = l + ", 1)]), "not rescaled"),
+    ("softmax/masked-softmax", "store masked by the length: hidden columns never written"): (
+        dict(replace=[("y, mask=cols < n_cols)", "y, mask=cols < length)", 1)]),
+        "never written"),
+    ("softmax/masked-softmax", "store without a mask"): (
+        dict(replace=[("y, mask=cols < n_cols)", "y)", 1)]), "Mask the stores"),
+    ("softmax/masked-softmax", "no max subtraction"): (
+        dict(replace=[("tl.exp(m - m_safe)", "1.0", 1), ("tl.exp(s - m_safe)", "tl.exp(s)", 1),
+                      ("tl.exp(s * scale - m)", "tl.exp(s * scale)", 1)]),
+        "subtract the row max"),
 }
 
 
@@ -220,6 +248,46 @@ def test_stats_must_return_a_pair(known_wrong):
         check("softmax/online-stats", lambda x, block_size: x.max(axis=-1))
 
 
+def test_untouched_masked_softmax_says_implement(root, known_wrong):
+    cell_id, name = EXERCISES["softmax/masked-softmax"]
+    source = cells.exercise_source(root / "lessons" / "05-softmax.qmd", cell_id)
+    with known_wrong("softmax/masked-softmax", "body not written (the exercise as handed out)",
+                     match="still raises NotImplementedError"):
+        check("softmax/masked-softmax", getattr(cells.load(source), name))
+
+
+def test_masked_softmax_is_replayed_by_the_grader(root, tmp_path, monkeypatch):
+    """The grader's replay of a record gives the check's own verdict, right or wrong."""
+    exercise_id = "softmax/masked-softmax"
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    for folder, edits in (("right", {}),
+                          ("wrong", dict(replace=[('other=float("-inf")', "other=0.0", 2)]))):
+        monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path / folder))
+        verdict = None
+        try:
+            check(exercise_id, answer(root, exercise_id, **edits))
+        except registry.WrongAnswer as err:
+            verdict = str(err)
+        monkeypatch.delenv(recording.RECORD_DIR_ENV)
+        record = json.loads((tmp_path / folder / recording.record_name(exercise_id))
+                            .read_text())
+        if verdict is None:
+            assert "11 cases match" in registry.replay(exercise_id, record)
+        else:
+            with pytest.raises(registry.WrongAnswer) as caught:
+                registry.replay(exercise_id, record)
+            assert str(caught.value) == verdict
+
+
+def test_masked_launcher_refuses_lengths_of_the_wrong_type(root):
+    import torch
+
+    kernel = answer(root, "softmax/masked-softmax")
+    x = torch.randn(3, 50)
+    with pytest.raises(runtime.CourseInputError, match="int32"):
+        softmax.masked_softmax(kernel, x, torch.tensor([50, 10, 0]))  # int64
+
+
 def test_launchers_match_the_lesson(root):
     import torch
 
@@ -230,6 +298,13 @@ def test_launchers_match_the_lesson(root):
         assert torch.allclose(y, torch.softmax(x, dim=-1), atol=1e-6)
     row = answer(root, "softmax/row-kernel")
     assert torch.allclose(softmax.row_softmax(row, x), torch.softmax(x, dim=-1), atol=1e-6)
+    masked = answer(root, "softmax/masked-softmax")
+    lengths = torch.tensor([50, 7, 0], dtype=torch.int32)
+    hidden = torch.arange(50)[None, :] >= lengths[:, None]
+    with np.errstate(invalid="ignore"):  # the row with nothing visible: -inf - (-inf)
+        y = softmax.masked_softmax(masked, x, lengths, scale=0.5, block=16)
+    expected = torch.softmax((0.5 * x).masked_fill(hidden, float("-inf")), dim=-1)
+    assert torch.allclose(y[:2], expected[:2], atol=1e-6) and y[2].isnan().all()
 
 
 # ---------------------------------------------------------------- questions and misconceptions
@@ -252,4 +327,8 @@ def test_every_graded_exercise_has_three_known_wrong_answers():
     # static, so it holds under pytest-xdist too; each entry is run by the parametrized test
     for exercise_id in EXERCISES:
         count = len([key for key in WRONG if key[0] == exercise_id])
-        assert count >= 3, (exercise_id, count)
+        assert count >= (5 if exercise_id in FROM_SCRATCH else 3), (exercise_id, count)
+    # one of the masked kernel's known-wrong answers is a masked-row bug of each kind
+    masked = [mistake for exercise_id, mistake in WRONG if exercise_id in FROM_SCRATCH]
+    assert "hidden columns loaded as 0 (other=0.0)" in masked
+    assert "a row with nothing visible written as 0, not NaN" in masked

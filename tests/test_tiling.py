@@ -13,6 +13,7 @@ import os
 os.environ.setdefault("FLASHCOURSE_INTERPRET", "1")
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import json  # noqa: E402
 import re  # noqa: E402
 
 import pytest  # noqa: E402
@@ -20,7 +21,7 @@ import pytest  # noqa: E402
 import flashcourse  # noqa: E402
 from flashcourse import BlankNotFilled, check
 from flashcourse.authoring import cells
-from flashcourse.checks import registry
+from flashcourse.checks import recording, registry
 from flashcourse.checks import tiling_matmul as tiling  # noqa: E402
 from flashcourse.models import matmul  # noqa: E402
 
@@ -167,6 +168,95 @@ def test_visible_cases_are_ragged_and_cover_both_dtypes():
     assert {c[3] for c in tiling.KERNEL_CASES} >= {"float32", "float16", "bfloat16"}
 
 
+# ---------------------------------------------------------------- the batched kernel, from scratch
+
+BATCHED = "tiling/batched-matmul"
+BATCHED_CELL = ("exercise-batched-matmul", "batched_matmul_kernel")
+
+
+def batched_kernel(root, *replace):
+    return cells.load_name(root / "lessons" / "04-tiling-matmul.qmd", *BATCHED_CELL, replace)
+
+
+def test_batched_solution_passes(root, capsys, monkeypatch):
+    check(BATCHED, batched_kernel(root))
+    assert capsys.readouterr().out == (
+        "\u2713 tiling/batched-matmul: 4 cases match A[z] @ B[z] (ragged shapes, fp32 and fp16) "
+        "(1 bf16 case(s) run only on a GPU; graders also run hidden cases)\n")
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    check(BATCHED, batched_kernel(root))
+    assert "7 cases match" in capsys.readouterr().out
+
+
+ACC_FP32 = "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"
+WRONG_BATCHED = {
+    "fp16 accumulator": (
+        [(ACC_FP32, ACC_FP32.replace("float32", "float16")),
+         ("acc = tl.dot(a, b, acc)", "acc += tl.dot(a, b).to(tl.float16)")],
+        "the accumulator is fp16"),
+    "missing K-tail mask": (
+        [("(offs_m[:, None] < M) & (offs_k[None, :] < k_left)", "offs_m[:, None] < M"),
+         ("(offs_k[:, None] < k_left) & (offs_n[None, :] < N)", "offs_n[None, :] < N")],
+        "the last K step reads past column K-1"),
+    "batch index ignored": (
+        [("z * stride_az + ", ""), ("z * stride_bz + ", ""), ("z * stride_cz + ", "")],
+        "only matrix 0 of C was written"),
+    "C's batch stride taken from A": ([("z * stride_cz", "z * stride_az")],
+                                      "own batch stride stride_cz"),
+    "row stride K instead of stride_am": (
+        [("offs_m[:, None] * stride_am", "offs_m[:, None] * K")],
+        "right on contiguous tensors only"),
+    "missing store mask": ([("mask=c_mask)", ")")], "Mask the stores"),
+    "pointers never advance along K": ([("a_ptrs += BLOCK_K * stride_ak", "a_ptrs += 0")],
+                                       "Check the K loop"),
+    "transposed index into B": (
+        [("offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn",
+          "offs_k[:, None] * stride_bn + offs_n[None, :] * stride_bk"),
+         ("b_ptrs += BLOCK_K * stride_bk", "b_ptrs += BLOCK_K * stride_bn")],
+        "computed A @ B.T"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_BATCHED))
+def test_known_wrong_batched_kernel_is_rejected(root, known_wrong, mistake):
+    replace, message = WRONG_BATCHED[mistake]
+    with known_wrong(BATCHED, mistake, match=re.escape(message)) as caught:
+        check(BATCHED, batched_kernel(root, *replace))
+    assert re.search(r"case \d+/\d+ \(batch=\d+, M=\d+", str(caught.value)), caught.value
+    assert BATCHED not in registry.RESULTS
+    REJECTED.append((BATCHED, mistake))
+
+
+def test_untouched_batched_exercise_says_implement(root, known_wrong):
+    source = cells.exercise_source(root / "lessons" / "04-tiling-matmul.qmd", BATCHED_CELL[0])
+    stub = getattr(cells.load(source), BATCHED_CELL[1])
+    with known_wrong(BATCHED, "body not written (the exercise as handed out)",
+                     match="still raises NotImplementedError"):
+        check(BATCHED, stub)
+
+
+def test_batched_matmul_is_replayed_by_the_grader(root, tmp_path, monkeypatch):
+    """The grader's replay of a record gives the check's own verdict, right or wrong (the
+    wrong kernel's diagnosis launches it again on other buffers, and the replay follows)."""
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    wrong = (("offs_m[:, None] * stride_am", "offs_m[:, None] * K"),)
+    for folder, replace in (("right", ()), ("wrong", wrong)):
+        monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path / folder))
+        verdict = None
+        try:
+            check(BATCHED, batched_kernel(root, *replace))
+        except registry.WrongAnswer as err:
+            verdict = str(err)
+        monkeypatch.delenv(recording.RECORD_DIR_ENV)
+        record = json.loads((tmp_path / folder / recording.record_name(BATCHED)).read_text())
+        if verdict is None:
+            assert "7 cases match" in registry.replay(BATCHED, record)
+        else:
+            with pytest.raises(registry.WrongAnswer) as caught:
+                registry.replay(BATCHED, record)
+            assert str(caught.value) == verdict
+
+
 # ---------------------------------------------------------------- numpy exercises
 
 
@@ -270,4 +360,5 @@ def test_rubric_is_ten_points():
 def test_zz_report_rejected_count():
     print(f"\nlesson 4: {len(REJECTED)} known-wrong answers rejected")
     assert len([r for r in REJECTED if r[0] == "tiling/matmul-kernel"]) >= 4
+    assert len([r for r in REJECTED if r[0] == BATCHED]) >= 5  # written from scratch
     assert len([r for r in REJECTED if r[0] == "tiling/blocked-bytes"]) >= 3

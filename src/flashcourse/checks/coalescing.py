@@ -1,6 +1,7 @@
 """Checks of lesson 3, "Coalescing, divergence and transposes": counting sectors and lines,
-warp efficiency under a branch, a strided copy and two transposes in Triton. Its self-check
-questions and veto misconceptions are data: self_checks/03-coalescing.toml."""
+warp efficiency under a branch, a strided copy and two transposes in Triton, and a batched
+transpose written from scratch. Its self-check questions and veto misconceptions are data:
+self_checks/03-coalescing.toml."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def _sector_variants(addresses, size):
     ]
 
 
-@registry.exercise("coalescing/sectors", "sectors and lines of a warp's load", 2)
+@registry.exercise("coalescing/sectors", "sectors and lines of a warp's load", 1)
 def _check_sectors(sectors_and_lines) -> str:
     cases = _sector_cases(registry.grading_mode())
     for number, (what, addresses, size) in enumerate(cases, 1):
@@ -296,7 +297,107 @@ def _check_naive(transpose_naive_kernel) -> str:
                             "transpose_naive_kernel", tiled=False)
 
 
-@registry.exercise("coalescing/transpose-tiled", "Triton transpose, 2-D tiles", 2, kernel=True)
+@registry.exercise("coalescing/transpose-tiled", "Triton transpose, 2-D tiles", 1, kernel=True)
 def _check_tiled(transpose_tiled_kernel) -> str:
     return _check_transpose(transpose_tiled_kernel, "coalescing/transpose-tiled",
                             "transpose_tiled_kernel", tiled=True)
+
+
+# ---------------------------------------------------------------- batched transpose, from scratch
+
+# (batch, M, N, BLOCK_M, BLOCK_N): the first case has no ragged edge; the rest have ragged ones
+BATCHED_CASES = [(2, 32, 32, 16, 16), (3, 33, 47, 16, 32), (1, 1, 1, 16, 16),
+                 (4, 20, 9, 16, 16), (2, 100, 72, 32, 64)]
+BATCHED_HIDDEN = [(5, 17, 65, 16, 32), (2, 64, 1, 32, 16), (3, 40, 40, 32, 32)]
+# y's padding differs from x's, so a stride of x used for y (or the other way) lands elsewhere
+Y_EXTRA_ROWS, Y_EXTRA_COLS = 5, 3
+
+
+def run_batched_transpose(kernel, batch, m, n, blocks, dtype, case, seed=0, contiguous=False):
+    """Launch the student's batched transpose the way the lesson does; returns (out, values).
+    contiguous: plain contiguous tensors instead of padded views (to name a stride mistake)."""
+    device = runtime.current().device
+    generator = torch.Generator().manual_seed(registry.case_seed(seed))
+    values = (torch.randn(batch, m, n, generator=generator) * 100).to(dtype).to(device)
+    block_m, block_n = blocks
+    pad = max(blocks) + 8
+    if contiguous:
+        x = buffers.poisoned(values, pad_rows=0, pad_cols=0)
+        out = buffers.Canaried((batch, n, m), dtype, device, pad_rows=0, pad_cols=0)
+    else:
+        x = buffers.poisoned(values, pad_rows=pad, pad_cols=pad)
+        out = buffers.Canaried((batch, n, m), dtype, device, pad_rows=pad + Y_EXTRA_ROWS,
+                               pad_cols=pad + Y_EXTRA_COLS)
+    grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), batch)
+    guards.launch(kernel, grid, case, x, out.tensor, m, n, x.stride(0), x.stride(1),
+                  out.tensor.stride(0), out.tensor.stride(1), BLOCK_M=block_m,
+                  BLOCK_N=block_n)
+    return out, values
+
+
+def _tiles_not_transposed(values, block):
+    """What a kernel that stores each square tile where it belongs, but untransposed, writes
+    (for shapes that are a whole number of tiles)."""
+    x = values.double().cpu()
+    got = torch.empty(x.shape[0], x.shape[2], x.shape[1], dtype=torch.float64)
+    for i in range(0, x.shape[1], block):
+        for j in range(0, x.shape[2], block):
+            got[:, j:j + block, i:i + block] = x[:, i:i + block, j:j + block]
+    return got
+
+
+def _batched_mistake(kernel, got, values, batch, m, n, blocks, dtype, case, seed) -> str:
+    square = blocks[0] == blocks[1] and m % blocks[0] == 0 and n % blocks[0] == 0
+    if square and registry.same_result(
+            got, _tiles_not_transposed(values, blocks[0]), 0):
+        return ("Likely mistake: every tile lands in the right place but is not transposed: "
+                "store tl.trans(tile), to pointers laid out (BLOCK_N, BLOCK_M).")
+    again, _ = run_batched_transpose(kernel, batch, m, n, blocks, dtype, case,
+                                     seed=seed, contiguous=True)
+    if registry.same_result(again.tensor.cpu(), values.transpose(1, 2).cpu(), 0):
+        return ("Likely mistake: your kernel is right on contiguous tensors only: it computes "
+                "a stride from the shape (N, M or M * N) instead of using the one it is given. "
+                "The grader's tensors have padding after every row and every matrix.")
+    return ("Hint: y[b, j, i] must be x[b, i, j]: offset both pointers by the batch index times "
+            "their own batch stride, read x with stride_xm, write y with stride_yn, masks on "
+            "both sides.")
+
+
+@registry.exercise("coalescing/batched-transpose", "Triton batched transpose, written from "
+                   "scratch", 2, kernel=True)
+def _check_batched(batched_transpose_kernel) -> str:
+    guards.require_jit_kernel(batched_transpose_kernel, "coalescing/batched-transpose")
+    cases = registry.with_hidden(BATCHED_CASES, BATCHED_HIDDEN)
+    dtypes = guards.graded_dtypes()
+    total, number = len(cases) * len(dtypes), 0
+    for dtype in dtypes:
+        for batch, m, n, *blocks in cases:
+            number += 1
+            case = (f"case {number}/{total} (x of shape ({batch}, {m}, {n}), "
+                    f"BLOCK_M={blocks[0]}, BLOCK_N={blocks[1]}, {guards.dtype_name(dtype)})")
+            out, values = run_batched_transpose(batched_transpose_kernel, batch, m, n, blocks,
+                                                dtype, case, seed=number)
+            try:
+                out.verify(case)
+            except registry.WrongAnswer as err:
+                if m % blocks[0] or n % blocks[1]:
+                    raise
+                text = str(err).split(". Mask")[0]
+                raise registry.WrongAnswer(
+                    f"{text}. This case has no ragged edge, so it is not a missing mask: "
+                    "check y's pointers: y has shape (batch, N, M), its own batch stride "
+                    "stride_yb and its own row stride stride_yn.") from None
+            got = out.tensor.cpu()
+            written = ~out.unwritten().cpu()
+            if batch > 1 and bool(written[0].all()) and not bool(written[1:].any()):
+                raise registry.WrongAnswer(
+                    f"{case}: only matrix 0 of y was written. Every program must offset both "
+                    "pointers by its batch index (tl.program_id(axis=2)) times the batch "
+                    "stride of its tensor: batch * stride_xb for x, batch * stride_yb for y.")
+            try:
+                registry.compare(got, values.transpose(1, 2).cpu(), case, atol=0)
+            except registry.WrongAnswer as err:
+                hint = _batched_mistake(batched_transpose_kernel, got, values, batch, m, n,
+                                        blocks, dtype, case, number)
+                raise registry.WrongAnswer(f"{err}\n{hint}") from None
+    return f"{total} cases transposed exactly, canaries intact{registry.hidden_note()}"

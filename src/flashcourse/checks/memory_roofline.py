@@ -1,6 +1,7 @@
 """Checks of lesson 2, "Memory and the roofline": arithmetic intensity of a GEMM, the roofline
-itself, where attention's kernels sit, a Triton copy kernel. Its self-check questions and veto
-misconceptions are data: self_checks/02-memory-roofline.toml."""
+itself, where attention's kernels sit, a Triton copy kernel, and an axpy kernel written from
+scratch. Its self-check questions and veto misconceptions are data:
+self_checks/02-memory-roofline.toml."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def _gemm_variants(m, n, k, b):
     ]
 
 
-@registry.exercise("roofline/gemm-intensity", "arithmetic intensity of a GEMM", 2)
+@registry.exercise("roofline/gemm-intensity", "arithmetic intensity of a GEMM", 1)
 def _check_gemm(gemm_intensity) -> str:
     cases = registry.with_hidden(GEMM_CASES, GEMM_HIDDEN)
     for number, (m, n, k, b) in enumerate(cases, 1):
@@ -193,7 +194,7 @@ def run_copy(copy_kernel, n: int, block: int, dtype: torch.dtype, case: str, see
     return out, values
 
 
-def _copy_hint(out, values, n, block) -> str:
+def _copy_hint(out, values, n, block, does: str = "copies") -> str:
     written = ~out.unwritten().cpu()
     if n > block and bool(written[:block].all()) and not bool(written[block:].any()):
         return ("Only the first block was written: every program stored to the same "
@@ -202,11 +203,11 @@ def _copy_hint(out, values, n, block) -> str:
     if bool(written[:-1].all()) and not bool(written[-1]):
         return ("The last element was never written: the mask must keep offsets < n_elements "
                 "(not n_elements - 1).")
-    return ("Each program copies elements pid*BLOCK .. pid*BLOCK + BLOCK - 1 that are "
+    return (f"Each program {does} elements pid*BLOCK .. pid*BLOCK + BLOCK - 1 that are "
             "< n_elements: load and store them with the same offsets and mask.")
 
 
-@registry.exercise("roofline/copy-kernel", "Triton copy kernel (masked tail)", 2, kernel=True)
+@registry.exercise("roofline/copy-kernel", "Triton copy kernel (masked tail)", 1, kernel=True)
 def _check_copy(copy_kernel) -> str:
     guards.require_kernel(copy_kernel, "roofline/copy-kernel", "copy_kernel")
     cases = registry.with_hidden(COPY_CASES, COPY_HIDDEN)
@@ -230,4 +231,76 @@ def _check_copy(copy_kernel) -> str:
                             hint="A copy must reproduce its input exactly: load and store "
                                  "the same offsets, without arithmetic on the values.")
     return (f"{total} cases copied exactly, canaries intact "
+            f"({', '.join(guards.dtype_name(t) for t in dtypes)}){registry.hidden_note()}")
+
+
+# ---------------------------------------------------------------- axpy kernel, from scratch
+
+# (n_elements, BLOCK, alpha): ragged last blocks, one element, a block longer than the vector
+AXPY_CASES = [(1, 64, 2.0), (1000, 128, -0.5), (4096, 1024, 3.0), (3 * 1024 + 7, 1024, 0.25),
+              (129, 128, -1.5)]
+AXPY_HIDDEN = [(2 * 4096 - 1, 4096, -2.0), (77, 32, 10.0), (300, 256, 0.0)]
+AXPY_TOLERANCE = {torch.float32: (1e-6, 1e-6), torch.float16: (1e-3, 2e-3),
+                  torch.bfloat16: (1e-2, 1.6e-2)}  # (atol, rtol): one rounding of the output
+
+
+def run_axpy(axpy_kernel, n: int, block: int, alpha: float, dtype: torch.dtype, case: str,
+             seed: int = 0):
+    """Launch the student's axpy kernel the way the lesson does; returns (out, x, y)."""
+    device = runtime.current().device
+    generator = torch.Generator().manual_seed(registry.case_seed(seed))
+    x_values = (torch.randn(n, generator=generator) * 10).to(dtype).to(device)
+    y_values = (torch.randn(n, generator=generator) * 10).to(dtype).to(device)
+    x = buffers.poisoned(x_values, pad_cols=block)
+    y = buffers.poisoned(y_values, pad_cols=block)
+    out = buffers.Canaried((n,), dtype, device, pad_cols=block)
+    guards.launch(axpy_kernel, (triton.cdiv(n, block),), case, x, y, out.tensor, alpha, n,
+                  BLOCK=block)
+    return out, x_values, y_values
+
+
+def _axpy_hint(got, x, y, alpha, atol) -> str:
+    x, y = x.double().cpu(), y.double().cpu()
+    variants = [
+        (x + y, "alpha is missing: out = alpha * x + y."),
+        (alpha * y + x, "x and y are swapped: alpha multiplies x, not y."),
+        (alpha * (x + y), "alpha multiplies the sum: out = alpha * x + y, only x is scaled."),
+        (alpha * x, "y is never added: out = alpha * x + y."),
+        (y, "The output is y alone: alpha * x is never added."),
+    ]
+    for value, why in variants:
+        if alpha not in (0.0, 1.0) and registry.same_result(got, value, atol):
+            return "Likely mistake: " + why
+    return ("Hint: load x and y with the same offsets and mask, convert both to float32, "
+            "store alpha * x + y.")
+
+
+@registry.exercise("roofline/axpy-kernel", "Triton axpy kernel, written from scratch", 2,
+                   kernel=True)
+def _check_axpy(axpy_kernel) -> str:
+    guards.require_jit_kernel(axpy_kernel, "roofline/axpy-kernel")
+    cases = registry.with_hidden(AXPY_CASES, AXPY_HIDDEN)
+    dtypes = guards.graded_dtypes()
+    total, number = len(cases) * len(dtypes), 0
+    for dtype in dtypes:
+        for n, block, alpha in cases:
+            number += 1
+            case = (f"case {number}/{total} (n_elements={n}, BLOCK={block}, alpha={alpha:g}, "
+                    f"{guards.dtype_name(dtype)})")
+            out, x, y = run_axpy(axpy_kernel, n, block, alpha, dtype, case, seed=number)
+            out.verify(case)
+            try:
+                guards.unwritten_hint(out.unwritten(), case, "(NaN: never stored, or "
+                                      "loaded from outside the inputs.)")
+            except registry.WrongAnswer as err:
+                raise registry.WrongAnswer(
+                    f"{err}\n{_copy_hint(out, x, n, block, does='computes')}") from None
+            want = (alpha * x.double() + y.double()).to(dtype)
+            atol, rtol = AXPY_TOLERANCE[dtype]
+            try:
+                registry.compare(out.tensor, want, case, atol=atol, rtol=rtol)
+            except registry.WrongAnswer as err:
+                raise registry.WrongAnswer(
+                    f"{err}\n{_axpy_hint(out.tensor, x, y, alpha, atol)}") from None
+    return (f"{total} cases right, canaries intact "
             f"({', '.join(guards.dtype_name(t) for t in dtypes)}){registry.hidden_note()}")

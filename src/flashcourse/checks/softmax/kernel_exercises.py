@@ -60,7 +60,7 @@ def online_softmax(kernel, x: torch.Tensor, block: int = 128) -> torch.Tensor:
 # ---------------------------------------------------------------- kernels: known mistakes
 
 
-def _normalised(x, m, total, dtype=np.float64, divide=True):
+def normalised(x, m, total, dtype=np.float64, divide=True):
     with np.errstate(all="ignore"):
         e = np.exp(x.astype(dtype) - m[:, None])
         return e / total[:, None] if divide else e
@@ -90,10 +90,10 @@ ROW_STRIDE_HINT = (
 def _row_mistakes(x, block):
     """(candidate output, hint) for the known mistakes of a one-block row kernel."""
     return [
-        (_normalised(x, *blocked_stats(x, block, subtract_max=False, dtype=np.float32),
-                     np.float32), NO_MAX_HINT),
-        (_normalised(x, *blocked_stats(x, block, pad_zero=True)), PAD_ZERO_HINT),
-        (_normalised(x, *blocked_stats(x, block), divide=False), NO_DIVIDE_HINT),
+        (normalised(x, *blocked_stats(x, block, subtract_max=False, dtype=np.float32),
+                    np.float32), NO_MAX_HINT),
+        (normalised(x, *blocked_stats(x, block, pad_zero=True)), PAD_ZERO_HINT),
+        (normalised(x, *blocked_stats(x, block), divide=False), NO_DIVIDE_HINT),
     ]
 
 
@@ -102,7 +102,7 @@ def _online_mistakes(x, block):
     in float32 like the kernel (so overflows happen where the kernel's do)."""
     def output(divide=True, **switches):
         m, total = blocked_stats(x, block, dtype=np.float32, **switches)
-        return _normalised(x, m, total, np.float32, divide)
+        return normalised(x, m, total, np.float32, divide)
 
     return [
         (output(guard=False), NO_GUARD_HINT),

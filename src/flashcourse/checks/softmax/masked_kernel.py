@@ -1,0 +1,168 @@
+"""Lesson 5's masked softmax kernel, written from scratch: per-row lengths (a key-padding
+mask), a scale, rows longer than one block (online softmax), and rows with nothing visible,
+which are NaN as torch.softmax gives. The grader launches the kernel itself
+(`launch_masked_softmax`), with inputs inside NaN padding and the output inside canaries."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ... import runtime
+from ...reference import softmax as reference_softmax
+from .. import buffers, guards, registry
+from .common import blocked_stats, describe, logits, passed
+from .kernel_exercises import DTYPES, KERNEL_TOLERANCE, NO_MAX_HINT, normalised, num_warps_for
+
+
+def launch_masked_softmax(kernel, x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor,
+                          scale: float, block: int) -> None:
+    """How the grader launches your masked-softmax kernel: one program per row, which walks
+    over the row in blocks of BLOCK columns; lengths holds one int32 per row."""
+    runtime.check_block_size("BLOCK", block)
+    n_rows, n_cols = x.shape
+    kernel[(n_rows,)](x, y, lengths, n_cols, x.stride(0), y.stride(0), scale, BLOCK=block,
+                      num_warps=num_warps_for(block))
+
+
+def masked_softmax(kernel, x: torch.Tensor, lengths: torch.Tensor, scale: float = 1.0,
+                   block: int = 128) -> torch.Tensor:
+    """Run a masked-softmax kernel on a (rows, n_cols) tensor; returns a new tensor."""
+    guards.require_kernel(kernel, "softmax/masked-softmax", "masked_softmax_kernel")
+    runtime.check_tensors(x, lengths, names=("x", "lengths"))
+    if lengths.dtype != torch.int32 or lengths.shape != (x.shape[0],):
+        raise runtime.CourseInputError(
+            f"lengths must be an int32 tensor with one entry per row of x, shape "
+            f"({x.shape[0]},); got {lengths.dtype} of shape {tuple(lengths.shape)}. Build it "
+            "with torch.tensor([...], dtype=torch.int32, device=x.device).")
+    y = torch.empty_like(x)
+    launch_masked_softmax(kernel, x, y, lengths, scale, block)
+    return y
+
+
+# (rows, n_cols, BLOCK, dtype, logit scale, kind, lengths, kernel scale, seed); kinds as in
+# `logits`, plus "equal" (every score of a row the same); lengths "full" (every column
+# visible), "ragged" (1..n_cols, the last row full) or "empty" (ragged, the last row 0)
+MASKED_CASES = [
+    (3, 7, 16, "fp32", 1.0, "normal", "full", 1.0, 0),  # shorter than one block
+    (4, 100, 16, "fp32", 1.0, "ramp", "ragged", 0.5, 1),  # the max grows in every block
+    (3, 64, 16, "fp16", 1.0, "normal", "ragged", 0.125, 2),
+    (4, 150, 32, "fp32", 1e3, "normal", "ragged", 1.0, 3),  # e^1000 overflows
+    (4, 100, 16, "fp32", 30.0, "masked", "empty", 0.5, 4),  # first blocks -inf, empty rows
+    (3, 40, 16, "fp32", 1.0, "equal", "ragged", 2.0, 5),  # equal scores: uniform weights
+    (3, 50, 16, "fp16", 1.0, "offset", "full", 1.0, 6),  # rows far below 0
+]
+MASKED_HIDDEN = [
+    (5, 333, 64, "fp16", 30.0, "neg_inf", "ragged", 0.125, 101),
+    (2, 1000, 256, "fp32", 1e3, "ramp", "empty", 1.0, 102),
+    (6, 17, 16, "fp16", 1.0, "equal", "empty", 2.0, 103),
+    (3, 300, 64, "fp16", 1.0, "masked", "ragged", 0.5, 104),
+]
+
+
+def masked_inputs(rows, n, block, scale, kind, lengths_kind, seed):
+    """(logits (rows, n) float64, lengths (rows,) int) of a masked-softmax case."""
+    if kind == "equal":
+        x = np.repeat(logits(rows, 1, seed, scale), n, axis=1)
+    else:
+        x = logits(rows, n, seed, scale, kind, block)
+    rng = np.random.default_rng(registry.case_seed(seed + 7919))
+    lengths = np.full(rows, n)
+    if lengths_kind != "full":
+        lengths = rng.integers(1, n + 1, rows)
+        lengths[-1] = n if lengths_kind == "ragged" else 0
+    return x, lengths
+
+
+def masked_reference(x64, lengths, scale, pad_zero=False):
+    """softmax of scale * x with the hidden columns at -inf (0 when pad_zero: the padding a
+    masked load with other=0.0 gives, up to the end of the last block)."""
+    hidden = np.arange(x64.shape[1])[None, :] >= lengths[:, None]
+    with np.errstate(all="ignore"):
+        return np.where(hidden, 0.0 if pad_zero else -np.inf, scale * x64)
+
+
+def _masked_mistakes(x64, lengths, scale, block):
+    """(candidate output, hint) for the known mistakes of a masked-softmax kernel, computed in
+    float32 like the kernel."""
+    n = x64.shape[1]
+
+    def output(z, divide=True, **switches):
+        m, total = blocked_stats(z, block, dtype=np.float32, **switches)
+        return normalised(z, m, total, np.float32, divide)
+
+    scores = masked_reference(x64, lengths, scale)
+    padded = masked_reference(x64, lengths, scale, pad_zero=True)
+    with np.errstate(all="ignore"):
+        unscaled = masked_reference(x64, lengths, 1.0)
+        right = reference_softmax(scores)
+    empty_as_zero = np.where(np.isnan(right), 0.0, right)
+    hidden = np.arange(n)[None, :] >= lengths[:, None]
+    return [
+        (output(padded, pad_zero=True),
+         "The hidden columns are loaded as 0 (other=0.0, or no other= at all), so each adds "
+         "exp(0 - max) to the sum and gets a weight of its own. Load them as -inf: its "
+         "exponential is 0 and it never wins the max."),
+        (output(scale * x64),
+         "Every column of the row is visible in your output: mask the loads with "
+         "cols < lengths[row] (the row's own length, loaded from lengths_ptr + row), "
+         "not cols < n_cols."),
+        (empty_as_zero,
+         "A row with no visible finite score must be NaN throughout, as torch.softmax gives "
+         "(section 4: a row masked entirely has no distribution); yours writes 0 there."),
+        (output(scores, guard=False),
+         "A row whose first blocks are hidden or -inf turns NaN: its running max is still "
+         "-inf, and exp(-inf - (-inf)) is NaN. Shift by a safe max, 0 while the running max "
+         "is -inf (section 4)."),
+        (output(unscaled) if scale != 1.0 else None,
+         "The scores are not multiplied by scale: y = softmax(scale * x) over the visible "
+         "columns, with the same scale in both passes."),
+        (output(scores, rescale=False),
+         "The running sum is not rescaled when the max grows (section 4)."),
+        (output(scores, subtract_max=False), NO_MAX_HINT),
+        (np.where(hidden, np.nan, right),
+         "The columns past the row's length were never written: every column below n_cols "
+         "gets a value, 0 for a hidden one. Mask the store with cols < n_cols."),
+    ]
+
+
+def check_masked_softmax(kernel) -> str:
+    guards.require_jit_kernel(kernel, "softmax/masked-softmax")
+    cases = registry.with_hidden(MASKED_CASES, MASKED_HIDDEN)
+    device = runtime.current().device
+    for number, case in enumerate(cases, 1):
+        rows, n, block, dtype_name, magnitude, kind, lengths_kind, scale, seed = case
+        x_np, lengths_np = masked_inputs(rows, n, block, magnitude, kind, lengths_kind, seed)
+        label = (f"case {number}/{len(cases)} "
+                 f"({describe(rows, n, magnitude, kind, dtype_name, block, seed)}"
+                 f"{', all scores of a row equal' if kind == 'equal' else ''}, scale={scale:g}, "
+                 f"lengths {lengths_np.tolist()})")
+        dtype = DTYPES[dtype_name]
+        x_values = torch.from_numpy(x_np).to(dtype)
+        x = buffers.poisoned(x_values.to(device))
+        lengths = buffers.poisoned(torch.from_numpy(lengths_np).to(torch.int32).to(device))
+        y = buffers.Canaried((rows, n), dtype, device)
+        with np.errstate(all="ignore"):
+            guards.guarded(label, lambda x=x, y=y, lengths=lengths, scale=scale, block=block:
+                           launch_masked_softmax(kernel, x, y.tensor, lengths, scale, block),
+                           tensors=[x, lengths, y.tensor])
+        y.verify(label)
+        x64 = x_values.to(torch.float64).numpy()
+        with np.errstate(all="ignore"):  # a row with nothing visible: NaN, as torch gives
+            expected = reference_softmax(masked_reference(x64, lengths_np, scale))
+        output = y.tensor.detach().cpu().to(torch.float64).numpy()
+        atol, rtol = KERNEL_TOLERANCE[dtype_name]
+        try:
+            registry.compare(output, expected, label, atol=atol, rtol=rtol)
+        except registry.WrongAnswer as err:
+            hint = ("Hint: load with mask=cols < length and other=float(\"-inf\"), scale in "
+                    "float32, running max with a safe max, running sum rescaled; store "
+                    "exp(s - m) / l for every column below n_cols.")
+            for candidate, why in _masked_mistakes(x64, lengths_np, scale, block):
+                if candidate is not None and registry.same_result(output, candidate,
+                                                                  max(1e-3, 10 * atol)):
+                    hint = "Likely mistake: " + why
+                    break
+            raise registry.WrongAnswer(f"{err}\n{hint}") from None
+    return passed(len(cases), "match torch.softmax of the masked scores, no write outside "
+                               "the output")
