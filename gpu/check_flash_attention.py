@@ -2,7 +2,9 @@
 
 Run from the repository root:  python gpu/check_flash_attention.py
 The kernels are taken from lessons/06-flash-attention.qmd (the solution cells), written to a
-temporary module (Triton reads kernel source with inspect) and compiled for the GPU.
+temporary module (Triton reads kernel source with inspect) and compiled for the GPU. The
+from-scratch kernel (padded_flash_forward) is also run on left-padded batches with rows that see
+no key, and graded by its check as a student's notebook on this GPU would be.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from flashcourse import runtime  # noqa: E402
 from flashcourse.authoring import cells  # noqa: E402
 from flashcourse.kernels import attention  # noqa: E402
 
-CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq")
+CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq", "exercise-scratch")
 TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 6e-2}  # max abs error, O(1) outputs
 
 
@@ -76,7 +78,42 @@ def main() -> int:
         print(f"{'FAIL' if bad else 'ok  '} B={B} H={H} N={N} D={D} causal={causal} "
               f"{str(dtype)[6:]} {layout}: {text}")
     print(f"{len(cases) - failures} of {len(cases)} cases match torch")
+    failures += check_padded_kernel(kernels.padded_flash_forward)
     return 1 if failures else 0
+
+
+def check_padded_kernel(kernel) -> int:
+    """The from-scratch kernel (left-padded batches, rows without keys) compiled on the GPU,
+    against float64 attention; then its grader. Returns the number of failed cases."""
+    from flashcourse import check
+    from flashcourse.checks.flash_attention.padded import padded_forward, padded_reference
+
+    failures = 0
+    cases = [(B, H, N, D, causal, dtype)
+             for B, H, N in ((3, 2, 1000), (2, 3, 77)) for D in (64, 128)
+             for causal in (False, True) for dtype in (torch.float16, torch.bfloat16)]
+    for B, H, N, D, causal, dtype in cases:
+        q, k, v = attention.make_inputs(B, H, N, D, dtype, device="cuda", seed=N + D + 1)
+        starts = [0, N // 3 + 1, N][:B]  # no padding, some padding, padding only
+        kv_start = torch.tensor(starts, dtype=torch.int32, device="cuda")
+        out, lse = padded_forward(kernel, q, k, v, kv_start, causal)
+        ref, ref_lse = padded_reference(q, k, v, kv_start, causal)
+        out, lse = out.double().cpu(), lse.double().cpu()
+        empty = ref_lse.isneginf()
+        error_o = float((out - ref).abs().max())
+        error_l = float((lse[~empty] - ref_lse[~empty]).abs().max())
+        bad = (not error_o <= TOLERANCE[dtype] or not error_l <= TOLERANCE[dtype]
+               or not bool(lse[empty].isneginf().all()))
+        failures += bad
+        print(f"{'FAIL' if bad else 'ok  '} padded B={B} H={H} N={N} D={D} causal={causal} "
+              f"{str(dtype)[6:]} kv_start={starts}: O={error_o:.2e} L={error_l:.2e} "
+              f"rows without keys={int(empty.sum())}")
+    try:
+        check("flash-triton/forward-from-scratch", kernel)
+    except Exception as err:  # noqa: BLE001
+        failures += 1
+        print(f"FAIL the grader rejects the solution kernel on this GPU: {err}")
+    return failures
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
     python gpu/perf.py --out assets/results [--quick] [--no-autotune] [--skip-cuda]
                        [--skip-checks] [--modes fwd,fwdbwd] [--no-ladder]
+    python gpu/perf.py --exercises   (only lesson 7's tuning and deployment exercises, graded
+                                      compiled, with the tuning candidates' measured ratios)
 
 (--modes, --no-ladder, --skip-checks and --skip-cuda split it into shorter calls.)
 
@@ -35,6 +37,8 @@ def main() -> int:
                         help="skip (a); the harness still checks every kernel it times")
     parser.add_argument("--modes", default="fwd,fwdbwd", help="sweeps to run: fwd, fwdbwd")
     parser.add_argument("--no-ladder", action="store_true")
+    parser.add_argument("--exercises", action="store_true",
+                        help="only grade lesson 7's tuning and deployment exercises here")
     args = parser.parse_args()
 
     import torch
@@ -50,6 +54,8 @@ def main() -> int:
     from flashcourse.kernels import cuda_fwd, host, ladder, verify
 
     print(bench.environment())
+    if args.exercises:
+        return exercises()
     failures = []
     start = time.time()
 
@@ -100,6 +106,51 @@ def main() -> int:
         print(f"note: ladder step {number} failed to compile and flash_attention fell back: {why}")
     for failure in failures:
         print("FAILED:", failure)
+    return 1 if failures else 0
+
+
+def exercises() -> int:
+    """Lesson 7's tuning and deployment exercises, graded compiled on this GPU."""
+    import math
+
+    import torch
+
+    from flashcourse import check
+    from flashcourse.authoring import cells
+    from flashcourse.checks.performance import tools
+    from flashcourse.kernels import tiles
+
+    lesson = Path(__file__).resolve().parents[1] / "lessons" / "07-performance.qmd"
+    failures = 0
+    for config in (tiles.BASELINE, (64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3),
+                   (128, 128, 8, 2)):
+        ours, base = tools.time_configs(config, tiles.BASELINE)
+        print(f"tuning {config}: {ours:.3f} ms, baseline {base:.3f} ms, {base / ours:.2f}x")
+    answer = {}
+    exec(cells.solution_source(lesson, "answer-tuning"), answer)  # noqa: S102
+    prelude = (cells.PRELUDE + "import math\nimport torch.nn.functional as F\n"
+               "from flashcourse.kernels import host\nGPU = True\n")
+    deploy = cells.load_cells(lesson, ["machine-backends", "exercise-deploy"], prelude=prelude)
+    for exercise, value in (("performance/tuning", answer["tuning_config"]),
+                            ("performance/deployment", deploy.deployed_attention)):
+        try:
+            check(exercise, value)
+        except Exception as err:  # noqa: BLE001
+            failures += 1
+            print(f"FAILED {exercise}: {err}")
+    for dtype, d in ((torch.float16, 64), (torch.bfloat16, 128), (torch.float32, 64),
+                     (torch.float16, 80)):
+        q, k, v = (torch.randn(2, 4, 1000, d, device="cuda", dtype=dtype) for _ in range(3))
+        out = deploy.deployed_attention(q, k, v, True)
+        ref = torch.softmax((q.double() @ k.double().transpose(-1, -2) / math.sqrt(d))
+                            .masked_fill(torch.ones(1000, 1000, dtype=torch.bool,
+                                                    device="cuda").triu(1), float("-inf")),
+                            -1) @ v.double()
+        error = float((out.double() - ref).abs().max())
+        bad = out.dtype != dtype or not error < 3e-2
+        failures += bad
+        print(f"{'FAIL' if bad else 'ok  '} deployed_attention {dtype} d={d} on the GPU: "
+              f"{out.dtype}, max error {error:.2e}")
     return 1 if failures else 0
 
 

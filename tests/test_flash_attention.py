@@ -204,13 +204,13 @@ WRONG_NUMPY_BACKWARD = {
 def test_numpy_backward_solution_passes(capsys, monkeypatch):
     module = cells.load(NUMPY_BACKWARD, [])
     check("flash-triton/backward-numpy", module.attention_backward)
-    assert "3 cases match torch autograd, dQ, dK and dV" in capsys.readouterr().out
+    assert "5 cases match torch autograd, dQ, dK and dV" in capsys.readouterr().out
     # D as the P-weighted row sum of dP is the same number: it must pass too
     weighted = cells.load(
         NUMPY_BACKWARD, [(DS_LINE, "ds = p * (dp - (p * dp).sum(axis=1)[:, None])")])
     monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check("flash-triton/backward-numpy", weighted.attention_backward)
-    assert "6 cases match torch autograd" in capsys.readouterr().out
+    assert "10 cases match torch autograd" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("mistake", list(WRONG_NUMPY_BACKWARD))
@@ -225,13 +225,47 @@ def test_wrong_numpy_backward_is_rejected_with_its_message(known_wrong, mistake)
     REJECTED.append(("backward-numpy", mistake))
 
 
+CAUSAL_MASK = ("        s = np.where(np.tri(len(q), dtype=bool), s, -np.inf)"
+               "  # key j > query i: -inf")
+WRONG_NUMPY_CAUSAL = {
+    "causal flag ignored": ([(CAUSAL_MASK, "        pass")], "causal mask is missing"),
+    "P zeroed after the softmax": (
+        [(CAUSAL_MASK, "        pass"),
+         ("    o = p @ v ", "    p = p * np.tri(len(q)) if causal else p\n    o = p @ v ")],
+        "zeroed above the diagonal after the softmax"),
+    "mask on dS but not on P": (
+        [(CAUSAL_MASK, "        pass"),
+         (DS_LINE, DS_LINE + "\n    ds = ds * np.tri(len(q)) if causal else ds")],
+        "The mask reaches dS but not P"),
+    "mask transposed": (
+        [(CAUSAL_MASK, "        s = np.where(np.tri(len(q), dtype=bool).T, s, -np.inf)")],
+        "hides the wrong triangle"),
+    "diagonal hidden too": (
+        [(CAUSAL_MASK, "        s = np.where(np.tri(len(q), k=-1, dtype=bool), s, -np.inf)")],
+        "the first query row comes out NaN"),
+    "future scores set to 0": (
+        [(CAUSAL_MASK, "        s = np.where(np.tri(len(q), dtype=bool), s, 0.0)")],
+        "set to 0 instead of -inf"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_NUMPY_CAUSAL))
+def test_wrong_causal_numpy_backward_is_rejected_with_its_message(known_wrong, mistake):
+    edits, message = WRONG_NUMPY_CAUSAL[mistake]
+    module = cells.load(NUMPY_BACKWARD, edits)
+    with known_wrong("flash-triton/backward-numpy", mistake, match=re.escape(message)) as caught:
+        check("flash-triton/backward-numpy", module.attention_backward)
+    assert re.search(r"case \d+/\d+ \(n=\d+.*, causal\)", str(caught.value)), str(caught.value)
+    REJECTED.append(("backward-numpy-causal", mistake))
+
+
 def test_numpy_backward_needs_the_function_and_three_gradients(known_wrong):
     with known_wrong("flash-triton/backward-numpy", "arrays instead of the function",
                      match="Pass the function itself"):
         check("flash-triton/backward-numpy", (1, 2, 3))
     with known_wrong("flash-triton/backward-numpy", "returns dq only",
                      match=r"return the tuple \(dq, dk, dv\)"):
-        check("flash-triton/backward-numpy", lambda q, k, v, d_out, sm_scale: q)
+        check("flash-triton/backward-numpy", lambda q, k, v, d_out, sm_scale, causal: q)
 
 
 def test_blank_in_a_helper_says_fill_in_the_blank():
@@ -310,6 +344,97 @@ def test_skipped_tiles(solution, capsys, known_wrong):
     REJECTED.append(("skipped", "visited"))
 
 
+SCRATCH = cells.solution_source(LESSON, "exercise-scratch")
+SCRATCH_ID = "flash-triton/forward-from-scratch"
+SKIP_LOOP = "range(kv_start // BLOCK_N * BLOCK_N, hi, BLOCK_N)"
+SAFE_SHIFT = 'm_shift = tl.where(m_new == float("-inf"), 0.0, m_new)'
+SAFE_DIVISION = "acc = acc / tl.where(has_key, l_i, 1.0)[:, None]"
+
+
+def scratch_kernel(*edits):
+    """The lesson's from-scratch kernel with textual edits (see student_module)."""
+    return cells.load(SCRATCH, edits, prelude=HEADER).padded_flash_forward
+
+
+def test_scratch_kernel_passes_with_and_without_skipping_padding(capsys, monkeypatch):
+    check(SCRATCH_ID, scratch_kernel())
+    assert capsys.readouterr().out == (
+        f"\u2713 {SCRATCH_ID}: 5 cases match attention, O and L, rows without keys included "
+        "(graders also run hidden cases)\n")
+    # walking every key block from key 0 is slower but right: it must pass too
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    check(SCRATCH_ID, scratch_kernel((SKIP_LOOP, "range(0, hi, BLOCK_N)")))
+    assert "8 cases match attention" in capsys.readouterr().out
+
+
+WRONG_SCRATCH = {
+    "no safe max (padding blocks skipped)": (
+        [(SAFE_SHIFT, "m_shift = m_new")], "-inf - (-inf) = NaN unless the shift is 0"),
+    "no safe max, loop from key 0": (
+        [(SAFE_SHIFT, "m_shift = m_new"), (SKIP_LOOP, "range(0, hi, BLOCK_N)")],
+        "each of them starts with a key block where it sees none"),
+    "m initialised to 0 instead of -inf": (
+        [('m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)',
+          "m_i = tl.zeros([BLOCK_M], dtype=tl.float32)")],
+        "starts at 0 instead of -inf"),
+    "no guard on the final division": (
+        [(SAFE_DIVISION, "acc = acc / l_i[:, None]")], "acc / l is 0 / 0"),
+    "missing rescale": (
+        [("alpha = tl.exp2(m_i - m_shift)", "alpha = tl.exp2(m_shift - m_shift)")],
+        "are not rescaled when the running max grows"),
+    "causal diagonal excluded": (
+        [("keep = keep & (offs_m[:, None] >= cols[None, :])",
+          "keep = keep & (offs_m[:, None] > cols[None, :])")], "causal mask is off by one"),
+    "L without the running max": (
+        [("(m_i + tl.log2(tl.where(has_key, l_i, 1.0)))", "tl.log2(tl.where(has_key, l_i, 1.0))")],
+        "L leaves out the running max"),
+    "scale without log2(e)": (
+        [("qk_scale = sm_scale * 1.4426950408889634", "qk_scale = sm_scale")],
+        "log2(e) belongs in the scale"),
+    "scale 1 / sqrt(D) instead of sm_scale": (
+        [("qk_scale = sm_scale * 1.4426950408889634",
+          "qk_scale = 1.4426950408889634 * tl.rsqrt(D * 1.0)")],
+        "instead of the sm_scale it is given"),
+    "padding keys not masked": (
+        [("keep = (cols[None, :] < N) & (cols[None, :] >= kv_start)", "keep = cols[None, :] < N")],
+        "Padding keys take part in the softmax"),
+    "L of a row without keys stored as 0": (
+        [('float("-inf"))\n    tl.store(O', "0.0)\n    tl.store(O")], "must store L = -inf"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_SCRATCH))
+def test_wrong_scratch_kernel_is_rejected_with_its_message(known_wrong, mistake):
+    edits, message = WRONG_SCRATCH[mistake]
+    with known_wrong(SCRATCH_ID, mistake, match=re.escape(message)) as caught:
+        check(SCRATCH_ID, scratch_kernel(*edits))
+    text = str(caught.value)
+    assert re.search(r"case \d+/\d+ \(B=\d+, H=\d+, N=\d+.*kv_start=\[", text), text
+    assert not [code for code in ("tl.where(m_new", "l_i * alpha", "acc * alpha") if code in text]
+    REJECTED.append(("scratch", mistake))
+
+
+def test_scratch_kernel_inputs_are_checked(solution):
+    from flashcourse.checks.flash_attention.padded import padded_forward
+
+    q, k, v = attention.make_inputs(2, 1, 16, 16)
+    with pytest.raises(CourseInputError, match=r"kv_start must be a \(B,\) = \(2,\) int32"):
+        padded_forward(scratch_kernel(), q, k, v, torch.zeros(2, dtype=torch.int64))
+
+
+def test_scratch_kernel_check_replays_in_the_grader(tmp_path, monkeypatch):
+    import json
+
+    from flashcourse.checks import recording
+
+    monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    check(SCRATCH_ID, scratch_kernel())
+    monkeypatch.delenv(recording.RECORD_DIR_ENV)
+    record = json.loads((tmp_path / recording.record_name(SCRATCH_ID)).read_text())
+    assert "8 cases match attention" in registry.replay(SCRATCH_ID, record)
+
+
 def test_memory_model_and_figure():
     import matplotlib
 
@@ -324,6 +449,8 @@ def test_zz_report_rejected_count():
     print(f"\nlesson 6: {len(REJECTED)} known-wrong answers rejected")
     assert len([r for r in REJECTED if r[0] == "forward"]) >= 5
     assert len([r for r in REJECTED if r[0] == "backward-numpy"]) >= 5
+    assert len([r for r in REJECTED if r[0] == "scratch"]) >= 5
+    assert len([r for r in REJECTED if r[0] == "backward-numpy-causal"]) >= 5
 
 
 def test_backward_factor_is_this_lessons_and_fa3_overlap_is_pingpong(known_wrong):

@@ -3,6 +3,7 @@ ladder exercise's grader against known-wrong answers, the benchmark CLI on a CPU
 C++ source compiling with nvcc."""
 
 import importlib.util
+import re
 import shutil
 import sys
 
@@ -168,6 +169,221 @@ def test_q1_tflops_is_the_flop_models():
     flops = attention_flops(16384, 128, 2, 16, causal=True)
     tflops = registry.EXERCISES["performance/q1-measuring"].answers["tflops_d128_causal"]
     assert tflops == flops / 10e-3 / 1e12
+
+
+# ---------------------------------------------------------------- tuning, deployment, profile
+
+
+TUNING = "performance/tuning"
+TUNING_SOLUTION = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+
+
+def test_tuning_config_is_validated_and_timing_left_to_a_gpu(root, capsys):
+    answer = cells.solution_source(root / "lessons" / "07-performance.qmd", "answer-tuning")
+    namespace = {}
+    exec(answer, namespace)  # noqa: S102  (the lesson's own answer cell)
+    assert namespace["tuning_config"] == TUNING_SOLUTION
+    check(TUNING, TUNING_SOLUTION)
+    assert capsys.readouterr().out == (
+        f"\u2713 {TUNING}: BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2 is a valid config "
+        "for B=4, H=16, N=4096, d=64, fp16, not causal; its speed is graded on a GPU (timings "
+        "in the interpreter say nothing about one)\n")
+
+
+WRONG_TUNING = {
+    "BLOCK_M not a power of two": (dict(BLOCK_M=96), "BLOCK_M=96 is not a power of two"),
+    "BLOCK_M not a multiple of BLOCK_N": (
+        dict(BLOCK_M=32, BLOCK_N=64), "BLOCK_M=32 is not a multiple of BLOCK_N=64"),
+    "tile too small for tl.dot": (dict(BLOCK_N=8), "BLOCK_N=8 is outside 16..256"),
+    "three warps": (dict(num_warps=3), "num_warps=3 must be 1, 2, 4, 8 or 16"),
+    "no stages": (dict(num_stages=0), "num_stages=0 must be a whole number from 1 to 6"),
+    "shared memory overflow": (
+        dict(BLOCK_M=256, BLOCK_N=256, num_warps=16, num_stages=4),
+        "more than the 227 KiB a thread block gets"),
+    "registers overflow": (
+        dict(BLOCK_M=256, BLOCK_N=128, num_warps=4, num_stages=1),
+        "fp32 registers per thread with 4 warps"),
+    "a boolean for a tile": (dict(BLOCK_M=True), "BLOCK_M=True is not a power of two"),
+    "missing key": ({"BLOCK_M": 64, "BLOCK_N": 64, "warps": 4},
+                    "missing num_warps, num_stages; unknown warps"),
+}
+
+
+def test_blanks_in_the_config_and_the_profile_answers_say_fill_in():
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        check(TUNING, dict(TUNING_SOLUTION, BLOCK_M=______))
+    with pytest.raises(BlankNotFilled, match="Fill in the blank"):
+        check("performance/profile-reading",
+              {"table": [], "top_op": ______, "top_share": ______, "top_calls": ______})
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_TUNING))
+def test_invalid_tuning_configs_are_rejected(known_wrong, mistake):
+    change, message = WRONG_TUNING[mistake]
+    config = change if "warps" in change else dict(TUNING_SOLUTION, **change)
+    with known_wrong(TUNING, mistake, match=re.escape(message)):
+        check(TUNING, config)
+
+
+def test_tuned_table_configs_are_valid_for_the_tuning_shape():
+    from flashcourse.checks.performance import tools
+    from flashcourse.kernels import tiles
+
+    for config in (tiles.BASELINE, *tiles.TUNED.values()):
+        assert tools.tuning_problems(dict(zip(tools.TUNING_KEYS, config, strict=True))) == []
+
+
+DEPLOY = "performance/deployment"
+DEPLOY_PRELUDE = cells.PRELUDE + "import math\n\n\ndef machine_backends():\n    return {}\n"
+PICK_COURSE = ('if "course" in backends and q.dtype in COURSE_DTYPES and q.shape[-1] in '
+               'COURSE_HEAD_DIMS:')
+MATH_DTYPE = "compute = torch.promote_types(q.dtype, torch.float32)  # at least float32"
+
+
+def deploy_function(root, *replace):
+    return cells.load_name(root / "lessons" / "07-performance.qmd", "exercise-deploy",
+                           "deployed_attention", replace, DEPLOY_PRELUDE)
+
+
+def test_deployment_solution_passes(root, capsys, monkeypatch):
+    check(DEPLOY, deploy_function(root))
+    assert "8 cases pick the right backend" in capsys.readouterr().out
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    check(DEPLOY, deploy_function(root))
+    assert "12 cases pick the right backend" in capsys.readouterr().out
+
+
+WRONG_DEPLOY = {
+    "course kernel for every dtype": (
+        [(PICK_COURSE, 'if "course" in backends and q.shape[-1] in COURSE_HEAD_DIMS:')],
+        "the course kernel takes fp16 and bf16 only, not float32"),
+    "head dim not checked": (
+        [(PICK_COURSE, 'if "course" in backends and q.dtype in COURSE_DTYPES:')],
+        "compiles head dims 16, 32, 64 and 128 only, not 48"),
+    "sdpa called without asking": (
+        [('if "sdpa" in backends:', "if True:")], "KeyError"),
+    "sdpa preferred to the course kernel": (
+        [(PICK_COURSE, 'if "course" in backends and "sdpa" not in backends and '
+                       'q.dtype in COURSE_DTYPES and q.shape[-1] in COURSE_HEAD_DIMS:')],
+        "your function called sdpa, but the course kernel is offered"),
+    "math path in the inputs' precision": (
+        [(MATH_DTYPE, "compute = q.dtype")], "pass float16's largest value"),
+    "math path returns float32": (
+        [("@ v.to(compute)).to(q.dtype)", "@ v.to(compute))")],
+        "the result is float32 for float16 inputs"),
+    "math path without the causal mask": (
+        [("    if causal:\n        n = q.shape[-2]", "    if False:\n        n = q.shape[-2]")],
+        "leaves out the causal mask"),
+    "float64 squeezed into float32": (
+        [(MATH_DTYPE, "compute = torch.float32")], "float64 stays float64"),
+    "causal flag not passed on": (
+        [('return backends["course"](q, k, v, causal)',
+          'return backends["course"](q, k, v, False)')],
+        "computed with the causal flag you were given"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_DEPLOY))
+def test_wrong_deployment_is_rejected_with_its_message(root, known_wrong, mistake):
+    replace, message = WRONG_DEPLOY[mistake]
+    with known_wrong(DEPLOY, mistake, match=re.escape(message)) as caught:
+        check(DEPLOY, deploy_function(root, *replace))
+    assert re.search(r"case \d+/\d+ \((float|bfloat)", str(caught.value)), str(caught.value)
+
+
+PROFILE = "performance/profile-reading"
+TABLE = [  # a profile of naive attention as torch.profiler reports it, in microseconds
+    {"name": "aten::matmul", "calls": 6, "self_us": 40.0, "total_us": 900.0},
+    {"name": "aten::bmm", "calls": 6, "self_us": 860.0, "total_us": 860.0},
+    {"name": "aten::softmax", "calls": 3, "self_us": 10.0, "total_us": 610.0},
+    {"name": "aten::_softmax", "calls": 3, "self_us": 600.0, "total_us": 600.0},
+    {"name": "aten::masked_fill_", "calls": 3, "self_us": 290.0, "total_us": 290.0},
+    {"name": "aten::mul", "calls": 3, "self_us": 200.0, "total_us": 200.0},
+]
+RIGHT = {"table": TABLE, "top_op": "aten::bmm", "top_share": 0.43, "top_calls": 6}
+
+
+def test_profile_answers_come_from_the_table(capsys):
+    check(PROFILE, RIGHT)
+    assert capsys.readouterr().out == (
+        f"\u2713 {PROFILE}: your answers match the table: the operator with the most self "
+        "time, its share and its calls\n")
+    # another table, other answers: nothing is fixed but the rule
+    other = [dict(row, self_us=row["self_us"] * (3.0 if "softmax" in row["name"] else 1.0),
+                  total_us=row["total_us"] * (3.0 if "softmax" in row["name"] else 1.0))
+             for row in TABLE]
+    check(PROFILE, {"table": other, "top_op": "aten::_softmax", "top_share": 0.55,
+                    "top_calls": 3})
+
+
+def test_the_lessons_profile_cell_gives_a_table_the_check_accepts(capsys):
+    from torch.profiler import ProfilerActivity, profile
+
+    from flashcourse.bench import harness
+
+    q, k, v = (torch.randn(1, 2, 128, 32) for _ in range(3))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        harness.naive_attention(q, k, v, True, 0.125)
+    rows = [{"name": e.key, "calls": e.count, "self_us": float(e.self_cpu_time_total),
+             "total_us": float(e.cpu_time_total)} for e in prof.key_averages()
+            if e.cpu_time_total > 0]
+    self_times = [row["self_us"] for row in rows]
+    top = rows[self_times.index(max(self_times))]
+    check(PROFILE, {"table": rows, "top_op": top["name"],
+                    "top_share": max(self_times) / sum(self_times), "top_calls": top["calls"]})
+    assert capsys.readouterr().out.startswith(f"\u2713 {PROFILE}")
+
+
+WRONG_PROFILE = {
+    "largest total time instead of self time": (
+        dict(top_op="aten::matmul"), "largest total time, which includes the operators it calls"),
+    "the runner-up": (dict(top_op="aten::_softmax"), "another one has a larger self time"),
+    "a percentage": (dict(top_share=43.0), "a fraction between 0 and 1 here, not a percentage"),
+    "share of the summed total times": (
+        dict(top_share=860 / 3460), "divides by the sum of total times"),
+    "calls of one iteration": (dict(top_calls=2), "every call in the profile"),
+    "a made-up table": (
+        dict(table=[{"name": "aten::add", "calls": 1, "self_us": 1.0, "total_us": 1.0}] * 3),
+        "it holds no softmax and no matrix product"),
+    "self time above total time": (
+        dict(table=[dict(TABLE[0], self_us=1e6)] + TABLE[1:]),
+        "each self time within its total"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(WRONG_PROFILE))
+def test_wrong_profile_answers_are_rejected(known_wrong, mistake):
+    change, message = WRONG_PROFILE[mistake]
+    with known_wrong(PROFILE, mistake, match=re.escape(message)):
+        check(PROFILE, dict(RIGHT, **change))
+
+
+def _record_and_replay(tmp_path, monkeypatch, exercise, answer):
+    """Check `answer` as the grader's sandbox does (recording), then replay the record."""
+    import json
+
+    from flashcourse.checks import recording
+
+    monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    try:
+        check(exercise, answer)
+    except registry.WrongAnswer:
+        pass
+    monkeypatch.delenv(recording.RECORD_DIR_ENV)
+    record = json.loads((tmp_path / recording.record_name(exercise)).read_text())
+    return registry.replay(exercise, record)
+
+
+def test_deployment_and_profile_checks_replay_in_the_grader(root, tmp_path, monkeypatch):
+    assert "12 cases pick the right backend" in _record_and_replay(
+        tmp_path, monkeypatch, DEPLOY, deploy_function(root))
+    wrong = deploy_function(root, *WRONG_DEPLOY["sdpa preferred to the course kernel"][0])
+    with pytest.raises(registry.WrongAnswer, match="called sdpa, but the course kernel"):
+        _record_and_replay(tmp_path, monkeypatch, DEPLOY, wrong)
+    assert "your answers match" in _record_and_replay(tmp_path, monkeypatch, PROFILE, RIGHT)
+    assert "is a valid config" in _record_and_replay(tmp_path, monkeypatch, TUNING,
+                                                     TUNING_SOLUTION)
 
 
 # ---------------------------------------------------------------- harness and CUDA source

@@ -16,6 +16,8 @@ from .. import registry
 LESSON = registry.lesson("flash-triton", "Lesson 6: FlashAttention forward and backward in Triton",
                         pass_line=8)
 
-# Importing registers the exercises, in the scorecard's order: forward, then backward.
+# Importing registers the exercises, in the scorecard's order: forward (the fill-in kernel, the
+# skipped tiles), the forward from scratch, then backward.
 from . import forward  # noqa: E402, F401, I001
+from . import padded  # noqa: E402, F401, I001
 from . import backward  # noqa: E402, F401, I001

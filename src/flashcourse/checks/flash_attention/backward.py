@@ -153,17 +153,21 @@ def _diagnose_backward(got, name, case, q, k, v, do, which) -> str:
 
 # ---------------------------------------------------------------- backward in numpy
 
-# (n, d, sm_scale, seed, how): how = "normal", "large" (scores in the hundreds: a softmax
-# without its max subtracted overflows) or "equal" (every score of a row equal)
+# (n, d, sm_scale, seed, how, causal): how = "normal", "large" (scores in the hundreds: a
+# softmax without its max subtracted overflows) or "equal" (every score of a row equal)
 NUMPY_BACKWARD_CASES = [
-    (5, 4, 0.5, 21, "normal"),
-    (37, 16, 0.25, 22, "normal"),  # ragged: n is no power of two
-    (29, 8, 1.0, 23, "large"),
+    (5, 4, 0.5, 21, "normal", False),
+    (37, 16, 0.25, 22, "normal", False),  # ragged: n is no power of two
+    (29, 8, 1.0, 23, "large", False),
+    (6, 4, 0.5, 24, "normal", True),
+    (33, 16, 0.3, 25, "large", True),
 ]
 NUMPY_BACKWARD_HIDDEN = [
-    (1, 8, 0.35, 121, "normal"),
-    (64, 32, 1.0, 122, "large"),
-    (12, 8, 0.5, 123, "equal"),
+    (1, 8, 0.35, 121, "normal", False),
+    (64, 32, 1.0, 122, "large", False),
+    (12, 8, 0.5, 123, "equal", False),
+    (1, 8, 0.35, 124, "normal", True),
+    (40, 16, 1.0, 125, "large", True),
 ]
 
 
@@ -177,17 +181,33 @@ def _numpy_backward_inputs(n: int, d: int, seed: int, how: str):
     return q, k, v, d_out
 
 
-def numpy_backward(q, k, v, d_out, sm_scale, *, delta="o", scale_grads=True, scale_dv=False,
-                   transpose_dk=True, transpose_dv=True, delta_sign=1.0):
+def numpy_backward(q, k, v, d_out, sm_scale, causal=False, *, delta="o", scale_grads=True,
+                   scale_dv=False, transpose_dk=True, transpose_dv=True, delta_sign=1.0,
+                   mask="scores"):
     """float64 dQ, dK, dV of one head from the explicit formulas, with switches for known
-    mistakes (delta: "o" = rowsum(dO * O), "dp" = rowsum(dP), "none")."""
+    mistakes (delta: "o" = rowsum(dO * O), "dp" = rowsum(dP), "none"; mask, when causal:
+    "scores" (-inf before the softmax), "none", "after_softmax" (P zeroed, not renormalised),
+    "ds_only" (P unmasked, dS zeroed), "upper" (keys j >= i visible), "zero" (scores set to
+    0))."""
+    n = len(q)
     s = sm_scale * q @ k.T
+    future = ~np.tri(n, dtype=bool)  # key j > query i
+    if causal and mask == "scores":
+        s = np.where(future, -np.inf, s)
+    elif causal and mask == "upper":
+        s = np.where(future.T & ~np.eye(n, dtype=bool), -np.inf, s)
+    elif causal and mask == "zero":
+        s = np.where(future, 0.0, s)
     p = np.exp(s - s.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
+    if causal and mask == "after_softmax":
+        p = np.where(future, 0.0, p)
     o = p @ v
     dp = d_out @ v.T
-    row = {"o": (d_out * o).sum(1), "dp": dp.sum(1), "none": np.zeros(len(q))}[delta]
+    row = {"o": (d_out * o).sum(1), "dp": dp.sum(1), "none": np.zeros(n)}[delta]
     ds = p * (dp - delta_sign * row[:, None])
+    if causal and mask == "ds_only":
+        ds = np.where(future, 0.0, ds)
     factor = sm_scale if scale_grads else 1.0
     dq = ds @ k * factor
     dk = (ds.T if transpose_dk else ds) @ q * factor
@@ -195,11 +215,15 @@ def numpy_backward(q, k, v, d_out, sm_scale, *, delta="o", scale_grads=True, sca
     return dq, dk, dv
 
 
-def _autograd_grads(q, k, v, d_out, sm_scale):
-    """dQ, dK, dV of standard attention by torch autograd, in float64."""
+def _autograd_grads(q, k, v, d_out, sm_scale, causal=False):
+    """dQ, dK, dV of standard attention by torch autograd, in float64 (causal: a -inf mask
+    above the diagonal)."""
     q64, k64, v64 = (torch.tensor(x, dtype=torch.float64, requires_grad=True)
                      for x in (q, k, v))
-    out = torch.softmax(sm_scale * q64 @ k64.T, dim=-1) @ v64
+    s = sm_scale * q64 @ k64.T
+    if causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
+    out = torch.softmax(s, dim=-1) @ v64
     out.backward(torch.tensor(d_out, dtype=torch.float64))
     return tuple(x.grad.numpy() for x in (q64, k64, v64))
 
@@ -231,48 +255,85 @@ NUMPY_BACKWARD_HINT = (
     "dQ and dK.")
 
 
-@registry.exercise("flash-triton/backward-numpy", "backward of one head in numpy, derived", 1)
+CAUSAL_MISTAKES = [
+    (dict(mask="none"),
+     "The causal mask is missing: with causal=True, query i may only see the keys j <= i."),
+    (dict(mask="after_softmax"),
+     "P is zeroed above the diagonal after the softmax, so its rows no longer sum to 1: the "
+     "mask must reach the scores, as -inf, before the softmax."),
+    (dict(mask="ds_only"),
+     "The mask reaches dS but not P: P, and with it O, D and dV, still gives weight to future "
+     "keys. Mask the scores before the softmax; dS is then zero there by itself."),
+    (dict(mask="upper"),
+     "The mask hides the wrong triangle: query i must see the keys j <= i (the past and "
+     "itself), not the keys j >= i."),
+    (dict(mask="zero"),
+     "Future scores are set to 0 instead of -inf: exp(0) is not 0, so those keys still get "
+     "weight."),
+]
+CAUSAL_NAN_HINT = (
+    "Likely mistake: with causal=True the first query row comes out NaN. The mask hides the "
+    "diagonal too, so query 0 sees no key at all; query i sees the keys j <= i, itself "
+    "included.")
+
+
+def _numpy_backward_hint(answer, index, expected, q, k, v, d_out, sm_scale, causal, how):
+    """The hint for one wrong gradient: a known mistake when the answer is exactly it."""
+    scale = max(1.0, float(np.abs(expected).max()))
+    if answer.shape != expected.shape:
+        return NUMPY_BACKWARD_HINT
+    if not np.isfinite(answer).all():
+        if causal and not np.isfinite(answer[0]).all():
+            return CAUSAL_NAN_HINT
+        if how == "large":
+            return ("the scores of this case reach the hundreds: exp overflows unless each "
+                    "row's maximum is subtracted before it.")
+        return NUMPY_BACKWARD_HINT
+    mistakes = NUMPY_BACKWARD_MISTAKES + (CAUSAL_MISTAKES if causal else [])
+    for switches, text in mistakes:
+        candidate = numpy_backward(q, k, v, d_out, sm_scale, causal, **switches)
+        if np.allclose(answer, candidate[index], atol=1e-7 * scale, rtol=1e-6):
+            return f"Likely mistake: {text} See {BACKWARD_SECTION}."
+    return NUMPY_BACKWARD_HINT
+
+
+@registry.exercise("flash-triton/backward-numpy",
+                   "backward of one head in numpy, derived, causal too", 1.5)
 def _check_backward_numpy(attention_backward) -> str:
     if not callable(attention_backward):
         raise registry.WrongAnswer(
             "Pass the function itself: check(\"flash-triton/backward-numpy\", "
             "attention_backward).")
     cases = registry.with_hidden(NUMPY_BACKWARD_CASES, NUMPY_BACKWARD_HIDDEN)
-    for number, (n, d, sm_scale, seed, how) in enumerate(cases, 1):
-        label = f"case {number}/{len(cases)} (n={n}, d={d}, sm_scale={sm_scale}, {how} scores)"
+    for number, (n, d, sm_scale, seed, how, causal) in enumerate(cases, 1):
+        label = (f"case {number}/{len(cases)} (n={n}, d={d}, sm_scale={sm_scale}, {how} "
+                 f"scores, {'causal' if causal else 'not causal'})")
         q, k, v, d_out = _numpy_backward_inputs(n, d, seed, how)
         got = registry.run_student(attention_backward, label, q.copy(), k.copy(), v.copy(),
-                                  d_out.copy(), sm_scale)
+                                   d_out.copy(), sm_scale, causal)
         if not isinstance(got, (tuple, list)) or len(got) != 3:
             raise registry.WrongAnswer(f"{label}: return the tuple (dq, dk, dv), got "
-                                      f"{type(got).__name__}.")
-        expected = _autograd_grads(q, k, v, d_out, sm_scale)
+                                       f"{type(got).__name__}.")
+        expected = _autograd_grads(q, k, v, d_out, sm_scale, causal)
         for index, name in enumerate(("dQ", "dK", "dV")):
             scale = max(1.0, float(np.abs(expected[index]).max()))
             try:
                 registry.compare(got[index], expected[index], f"{label}, {name}",
-                                atol=1e-7 * scale, rtol=1e-6)
+                                 atol=1e-7 * scale, rtol=1e-6)
             except registry.WrongAnswer as err:
                 answer = np.asarray(got[index], dtype=np.float64)
-                hint = NUMPY_BACKWARD_HINT
-                if answer.shape == expected[index].shape and np.isfinite(answer).all():
-                    for switches, text in NUMPY_BACKWARD_MISTAKES:
-                        candidate = numpy_backward(q, k, v, d_out, sm_scale, **switches)
-                        if np.allclose(answer, candidate[index], atol=1e-7 * scale, rtol=1e-6):
-                            hint = f"Likely mistake: {text} See {BACKWARD_SECTION}."
-                            break
-                elif how == "large":
-                    hint = ("the scores of this case reach the hundreds: exp overflows unless "
-                            "each row's maximum is subtracted before it.")
+                hint = _numpy_backward_hint(answer, index, expected[index], q, k, v, d_out,
+                                            sm_scale, causal, how)
                 raise registry.WrongAnswer(f"{err}\n{hint}") from None
     return f"{len(cases)} cases match torch autograd, dQ, dK and dV{registry.hidden_note()}"
 
 
-@registry.exercise("flash-triton/backward-dkdv", "backward: dK and dV kernel", 1, kernel=True)
+
+@registry.exercise("flash-triton/backward-dkdv", "backward: dK and dV kernel", 0.5, kernel=True)
 def _check_dkdv(kernel) -> str:
     return _check_backward(kernel, "flash-triton/backward-dkdv", "dkdv")
 
 
-@registry.exercise("flash-triton/backward-dq", "backward: dQ kernel", 1, kernel=True)
+@registry.exercise("flash-triton/backward-dq", "backward: dQ kernel", 0.5, kernel=True)
 def _check_dq(kernel) -> str:
     return _check_backward(kernel, "flash-triton/backward-dq", "dq")

@@ -139,7 +139,7 @@ def _run_forward(kernel, case: Case, label: str):
     return q, k, v, out.tensor.detach().cpu(), lse.tensor.detach().cpu()
 
 
-@registry.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 2,
+@registry.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 1,
                    kernel=True)
 def _check_forward(kernel) -> str:
     guards.require_jit_kernel(kernel, "flash-triton/forward")
@@ -184,7 +184,7 @@ SKIP_CASES = [(64, 16, 16), (4096, 64, 64), (100, 32, 16), (50, 32, 32), (1, 16,
               (4096, 128, 64), (1000, 64, 32), (16384, 128, 128)]
 
 
-@registry.exercise("flash-triton/skipped-blocks", "count the causal tiles never loaded", 1)
+@registry.exercise("flash-triton/skipped-blocks", "count the causal tiles never loaded", 0.5)
 def _check_skipped(skipped_tiles) -> str:
     if not callable(skipped_tiles):
         raise registry.WrongAnswer("Pass the function itself: check(..., causal_skipped_tiles).")

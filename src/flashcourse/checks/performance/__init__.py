@@ -1,5 +1,6 @@
 """Checks of lesson 7, "Performance engineering": the optimisation-ladder kernel (exp2 scale
-folding and the split causal loop). Its self-check questions and veto misconceptions are data:
+folding and the split causal loop), here; the profile, tuning and deployment exercises in
+`tools.py`. Its self-check questions and veto misconceptions are data:
 self_checks/07-performance.toml.
 
 The grader launches the student's @triton.jit kernel itself (through `host.forward` with
@@ -15,9 +16,9 @@ import math
 import numpy as np
 import torch
 
-from .. import runtime
-from ..kernels import attention
-from . import buffers, guards, registry
+from ... import runtime
+from ...kernels import attention
+from .. import buffers, guards, registry
 
 LESSON = registry.lesson("performance", "Lesson 7: Performance engineering", pass_line=8)
 
@@ -94,7 +95,7 @@ def _diagnose(out: np.ndarray, case: Case, q, k, v) -> str:
 
 
 def _run_case(kernel, case: Case, number: int, total: int) -> None:
-    from ..kernels import host
+    from ...kernels import host
 
     label = case.label(number, total)
     q64, k64, v64 = attention.make_inputs(case.B, case.H, case.N, case.D, torch.float64,
@@ -127,7 +128,7 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
         raise registry.WrongAnswer(f"{err}\n{_diagnose(actual, case, qr, kr, vr)}") from None
 
 
-@registry.exercise(LADDER_ID, "ladder kernel: exp2 scale folding and the split causal loop", 4,
+@registry.exercise(LADDER_ID, "ladder kernel: exp2 scale folding and the split causal loop", 2,
                   kernel=True)
 def _check_ladder(kernel) -> str:
     guards.require_jit_kernel(kernel, LADDER_ID)
@@ -136,3 +137,7 @@ def _check_ladder(kernel) -> str:
         _run_case(kernel, case, number, len(cases))
     return (f"{len(cases)} cases match float64 attention (ragged N, B > 1, H > 1, causal, "
             f"poisoned padding){registry.hidden_note()}")
+
+
+# The tool exercises (profile, tuning, deployment) register after the ladder: the lesson's order.
+from . import tools  # noqa: E402, F401, I001
