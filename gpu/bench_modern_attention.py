@@ -13,7 +13,8 @@ the lesson). The kernels are the solution cells of lessons/08-modern-attention.q
   (and SDPA with is_causal=True for the causal mask). Our block map and FlexAttention's
   BlockMask are built once, outside the timings.
 * 08-decode.csv: one new token per sequence against a cache of 4k to 128k keys, batch 1, 8 and
-  64, fp16 and bf16, d = 64 and 128, MHA (32 K/V heads) and GQA (8): split-KV plus merge, the
+  64, 32 query heads: fp16 at d = 128 with MHA (32 K/V heads) and GQA (8), fp16 GQA at d = 64,
+  bf16 GQA at d = 128 (shapes whose K and V pass 16 GiB are left out): split-KV plus merge, the
   unsplit paged kernel (pages of 64, shuffled), SDPA's flash, efficient, cuDNN and math
   backends (enable_gqa=True) and FlexAttention compiled. Figures are bytes of K and V read per
   second; "copy figure GB/s" is the same number of bytes over the time a device-to-device copy
@@ -24,8 +25,8 @@ float32 math, the baselines against the same); a kernel that fails is not timed 
 the script exits 1. Each time is triton.testing.do_bench's median over repeated runs with the
 L2 cache flushed, with the 20th and 80th percentiles as the spread. FlexAttention compiles once
 per shape (seconds each): it runs while its time budget lasts (FLEX_BUDGET_S; not in --quick)
-and its cells say when it did not. Exits 2 without a GPU. Not yet run on a GPU by its author:
-the grid and the budgets are estimates.
+and its cells say when it did not. The grid and the budgets are sized for an H200. Exits 2
+without a GPU.
 """
 
 from __future__ import annotations
