@@ -26,6 +26,21 @@ def device() -> str:
     return runtime.current().device
 
 
+FENCE = 4096  # elements around a fenced integer tensor
+
+
+def fenced(x: torch.Tensor, fill: int) -> torch.Tensor:
+    """A copy of an integer tensor (block lists, page tables, lengths) on the kernel's device,
+    inside FENCE elements of `fill` on either side. These tensors hold addresses, so they get a
+    harmless fill (a real block, the NaN page, 0) instead of poison: a kernel that reads them
+    with a wrong offset computes wrong results (which the check names) instead of jumping to
+    an address outside every buffer, which would crash the interpreter."""
+    storage = torch.full((2 * FENCE + x.numel(),), fill, dtype=x.dtype, device=device())
+    view = torch.as_strided(storage, x.shape, x.contiguous().stride(), storage_offset=FENCE)
+    view.copy_(x)
+    return view
+
+
 def require_callable(answer, exercise_id: str, name: str) -> None:
     if not callable(answer):
         raise registry.WrongAnswer(f"{exercise_id}: pass the function itself: "

@@ -22,6 +22,7 @@ from .common import (
     close,
     decode_inputs,
     device,
+    fenced,
     launch,
     named,
     passed,
@@ -73,7 +74,7 @@ def check_split(kernel) -> str:
         m = buffers.Canaried((case.B, case.H, splits), torch.float32, device())
         l = buffers.Canaried((case.B, case.H, splits), torch.float32, device())
         o = buffers.Canaried((case.B, case.H, splits, case.D), torch.float32, device())
-        lengths_t = lengths.to(device())
+        lengths_t = fenced(lengths, 0)
         runtime.check_tensors(qp, kp, vp, names=("q", "k", "v"), dot=True)
         launch(label, ma.launch_split_decode, kernel, qp, kp, vp, lengths_t, m.tensor,
                 l.tensor, o.tensor, case.split_size, case.block_n)
@@ -299,12 +300,12 @@ def check_paged(kernel) -> str:
     for number, case in enumerate(cases, 1):
         label = case.label(number, len(cases), paged=True)
         q, k, v, lengths = decode_inputs(case)
-        k_pages, v_pages, table, _ = ma.paged_cache(k, v, case.lengths, case.page_size,
+        k_pages, v_pages, table, nan_page = ma.paged_cache(k, v, case.lengths, case.page_size,
                                                     seed=registry.case_seed(case.seed))
         qp = buffers.poisoned(q.to(device()))
         kp = buffers.poisoned(k_pages.to(device()), pad_rows=case.block_n)
         vp = buffers.poisoned(v_pages.to(device()), pad_rows=case.block_n)
-        table_t, lengths_t = table.to(device()), lengths.to(device())
+        table_t, lengths_t = fenced(table, nan_page), fenced(lengths, 0)
         out = buffers.Canaried((case.B, case.H, case.D), case.dtype, device())
         runtime.check_tensors(qp, kp, vp, names=("q", "k_pages", "v_pages"), dot=True)
         launch(label, ma.launch_paged_decode, kernel, qp, kp, vp, table_t, lengths_t,

@@ -19,6 +19,7 @@ from .common import (
     MaskCase,
     attention_inputs,
     device,
+    fenced,
     launch,
     named,
     passed,
@@ -324,7 +325,7 @@ def check_sparse(kernel) -> str:
         pad = max(case.block_m, case.block_n)
         qp, kp, vp = (place(x, case.layout, pad) for x in (q, k, v))
         kinds = ma.classify_blocks(mask, case.block_m, case.block_n)
-        lists = ma.block_list_tensors(kinds, device())
+        lists = tuple(fenced(x, 0) for x in ma.block_list_tensors(kinds, "cpu"))
         docs = buffers.poisoned(torch.from_numpy(case.mask.doc_ids()).to(device()))
         left, right = case.mask.left_right()
         out = buffers.Canaried(q.shape, case.dtype, device(), pad_rows=pad)
