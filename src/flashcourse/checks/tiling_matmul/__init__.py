@@ -1,0 +1,41 @@
+"""Checks of lesson 4, "Tiling a matrix product": the numpy blocked matmul that counts its HBM
+bytes, the grouped launch order, the tiled Triton kernel, and a batched matmul kernel written
+from scratch (`numpy_exercises.py`, `matmul_kernel.py`, `batched_kernel.py`; what they share in
+`common.py`). Its self-check questions and veto misconceptions are data:
+self_checks/04-tiling-matmul.toml.
+
+The grader launches the student's Triton kernels itself (`launch`, `launch_batched`), always
+with the signature of the lesson's kernel, on inputs inside NaN padding and an output inside
+canaries.
+"""
+
+from __future__ import annotations
+
+from ...models.matmul import grouped_order
+from .. import registry
+from . import batched_kernel, matmul_kernel, numpy_exercises
+from .batched_kernel import BATCHED_CASES, BATCHED_HIDDEN, launch_batched  # noqa: F401
+from .matmul_kernel import KERNEL_CASES, KERNEL_HIDDEN, launch
+from .numpy_exercises import BLOCKED_CASES, BLOCKED_HIDDEN, ORDER_CASES  # noqa: F401
+
+LESSON = registry.lesson("tiling", "Lesson 4: Tiling a matrix product", pass_line=8)
+
+# The exercises, in the scorecard's order.
+registry.exercise("tiling/blocked-bytes", "numpy blocked matmul that counts HBM bytes", 1)(
+    numpy_exercises.check_blocked)
+registry.exercise("tiling/grouped-order", "grouped launch order (GROUP_M swizzle)", 1)(
+    numpy_exercises.check_order)
+
+
+@registry.exercise("tiling/matmul-kernel", "tiled Triton matmul (tl.dot, masks, fp32 acc, "
+                   "GROUP_M)", 2, kernel=True)
+def _check_matmul_kernel(kernel) -> str:
+    # The cases are read here, when the check runs, so a test can narrow KERNEL_CASES on
+    # this package.
+    return matmul_kernel.check_kernel(kernel, KERNEL_CASES, KERNEL_HIDDEN)
+
+
+registry.exercise("tiling/batched-matmul", "batched tiled Triton matmul, written from scratch",
+                  2, kernel=True)(batched_kernel.check_batched)
+
+__all__ = ["grouped_order", "launch", "launch_batched"]

@@ -1,0 +1,47 @@
+"""What lesson 4's checks share: the torch dtype of a case, the tolerance of a tiled
+product, the product as an fp16 accumulator computes it, and the notes of a passed kernel
+check."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import runtime
+from .. import registry
+
+
+def torch_dtype(name):
+    import torch
+
+    return getattr(torch, name)
+
+
+def tolerance(in_dtype: str, out_dtype: str) -> tuple[float, float]:
+    """(atol as a fraction of max(|A| @ |B|), rtol): products of fp16/bf16 values are exact in
+    fp32; fp32 tl.dot uses TF32 on a GPU; the output dtype adds its rounding."""
+    if in_dtype == "float32":
+        dot = 1e-5 if runtime.current().interpreter else 4e-3
+    else:
+        dot = 1e-5
+    rtol = {"float32": 0.0, "float16": 1e-3, "bfloat16": 8e-3}[out_dtype]
+    return dot, rtol
+
+
+def fp16_accumulation(A64, B64, BK):
+    """The product as a kernel with an fp16 accumulator computes it (fp32 per K step)."""
+    acc = np.zeros((A64.shape[0], B64.shape[1]), dtype=np.float16)
+    for k in range(0, A64.shape[1], BK):
+        step = (A64[:, k:k + BK] @ B64[k:k + BK]).astype(np.float32)
+        acc = (acc.astype(np.float32) + step.astype(np.float16).astype(np.float32)) \
+            .astype(np.float16)
+    return acc.astype(np.float64)
+
+
+def summary_notes(skipped: int) -> str:
+    """The parenthesis after a passed kernel check: bf16 cases left to a GPU, hidden cases."""
+    notes = []
+    if skipped:
+        notes.append(f"{skipped} bf16 case(s) run only on a GPU")
+    if not registry.grading_mode():
+        notes.append("graders also run hidden cases")
+    return f" ({'; '.join(notes)})" if notes else ""
