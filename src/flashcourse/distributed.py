@@ -405,6 +405,11 @@ def _rank_main(rank, world_size, port, conn, job, cases):
     except Exception as err:  # noqa: BLE001
         conn.send(("setup", -1, f"{type(err).__name__}: {err}"))
         return
+    try:
+        dist.barrier()  # every rank has joined: rank 0, which holds the store, may now finish
+    except Exception as err:  # noqa: BLE001
+        conn.send(("setup", -1, f"{type(err).__name__}: {err}"))
+        return
     _watch_ring_ops()
     for number, case in enumerate(cases):
         conn.send(("start", number, None))
@@ -525,6 +530,7 @@ def _collect(pipes, processes, case_count, label, timeout_s):
                 raise RanksNeverStarted(f"rank {rank} could not join the others over "
                                         f"{LOOPBACK}: {payload}")
             if kind == "error":
+                rank, number, payload = _first_cause(open_pipes, (rank, number, payload))
                 raise WrongAnswer(f"{label}, case {number + 1}: on rank {rank} your code "
                                   f"raised {payload}")
             if kind == "start":
@@ -534,6 +540,33 @@ def _collect(pipes, processes, case_count, label, timeout_s):
             elif kind == "end":
                 del open_pipes[pipe]
     return results
+
+
+# What a rank reports when a neighbour died: a consequence, not the cause.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Read error",
+             "Broken pipe")
+ERROR_GRACE_S = 0.5  # how long to wait for the other ranks' errors before naming one
+
+
+def _first_cause(open_pipes: dict, first: tuple) -> tuple:
+    """Of the errors the ranks report within ERROR_GRACE_S, the first that is not a rank
+    seeing its neighbour die: (rank, case, message)."""
+    import multiprocessing.connection
+
+    errors = [first]
+    end = time.monotonic() + ERROR_GRACE_S
+    waiting = {pipe: rank for pipe, rank in open_pipes.items() if rank != first[0]}
+    while waiting and time.monotonic() < end:
+        for pipe in multiprocessing.connection.wait(list(waiting),
+                                                    max(0.0, end - time.monotonic())):
+            try:
+                kind, number, payload = pipe.recv()
+            except (EOFError, OSError):
+                waiting.pop(pipe)
+                continue
+            if kind == "error":
+                errors.append((waiting.pop(pipe), number, payload))
+    return next((e for e in errors if not any(m in str(e[2]) for m in PEER_GONE)), first)
 
 
 def _end(process) -> None:
