@@ -230,6 +230,23 @@ def test_a_crash_on_one_rank_names_it():
         ring.run_ranks(crash_on_rank_1, 2, [None], "test", timeout_s=5)
 
 
+def test_the_crash_is_named_not_the_neighbour_that_lost_its_partner():
+    def crash_before_sending(rank, world_size, case):
+        import torch
+        import torch.distributed as dist
+
+        if rank == 1:
+            raise ValueError("boom")
+        incoming = torch.empty(2)
+        dist.recv(incoming, 1)  # fails once rank 1 is gone
+        return {"x": incoming}
+
+    for _ in range(3):
+        with pytest.raises(registry.WrongAnswer, match="on rank 1 your code raised "
+                                                       "ValueError: boom"):
+            ring.run_ranks(crash_before_sending, 2, [None], "test", timeout_s=10)
+
+
 def test_collectives_are_refused_in_the_ranks():
     def gather(rank, world_size, case):
         import torch
