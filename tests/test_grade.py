@@ -354,6 +354,25 @@ def test_reference_calls_are_flagged_only_in_answer_cells(root):
     assert "torch.softmax" in str(scan.reference_calls([cell], answers)[0])
 
 
+
+def test_every_solution_is_free_of_reference_calls(root):
+    for solution_path in sorted((root / "solutions").glob("*.ipynb")):
+        pristine = json.loads((root / "exercises" / solution_path.name).read_text())
+        solution = json.loads(solution_path.read_text())
+        found = scan.reference_calls(solution["cells"], collect.answer_ids(pristine))
+        assert found == [], (solution_path.name, [str(f) for f in found])
+
+
+def test_a_module_the_setup_cell_imports_is_a_reference_in_answers(root):
+    solution = json.loads((root / "solutions" / "08-modern-attention.ipynb").read_text())
+    answers = collect.answer_ids(json.loads(
+        (root / "exercises" / "08-modern-attention.ipynb").read_text()))
+    cells = [dict(c) for c in solution["cells"]]
+    answer = next(c for c in cells if c.get("id") == "exercise-block-map")
+    answer["source"] = "def block_map(*args, **kwargs):\n    return ma.classify_blocks(*args)\n"
+    found = [str(f) for f in scan.reference_calls(cells, answers)]
+    assert any("ma.classify_blocks" in f for f in found), found
+
 def test_kernel_answers_must_be_jit_functions():
     jit = "@triton.jit\ndef k(x_ptr):\n    pass\n"
     cells = [{"cell_type": "code", "id": "a", "source": jit}]

@@ -366,6 +366,18 @@ REFERENCE_ATTRIBUTES = {"scaled_dot_product_attention", "softmax", "log_softmax"
                         "multi_head_attention_forward"}
 
 
+def _is_module(dotted: str) -> bool:
+    """Whether `dotted` names a module of the course package (not a function or constant)."""
+    import importlib.util
+
+    if not dotted.startswith("flashcourse"):
+        return False
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _reference_modules_by_alias(imported: dict[str, str]) -> dict[str, str]:
     aliases = {"fc": "flashcourse", "flashcourse": "flashcourse"}
     aliases.update(imported)
@@ -376,7 +388,15 @@ def reference_calls(cells: list[dict], answer_ids: set[str]) -> list[Finding]:
     """Uses of a reference in the answer cells (`answer_ids`): library attention or softmax,
     or the package's own reference, attention helpers, kernels or checks."""
     student = student_cells(cells)
-    aliases = _reference_modules_by_alias(imported_names([src for _, src in student]))
+    # A module the lesson's own cells import (`from flashcourse.kernels import attention as at`)
+    # is a reference too: `at.helper(...)` in an answer is flagged. Names a lesson imports one by
+    # one (a constant, a helper the exercise builds on) are given to the student on purpose.
+    lesson_modules = {name: module for name, module in
+                      imported_names([cell_source(c) for c in cells
+                                      if c.get("cell_type") == "code"]).items()
+                      if _is_module(module)}
+    aliases = _reference_modules_by_alias(
+        {**lesson_modules, **imported_names([src for _, src in student])})
     findings = []
     for label, source in student:
         if label not in answer_ids:
