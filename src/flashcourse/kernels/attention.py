@@ -67,7 +67,7 @@ class AttentionCase:
 
 def standard_attention(q, k, v, causal: bool = False, sm_scale: float | None = None,
                        return_lse: bool = False, chunk: int | None = None):
-    """softmax(sm_scale * q k^T) v for (..., N, D) tensors, materialising the (N, N) scores.
+    """softmax(sm_scale * q k^T) v for (..., N, D) tensors, materialising the scores.
 
     Computes in the inputs' dtype (pass float64 or float32 copies for a reference). With
     return_lse, also returns the natural-log logsumexp of each row of scaled scores, shape

@@ -32,8 +32,9 @@ AUTOTUNE_STAGES = [2, 3, 4]
 AUTOTUNE_STEPS = (3, 5)  # the ladder steps autotune applies to
 
 # Backward, keyed on head dim <= 64: (dK/dV config, dQ config), tuned on an H200 with Triton 3.6
-# with the ladder (assets/results/07-attention-fwdbwd.csv times them). The dK/dV kernel keeps a
-# key block resident and walks query blocks, the dQ kernel the other way round.
+# together with the ladder; `python -m flashcourse bench --modes fwdbwd` times them
+# (assets/results/07-attention-fwdbwd.csv). The dK/dV kernel keeps a key block resident and
+# walks query blocks, the dQ kernel the other way round.
 LADDER_BACKWARD = {
     True: ((32, 128, 4, 3), (128, 32, 4, 3)),
     False: ((64, 128, 8, 2), (128, 64, 8, 2)),
