@@ -394,7 +394,7 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
 
-    block_n = ma.DECODE_BLOCK_N["interpreter" if b.mode == "interpreter" else "gpu"]
+    block_n = ma.tiles.DECODE_BLOCK_N["interpreter" if b.mode == "interpreter" else "gpu"]
     page_size = 16 if b.mode == "interpreter" else PAGE_SIZE
     gen = torch.Generator(device=b.device).manual_seed(cache + batch)
     q = torch.randn(batch, h, d, device=b.device, dtype=dtype, generator=gen)

@@ -140,7 +140,7 @@ def check_decode(c: Checker, kernels, ma):
     torch = c.torch
     lengths = [100, 37, 0, 64] if c.small else [5000, 1, 0, 4096, 2049, 333]
     n_max = max(lengths)
-    block_n = ma.DECODE_BLOCK_N["interpreter" if c.small else "gpu"]
+    block_n = ma.tiles.DECODE_BLOCK_N["interpreter" if c.small else "gpu"]
     for H, H_KV in ((4, 2), (4, 4)) if c.small else ((32, 8), (32, 32), (8, 1)):
         for D in ((16,) if c.small else (64, 128)):
             for dtype_name, dtype in c.dtypes.items():

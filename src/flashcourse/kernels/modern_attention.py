@@ -3,8 +3,8 @@ paged caches and float64 references. The kernels themselves are the lesson's exe
 
 * masks: `dense_mask` builds the (n_q, n_k) boolean mask of a window (`left`, `right`) and of
   documents packed into one sequence (`docs`); `classify_blocks` is the reference block map
-  (`classify_rule` builds it without the dense mask) and `block_lists` turns it into the four arrays the sparse kernel walks (FlexAttention's
-  BlockMask keeps the same four).
+  (`classify_rule` builds it without the dense mask) and `block_lists` turns it into the four
+  arrays the sparse kernel walks (FlexAttention's BlockMask keeps the same four).
 * launchers: `launch_sparse`, `launch_gqa`, `launch_split_decode`, `launch_merge`,
   `launch_paged_decode` pass strides and compile-time sizes; every tensor is an argument.
 * decoding: `split_count`, `splits_for` (how many splits fill the GPU), `paged_cache` (a cache
@@ -22,16 +22,11 @@ import torch
 from .. import hardware, runtime
 from ..models.matmul import cdiv
 from ..softmax_states import softmax_state
+from . import LOG2E, tiles
 
-LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E)
 EMPTY, PARTIAL, FULL = 0, 1, 2  # the kinds of a tile of the block map
 UNLIMITED = 1 << 30  # a window side without a limit (fits an int32 kernel argument)
 MIN_DOT_ROWS = 16  # tl.dot's smallest tile side on a GPU
-# Sparse kernel on a GPU, by head dim: BLOCK_M, BLOCK_N, warps, stages (lesson 6's forward
-# configs, with key blocks of 64 so that a window's edges cost less); small in the interpreter.
-SPARSE_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
-INTERPRETER_SPARSE = (16, 16, 4, 1)
-DECODE_BLOCK_N = {"interpreter": 16, "gpu": 64}
 
 
 # ---------------------------------------------------------------- masks
@@ -144,8 +139,8 @@ def _where() -> str:
 def sparse_config(d: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the sparse kernel on this runtime."""
     if runtime.current().interpreter:
-        return INTERPRETER_SPARSE
-    return SPARSE_CONFIGS.get(d, SPARSE_CONFIGS[64])
+        return tiles.INTERPRETER
+    return tiles.SPARSE_CONFIGS.get(d, tiles.SPARSE_CONFIGS[64])
 
 
 def launch_sparse(kernel, q, k, v, out, docs, left, right, lists, block_m, block_n,
@@ -243,7 +238,7 @@ def launch_merge(kernel, m, l, o, out, num_warps=4):
 def split_decode(split_kernel, merge_kernel, q, k, v, lengths, split_size, block_n=None,
                  sm_scale=None):
     """Decode one token per sequence: split kernel, then merge kernel. Returns (B, H, D)."""
-    block_n = block_n or DECODE_BLOCK_N[_where()]
+    block_n = block_n or tiles.DECODE_BLOCK_N[_where()]
     B, H, D = q.shape
     splits = split_count(k.shape[2], split_size)
     m = torch.empty(B, H, splits, device=q.device, dtype=torch.float32)

@@ -63,3 +63,11 @@ BACKWARD_CONFIGS = {
     ("dq", 128): (64, 32, 4, 3),
 }
 BACKWARD_DEFAULT = (64, 64, 4, 2)  # a (kernel, head dim) not in the table
+
+# ---------------------------------------------------------------- lesson 8 (masks and decoding)
+
+# Block-sparse forward on a GPU, keyed on head dim: lesson 6's forward configs with key blocks of
+# 64, so that a window's edges cost less (assets/results/08-masks.csv, H200, Triton 3.6).
+SPARSE_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
+# Decoding: keys per step of the split-KV and paged kernels (assets/results/08-decode.csv).
+DECODE_BLOCK_N = {"interpreter": 16, "gpu": 64}
