@@ -336,7 +336,7 @@ def test_masked_reference_matches_sdpa_and_gives_zero_rows():
 
 
 def test_split_states_merge_to_decode_reference():
-    from flashcourse.softmax_states import merge_all, normalised
+    from flashcourse.models.softmax_states import merge_all, normalised
 
     q = torch.randn(2, 4, 8, dtype=torch.float64)
     k, v = (torch.randn(2, 2, 50, 8, dtype=torch.float64) for _ in range(2))

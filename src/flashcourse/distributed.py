@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from .checks.errors import CourseInputError, WrongAnswer
-from .softmax_states import normalised, softmax_state
+from .models.softmax_states import normalised, softmax_state
 
 NEG_INF = float("-inf")
 RANK_TIMEOUT_S = 20.0  # no rank reported progress for this long: a deadlock

@@ -21,7 +21,7 @@ import torch
 
 from .. import hardware, runtime
 from ..models.matmul import cdiv
-from ..softmax_states import softmax_state
+from ..models.softmax_states import softmax_state
 from . import LOG2E, tiles
 
 EMPTY, PARTIAL, FULL = 0, 1, 2  # the kinds of a tile of the block map

@@ -11,7 +11,7 @@ import torch
 
 from ... import runtime
 from ...kernels import modern_attention as ma
-from ...softmax_states import merge_all, normalised, safe_max
+from ...models.softmax_states import merge_all, normalised, safe_max
 from .. import buffers, guards, registry
 from .common import (
     SECTION_GQA,
