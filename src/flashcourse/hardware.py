@@ -35,6 +35,11 @@ H100_SMS = 132
 H100_DENSE_BF16_TFLOPS = 989  # tensor cores, dense, datasheet
 H100_HBM_TBS = 3.35
 WARP_SIZE = 32
+# What one thread block may use on Hopper (sm_90: H100 and H200), from NVIDIA's CUDA
+# programming guide: shared memory (227 KB of the SM's 228 KB, opted in above the default
+# 48 KB) and registers per thread (more spill to local memory).
+HOPPER_SHARED_BYTES_PER_BLOCK = 227 * 1024
+HOPPER_REGISTERS_PER_THREAD = 255
 
 # Measured on the course's NVIDIA H200 (torch 2.11, Triton 3.6).
 H200_MEASURED_GEMM_BF16_TFLOPS = 790

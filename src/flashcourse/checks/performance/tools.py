@@ -1,17 +1,21 @@
-"""Lesson 7's tool exercises: reading a torch.profiler table (answers computed from the
-student's own table), tiles, warps and stages for the course kernel (validated everywhere,
-timed against the baseline config on a GPU), and a dispatcher that falls back when a backend
-or a dtype is missing (graded with stand-in backends that count their calls)."""
+"""Lesson 7's tool exercises: a function that reads a torch.profiler table (called on
+tables the check builds), tiles, warps and stages for the course kernel (validated everywhere,
+timed against the baseline config on a GPU; in the interpreter the point stands for a valid
+config, and the message and the scorecard say the speed was not graded), and a dispatcher
+that falls back when a backend or a dtype is missing (graded with stand-in backends that count
+their calls)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
+import numbers
 
 import numpy as np
 import torch
 
-from ... import runtime
+from ... import hardware, runtime
 from ...kernels import attention
 from .. import guards, registry
 
@@ -19,91 +23,132 @@ from .. import guards, registry
 
 PROFILE_ID = "performance/profile-reading"
 PROFILE_SECTION = 'section 2 ("The tool spectrum, measured"), "Which kernels dominate?"'
-PROFILE_KEYS = ("name", "calls", "self_us", "total_us")
 PROFILE_ANSWERS = ("top_op", "top_share", "top_calls")
-PROFILE_SHARE_ATOL = 0.02  # a share read off the table to two digits
+PROFILE_SHARE_RTOL = 1e-6  # the share is computed, not read off: only rounding may differ
+PROFILE_ITERATIONS = 3  # every table profiles this many runs: calls are multiples of it
+# Operators of a profiled attention; a wrapper calls the operator under it, so its total time
+# holds the other's and its own self time is small (aten::matmul calls aten::bmm).
+PROFILE_OPS = ("aten::bmm", "aten::_softmax", "aten::masked_fill_", "aten::mul", "aten::copy_",
+               "aten::triu", "aten::empty", "aten::div", "aten::exp", "aten::sum", "aten::add",
+               "aten::clone", "aten::expand", "aten::contiguous", "aten::to", "aten::ones")
+PROFILE_WRAPPERS = {"aten::bmm": "aten::matmul", "aten::_softmax": "aten::softmax",
+                    "aten::copy_": "aten::_to_copy"}
+# (what the table tests, seed, operators, tie): each table is built by the check, never by the
+# student; the first holds a wrapper whose total time is the largest while its self time is not.
+PROFILE_CASES = [
+    ("the top operator sits under a wrapper with a larger total time", 61, 6, False),
+    ("two operators tie for the most self time", 62, 5, True),
+    ("many rows", 63, 60, False),
+    ("a single row", 64, 1, False),
+]
+PROFILE_HIDDEN = [
+    ("a wrapper with a larger total time, other times", 161, 9, False),
+    ("a tie in a long table", 162, 40, True),
+    ("two rows", 163, 2, False),
+]
 
 
-def _profile_problem(table) -> str:
-    """Why `table` is not a profile of the cell's naive attention ("" when it is one)."""
-    if not isinstance(table, list) or len(table) < 3:
-        return "the table must be the list of rows the profiler cell built (profile_rows)"
-    for row in table:
-        if not isinstance(row, dict) or set(row) != set(PROFILE_KEYS):
-            return f"every row must be a dict with the keys {', '.join(PROFILE_KEYS)}"
-        if not isinstance(row["name"], str) or type(row["calls"]) is not int or \
-                row["calls"] < 1:
-            return "every row needs an operator name and a whole number of calls"
-        times = (row["self_us"], row["total_us"])
-        if not all(type(t) in (int, float) and math.isfinite(t) and t >= 0 for t in times) \
-                or row["self_us"] > row["total_us"] * (1 + 1e-9) + 1e-6:
-            return "times must be non-negative numbers, each self time within its total"
-    names = " ".join(row["name"].lower() for row in table)
-    if "softmax" not in names or not any(op in names for op in ("bmm", "mm", "matmul", "gemm")):
-        return ("it holds no softmax and no matrix product: it is not the profile of the "
-                "naive attention the profiler cell records")
-    if sum(row["self_us"] for row in table) <= 0:
-        return "its self times add up to zero"
-    return ""
+def profile_table(seed: int, operators: int, tie: bool) -> list[dict]:
+    """A profile as the lesson's profiler cell builds it (name, calls, self_us, total_us), in a
+    shuffled order: `operators` leaf rows (the first is aten::bmm, the largest self time unless
+    `tie` gives another leaf the same), plus a wrapper row over every wrapped leaf."""
+    rng = np.random.default_rng(registry.case_seed(seed))
+    extra = [f"void attention_kernel_{i}<float>(float const*, float*)"
+             for i in range(max(0, operators - len(PROFILE_OPS)))]
+    others = [str(name) for name in rng.permutation(PROFILE_OPS[1:])] + extra
+    names = ["aten::bmm", *others[:operators - 1]]
+    self_us = [round(float(t), 1) for t in rng.uniform(5.0, 900.0, operators)]
+    self_us[0] = max(self_us) + round(float(rng.uniform(1.0, 50.0)), 1)
+    if tie:
+        self_us[1] = self_us[0]
+    rows = []
+    for name, own in zip(names, self_us, strict=True):
+        calls = PROFILE_ITERATIONS * int(rng.integers(1, 5))
+        rows.append({"name": name, "calls": calls, "self_us": own, "total_us": own})
+        if name in PROFILE_WRAPPERS and operators > 1:
+            wrapper = round(float(rng.uniform(1.0, 30.0)), 1)
+            rows.append({"name": PROFILE_WRAPPERS[name], "calls": calls, "self_us": wrapper,
+                         "total_us": round(wrapper + own, 1)})
+    return [rows[i] for i in rng.permutation(len(rows))]
 
 
 def profile_facts(table) -> dict:
-    """The answers, computed from the table: the operator with the largest self time, its
-    share of all self time, and how many times it ran."""
-    top = max(table, key=lambda row: row["self_us"])
-    return {"top_op": top["name"],
-            "top_share": top["self_us"] / sum(row["self_us"] for row in table),
-            "top_calls": top["calls"]}
+    """The answers, computed from the table: the operators with the largest self time (with
+    their calls: several when they tie) and that self time's share of all self time."""
+    best = max(row["self_us"] for row in table)
+    return {"top_ops": {row["name"]: row["calls"] for row in table if row["self_us"] == best},
+            "top_share": best / sum(row["self_us"] for row in table)}
 
 
-def _profile_hint(key: str, given, table) -> str:
+def _integer(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+        math.isfinite(value)
+
+
+def _profile_verdict(given, table) -> str:
+    """Why `given` is not the right reading of `table` ("" when it is)."""
+    if not isinstance(given, dict) or set(given) != set(PROFILE_ANSWERS):
+        got = (f"a dict with the keys {', '.join(map(repr, given))}" if isinstance(given, dict)
+               else f"a {type(given).__name__}")
+        return f"return a dict with exactly the keys {', '.join(PROFILE_ANSWERS)}; got {got}"
     facts = profile_facts(table)
-    by_total = max(table, key=lambda row: row["total_us"])
-    if key == "top_op":
-        if given == by_total["name"] and given != facts["top_op"]:
-            return (f"{given} has the largest total time, which includes the operators it calls; "
-                    "the question asks for the largest self time, spent in the operator itself")
-        ranked = sorted(table, key=lambda row: -row["self_us"])
-        if any(given == row["name"] for row in ranked[1:]):
-            return "that operator is in the table, but another one has a larger self time"
-        return "give the operator's name exactly as the table writes it"
-    if key == "top_share":
-        if isinstance(given, (int, float)) and 1 < given <= 100 and \
-                abs(given / 100 - facts["top_share"]) <= PROFILE_SHARE_ATOL:
-            return "a share is a fraction between 0 and 1 here, not a percentage"
-        total = sum(row["total_us"] for row in table)
-        top = max(table, key=lambda row: row["self_us"])
-        if isinstance(given, (int, float)) and \
-                abs(given - top["self_us"] / total) <= PROFILE_SHARE_ATOL:
-            return ("that divides by the sum of total times, which counts nested operators "
-                    "twice; divide by the sum of self times")
-        return "divide the operator's self time by the sum of all self times"
-    return ("read the calls column of that operator's row: it counts every call in the "
-            "profile, all iterations together")
+    top_op, top_share, top_calls = (given[key] for key in PROFILE_ANSWERS)
+    if top_op not in facts["top_ops"]:
+        shown = registry.printable_answer(top_op)
+        by_total = max(table, key=lambda row: row["total_us"])["name"]
+        if top_op == by_total:
+            return (f"top_op = {shown} has the largest total time, which includes the "
+                    "operators it calls; the question asks for the largest self time, spent in "
+                    "the operator itself")
+        if any(top_op == row["name"] for row in table):
+            return f"top_op = {shown} is in the table, but another one has a larger self time"
+        return (f"top_op = {shown} is not an operator of this table: return the name exactly "
+                "as the row writes it")
+    if not _real(top_share):
+        return (f"top_share = {registry.printable_answer(top_share)} is not a finite number: "
+                "a fraction between 0 and 1")
+    right = facts["top_share"]
+    if not math.isclose(top_share, right, rel_tol=PROFILE_SHARE_RTOL):
+        if math.isclose(top_share, 100 * right, rel_tol=PROFILE_SHARE_RTOL):
+            return (f"top_share = {top_share:g} is a percentage; return a fraction between 0 "
+                    "and 1")
+        best = max(row["self_us"] for row in table)
+        of_totals = best / sum(row["total_us"] for row in table)
+        if math.isclose(top_share, of_totals, rel_tol=PROFILE_SHARE_RTOL):
+            return (f"top_share = {top_share:.4g} divides by the sum of total times, which "
+                    "counts nested operators twice; divide by the sum of self times")
+        return (f"top_share = {top_share:.4g}, not {right:.4g}: divide the operator's self "
+                "time by the sum of all self times")
+    calls = facts["top_ops"][top_op]
+    if not _integer(top_calls) or top_calls != calls:
+        shown = registry.printable_answer(top_calls)
+        if _integer(top_calls) and 0 < top_calls < calls and calls % top_calls == 0:
+            return (f"top_calls = {shown}, but {top_op} ran {calls} times: count every call "
+                    "in the profile, all iterations together, as the calls column does")
+        return (f"top_calls = {shown}, but the calls column of {top_op}'s row says {calls}: "
+                "return that whole number")
+    return ""
 
 
 @registry.exercise(PROFILE_ID, "read a torch.profiler table", 1)
-def _check_profile(answers) -> str:
-    registry.require_answers(answers, ("table", *PROFILE_ANSWERS), PROFILE_ID)
-    table = answers["table"]
-    problem = _profile_problem(table)
-    if problem:
+def _check_profile(read_profile) -> str:
+    if not callable(read_profile):
         raise registry.WrongAnswer(
-            f"{PROFILE_ID}: \"table\" is not the profile this exercise asks about: {problem}. "
-            "Run the profiler cell again and keep table=profile_rows.")
-    facts = profile_facts(table)
-    for key in PROFILE_ANSWERS:
-        given, right = answers[key], facts[key]
-        if key == "top_share":
-            ok = type(given) in (int, float) and abs(given - right) <= PROFILE_SHARE_ATOL
-        else:
-            ok = given == right and type(given) is type(right)
-        if not ok:
-            raise registry.WrongAnswer(
-                f"{PROFILE_ID}: {key} = {registry.printable_answer(given)} does not match the "
-                f"table: {_profile_hint(key, given, table)}. See {PROFILE_SECTION}.")
-    return ("your answers match the table: the operator with the most self time, its share "
-            "and its calls")
+            f"Pass the function itself: check(\"{PROFILE_ID}\", read_profile).")
+    cases = registry.with_hidden(PROFILE_CASES, PROFILE_HIDDEN)
+    for number, (what, seed, operators, tie) in enumerate(cases, 1):
+        table = profile_table(seed, operators, tie)
+        label = f"table {number}/{len(cases)} ({what}, {len(table)} rows)"
+        given = registry.run_student(read_profile, label, copy.deepcopy(table))
+        problem = _profile_verdict(given, table)
+        if problem:
+            raise registry.WrongAnswer(f"{label}: {problem}. See {PROFILE_SECTION}.")
+    return (f"{len(cases)} tables read right: the operator with the most self time, its share "
+            f"and its calls{registry.hidden_note()}")
 
 
 # ---------------------------------------------------------------- tuning: tiles, warps and stages
@@ -117,9 +162,9 @@ TUNING_STEP = 2
 TUNING_TARGET = 1.10  # at least this many times the BASELINE config's speed, same run
 TUNING_ROUNDS = 3  # baseline and answer timed alternately, this many times each
 TUNING_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
-# Limits of one thread block on Hopper (sm_90): shared memory and registers per thread.
-MAX_SHARED_BYTES = 227 * 1024
-MAX_REGISTERS_PER_THREAD = 255
+# Limits of one thread block on Hopper (sm_90), the course GPU's architecture.
+MAX_SHARED_BYTES = hardware.HOPPER_SHARED_BYTES_PER_BLOCK
+MAX_REGISTERS_PER_THREAD = hardware.HOPPER_REGISTERS_PER_THREAD
 ELEMENT_BYTES = 2  # fp16
 
 
@@ -198,7 +243,17 @@ def time_configs(config: tuple, baseline: tuple, shape=TUNING_SHAPE,
     return float(np.median(ours)), float(np.median(base))
 
 
-@registry.exercise(TUNING_ID, "tiles, warps and stages that beat the baseline config", 1)
+TUNING_TITLE = "tiles, warps and stages that beat the baseline config"
+# The interpreter cannot time a GPU kernel: there the point stands for a valid config only, and
+# the scorecard's line and the check's message say so.
+TUNING_NOT_TIMED = "speed not graded on this machine"
+
+
+def tuning_title(interpreter: bool) -> str:
+    return TUNING_TITLE + (f" ({TUNING_NOT_TIMED})" if interpreter else "")
+
+
+@registry.exercise(TUNING_ID, tuning_title(runtime.current().interpreter), 1)
 def _check_tuning(config) -> str:
     shape_text = ("B={B}, H={H}, N={N}, d={D}, fp16, not causal").format(**TUNING_SHAPE)
     if not isinstance(config, dict) or all(key in config for key in TUNING_KEYS):
@@ -211,8 +266,9 @@ def _check_tuning(config) -> str:
     chosen = tuple(config[key] for key in TUNING_KEYS)
     text = ", ".join(f"{key}={config[key]}" for key in TUNING_KEYS)
     if runtime.current().interpreter:
-        return (f"{text} is a valid config for {shape_text}; its speed is graded on a GPU "
-                "(timings in the interpreter say nothing about one)")
+        return (f"{text} is a valid config for {shape_text}; {TUNING_NOT_TIMED} (the "
+                f"{TUNING_TARGET:.2f}x speed target is graded on a GPU: interpreter timings "
+                "say nothing about one)")
     from ...kernels import tiles
 
     _check_tuned_output(chosen)
