@@ -38,7 +38,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from flashcourse import bench  # noqa: E402
-from flashcourse.bench import harness  # noqa: E402
+from flashcourse.bench import cases, providers  # noqa: E402
 from flashcourse.kernels import verify  # noqa: E402
 from flashcourse.kernels.common import LN2, LOG2E, load_rows  # noqa: E402
 from flashcourse.kernels.forward import attn_fwd_halves_kernel  # noqa: E402
@@ -407,14 +407,14 @@ def main() -> int:
         print("  compile failure", key, why)
     rows = []
     for d, causal in CASES:
-        case = harness.Case("fwd", "fp16", d, args.n, causal)  # B * N = 32k tokens
+        case = cases.Case("fwd", "fp16", d, args.n, causal)  # B * N = 32k tokens
         n, flops = case.n, case.flops()
-        q, k, v, _ = harness.make_inputs(case)
+        q, k, v, _ = cases.make_inputs(case)
         with torch.no_grad():
             ref, _ = verify.reference_fp32(q, k, v, causal)
         sdpa = {}
         for name in ("cudnn", "flash"):
-            call = harness.make_call(f"sdpa-{name}", causal, d ** -0.5)
+            call = providers.make_call(f"sdpa-{name}", causal, d ** -0.5)
             sdpa[name] = bench.median_ms(lambda call=call, q=q, k=k, v=v: call(q, k, v),
                                            rep_ms=40, warmup_ms=10)
         best = None

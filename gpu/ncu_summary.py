@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from flashcourse import bench  # noqa: E402
-from flashcourse.bench import harness  # noqa: E402
+from flashcourse.bench import report  # noqa: E402
 
 
 def main() -> int:
@@ -24,7 +24,7 @@ def main() -> int:
     for d in (64, 128):
         for causal in (False, True):
             parts.append(f"== forward fp16 d={d} N=4096 {'causal' if causal else 'full'}")
-            parts.append(harness.ncu_forward(d=d, causal=causal))
+            parts.append(report.ncu_forward(d=d, causal=causal))
     text = "\n".join(parts)
     print(text)
     if len(sys.argv) > 1:

@@ -26,7 +26,7 @@ if [[ " $parts " == *" notebooks "* ]]; then
   echo "== solution notebooks under nbval (compiled Triton)"
   start=$(date +%s)
   workers=()
-  [[ "${NBVAL_WORKERS:-1}" -gt 1 ]] && workers=(-n "$NBVAL_WORKERS")
+  [[ "${NBVAL_WORKERS:-1}" -gt 1 ]] && workers=(-n "$NBVAL_WORKERS" --dist loadscope)
   python3 -m pytest -q -p no:cacheprovider -o addopts= --nbval --nbval-current-env \
     --nbval-cell-timeout=600 "${workers[@]}" solutions/*.ipynb 2>&1 | tail -15 || status=1
   echo "   $(( $(date +%s) - start )) s"

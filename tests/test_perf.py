@@ -488,12 +488,12 @@ def test_explored_forward_variants_match_attention(root):
 
 
 def test_benchmark_flop_count_and_cases():
-    from flashcourse.bench import harness
+    from flashcourse.bench import cases
 
-    case = harness.Case("fwdbwd", "fp16", 128, 16384, True)
+    case = cases.Case("fwdbwd", "fp16", 128, 16384, True)
     assert (case.batch, case.heads) == (2, 16)
     assert case.flops() == pytest.approx(3.5 * 4 * 2 * 16 * 16384**2 * 128 / 2)
-    full = harness.sweep_cases("fwd", quick=False, dtypes=["fp16", "bf16"])
+    full = cases.sweep_cases("fwd", quick=False, dtypes=["fp16", "bf16"])
     assert len(full) == 40 and {c.n for c in full} == {1024, 2048, 4096, 8192, 16384}
 
 

@@ -21,53 +21,16 @@ import argparse
 import math
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from . import environment, median_ms, write_csv
+from . import median_ms, write_csv
+from .cases import PROVIDERS, Case, ladder_cases, make_inputs, sweep_cases, torch_dtype
+from .providers import fuse_attention_count, make_call, skip_reason
+from .report import plot_ladder, plot_sweep, summary, wide_rows
 
-TOKENS = 32 * 1024
-FULL_NS = (1024, 2048, 4096, 8192, 16384)
-QUICK_NS = (1024, 4096)
-# Providers that materialise the (N, N) scores: skipped above these N (memory and time).
-DENSE_MAX_N = {"fwd": 8192, "fwdbwd": 4096}
-COMPILE_NS = (1024, 4096)  # torch.compile recompiles per shape: a few lengths, fp16 only
-PROVIDERS = ("naive", "compile", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn",
-             "course")
-LADDER_N = 4096
 NO_CUDA = ("flashcourse.bench.harness: no CUDA GPU here, so there is nothing to measure (timings "
            "of the Triton interpreter on a CPU say nothing about GPU speed). Run this on a "
            "machine with an NVIDIA GPU; the course's recorded results are in assets/results/.")
-
-
-@dataclass(frozen=True)
-class Case:
-    mode: str  # "fwd" or "fwdbwd"
-    dtype: str  # "fp16" or "bf16"
-    d: int
-    n: int
-    causal: bool
-
-    @property
-    def heads(self) -> int:
-        return 32 if self.d == 64 else 16
-
-    @property
-    def batch(self) -> int:
-        return max(1, TOKENS // self.n)
-
-    def flops(self) -> float:
-        from ..models.traffic import attention_flops
-
-        fwd = attention_flops(self.n, self.d, self.batch, self.heads, self.causal)
-        if self.mode == "fwd":
-            return fwd
-        return fwd + attention_flops(self.n, self.d, self.batch, self.heads, self.causal,
-                                     backward=True)
-
-    def label(self) -> str:
-        return (f"{self.mode} {self.dtype} d={self.d} N={self.n} "
-                f"{'causal' if self.causal else 'full'}")
 
 
 # ---------------------------------------------------------------- progress
@@ -101,103 +64,7 @@ class Progress:
             print(file=sys.stderr)
 
 
-# ---------------------------------------------------------------- providers
-
-
-def naive_attention(q, k, v, causal: bool, sm_scale: float):
-    """Standard attention as most people first write it: three kernels and an (N, N) matrix."""
-    import torch
-
-    scores = (q @ k.transpose(-1, -2)) * sm_scale
-    if causal:
-        n = q.shape[-2]
-        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(mask, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
-
-
-_COMPILED: dict = {}
-
-
-def compiled_attention():
-    """torch.compile of naive_attention (one compiled object; Dynamo recompiles per shape)."""
-    import torch
-
-    if "fn" not in _COMPILED:
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        _COMPILED["fn"] = torch.compile(naive_attention, dynamic=False)
-    return _COMPILED["fn"]
-
-
-def fuse_attention_count() -> int:
-    """How many times Inductor rewrote an attention pattern into SDPA in this process."""
-    try:
-        from torch._dynamo.utils import counters
-
-        return int(counters["inductor"]["fuse_attention"])
-    except Exception:  # noqa: BLE001  (older torch: no counter)
-        return -1
-
-
-def sdpa_backend(name: str):
-    from torch.nn.attention import SDPBackend
-
-    return {"sdpa-math": SDPBackend.MATH, "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
-            "sdpa-flash": SDPBackend.FLASH_ATTENTION,
-            "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}[name]
-
-
-def make_call(provider: str, causal: bool, sm_scale: float):
-    """A function (q, k, v) -> o for one provider."""
-    import torch.nn.functional as F
-    from torch.nn.attention import sdpa_kernel
-
-    if provider == "naive":
-        return lambda q, k, v: naive_attention(q, k, v, causal, sm_scale)
-    if provider == "compile":
-        fn = compiled_attention()
-        return lambda q, k, v: fn(q, k, v, causal, sm_scale)
-    if provider == "course":
-        from ..kernels import host
-
-        return lambda q, k, v: host.flash_attention(q, k, v, causal, sm_scale)
-    backend = sdpa_backend(provider)
-
-    def call(q, k, v):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
-
-    return call
-
-
-def skip_reason(provider: str, case: Case) -> str:
-    if provider in ("naive", "sdpa-math") and case.n > DENSE_MAX_N[case.mode]:
-        return f"skipped: N > {DENSE_MAX_N[case.mode]} materialises too large an (N, N) matrix"
-    if provider == "compile" and (case.dtype != "fp16" or case.n not in COMPILE_NS):
-        return "skipped: torch.compile is measured for fp16 at N in " + str(COMPILE_NS)
-    return ""
-
-
 # ---------------------------------------------------------------- inputs and checks
-
-
-def _dtype(name: str):
-    import torch
-
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
-
-
-def make_inputs(case: Case, requires_grad: bool = False, seed: int = 0):
-    import torch
-
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    shape = (case.batch, case.heads, case.n, case.d)
-    xs = [torch.randn(shape, device="cuda", dtype=_dtype(case.dtype), generator=gen)
-          for _ in range(4)]
-    q, k, v, do = xs
-    if requires_grad:
-        q, k, v = (x.requires_grad_(True) for x in (q, k, v))
-    return q, k, v, do
 
 
 CHECK_SLICES = ((0, 0), (-1, -1))  # (batch, head) slices whose gradients are checked
@@ -308,12 +175,6 @@ def bench_case(case: Case, providers, rep_ms: int, warmup_ms: int) -> list[dict]
 # ---------------------------------------------------------------- ladder
 
 
-def ladder_cases(quick: bool) -> list[Case]:
-    cases = [Case("fwd", "fp16", 64, LADDER_N, False), Case("fwd", "fp16", 64, LADDER_N, True),
-             Case("fwd", "fp16", 128, LADDER_N, False), Case("fwd", "fp16", 128, LADDER_N, True)]
-    return cases[1:3] if quick else cases
-
-
 def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = True,
                 progress: Progress | None = None) -> list[dict]:
     """Every ladder step on every case: check (ragged, B>1, H>1, transposed views; and the
@@ -324,7 +185,7 @@ def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = T
 
     rows = []
     for case in cases:
-        dtype = _dtype(case.dtype)
+        dtype = torch_dtype(case.dtype)
         q, k, v, _ = make_inputs(case)
         ref, _ = verify.reference_fp32(q, k, v, case.causal)
         cudnn_ms = None
@@ -405,155 +266,6 @@ def _ladder_check(step, cfg, case, dtype, run, ref, small: bool = True) -> str:
     return "" if ok else f"timing case: max error {err:.3g}"
 
 
-# ---------------------------------------------------------------- output
-
-
-def plot_sweep(path: Path, rows: list[dict], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-
-    fp16 = [r for r in rows if r["dtype"] == "fp16"]
-    panels = sorted({(r["d"], r["causal"]) for r in fp16})
-    if not panels:
-        return
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-    for ax, (d, causal) in zip(axes[0], panels, strict=True):
-        for provider in PROVIDERS:
-            pts = [(r["N"], r["tflops"]) for r in fp16 if r["d"] == d and r["causal"] == causal
-                   and r["provider"] == provider and r["tflops"] != ""]
-            if pts:
-                xs, ys = zip(*sorted(pts), strict=True)
-                ax.plot(xs, ys, marker="o", label=provider,
-                        linewidth=2.5 if provider == "course" else 1.2)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length N")
-        ax.set_title(f"d={d}, {'causal' if causal else 'full'}")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("TFLOP/s")
-    axes[0][-1].legend(fontsize=7)
-    env = environment()
-    fig.suptitle(f"{title} (fp16) - {env['gpu']}, torch {env['torch']}, Triton {env['triton']}",
-                 fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_ladder(path: Path, rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-
-    cases = sorted({(r["d"], r["causal"]) for r in rows})
-    if not cases:
-        return
-    fig, ax = plt.subplots(figsize=(9, 3.8))
-    width = 0.8 / len(cases)
-    for i, (d, causal) in enumerate(cases):
-        pts = [(r["step"], r["tflops"] or 0) for r in rows if r["d"] == d
-               and r["causal"] == causal]
-        ax.bar([s + i * width for s, _ in pts], [t for _, t in pts], width,
-               label=f"d={d} {'causal' if causal else 'full'}")
-    names = {r["step"]: r["name"] for r in rows}
-    ax.set_xticks([s + 0.4 - width / 2 for s in sorted(names)])
-    ax.set_xticklabels([f"{s}\n{names[s]}" for s in sorted(names)], fontsize=7)
-    ax.set_ylabel("TFLOP/s (fp16, N=4096)")
-    ax.legend(fontsize=7)
-    env = environment()
-    ax.set_title(f"Optimisation ladder - {env['gpu']}, Triton {env['triton']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def wide_rows(rows: list[dict]) -> list[dict]:
-    """One row per case: TFLOP/s of every provider side by side, the course kernel's ratios
-    to cuDNN and to the flash backend, its check status and what torch.compile did."""
-    by_case: dict = {}
-    for r in rows:
-        key = (r["mode"], r["dtype"], r["d"], r["N"], r["causal"], r["B"], r["H"])
-        by_case.setdefault(key, {})[r["provider"]] = r
-    out = []
-    for (mode, dtype, d, n, causal, b, h), prov in by_case.items():
-        row = {"mode": mode, "dtype": dtype, "d": d, "N": n, "causal": causal, "B": b, "H": h}
-        for name in PROVIDERS:
-            row[name] = prov[name]["tflops"] if name in prov else ""
-        course, cudnn, flash = row.get("course"), row.get("sdpa-cudnn"), row.get("sdpa-flash")
-        row["course/cudnn"] = round(course / cudnn, 2) if course and cudnn else ""
-        row["course/flash"] = round(course / flash, 2) if course and flash else ""
-        row["check"] = prov.get("course", {}).get("status", "")
-        row["compile"] = prov.get("compile", {}).get("tflops", "")
-        row["compile_note"] = prov.get("compile", {}).get("note", "")
-        out.append(row)
-    return out
-
-
-def summary(rows: list[dict]) -> str:
-    """Course kernel vs cuDNN and vs the flash backend, one line per case."""
-    by_case: dict = {}
-    for r in rows:
-        key = (r["mode"], r["dtype"], r["d"], r["N"], r["causal"])
-        by_case.setdefault(key, {})[r["provider"]] = r
-    lines = [f"{'mode':7s} {'dtype':5s} {'d':>4s} {'N':>6s} {'causal':6s} {'course':>7s} "
-             f"{'cudnn':>7s} {'flash':>7s} {'/cudnn':>7s} {'/flash':>7s} check"]
-    for (mode, dtype, d, n, causal), prov in sorted(by_case.items()):
-        def tf(name, prov=prov):
-            row = prov.get(name)
-            return row["tflops"] if row and row["tflops"] != "" else None
-
-        course, cudnn, flash = tf("course"), tf("sdpa-cudnn"), tf("sdpa-flash")
-
-        def cell(x):
-            return f"{x:7.1f}" if x is not None else f"{'-':>7s}"
-
-        def ratio(a, b):
-            return f"{a / b:7.2f}" if a and b else f"{'-':>7s}"
-
-        status = prov.get("course", {}).get("status", "")
-        lines.append(f"{mode:7s} {dtype:5s} {d:4d} {n:6d} {str(causal):6s} {cell(course)} "
-                     f"{cell(cudnn)} {cell(flash)} {ratio(course, cudnn)} "
-                     f"{ratio(course, flash)} {status}")
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------- Nsight Compute
-
-
-NCU_METRICS = ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-               "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-               "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-               "sm__warps_active.avg.pct_of_peak_sustained_active",
-               "launch__registers_per_thread", "launch__occupancy_limit_registers")
-
-
-def ncu_forward(d: int = 64, n: int = 4096, causal: bool = False, timeout: int = 300) -> str:
-    """Profile one forward launch of the course kernel with Nsight Compute; return its
-    metric lines (or why it could not run). Clocks are left alone (--clock-control none)."""
-    import shutil
-    import subprocess
-
-    if shutil.which("ncu") is None:
-        return "ncu not found: Nsight Compute is part of the CUDA toolkit."
-    case = Case("fwd", "fp16", d, n, causal)
-    script = ("import torch; import flashcourse as fc; fc.setup(verbose=False); "
-              "from flashcourse.kernels import host; "
-              f"q, k, v = (torch.randn({case.batch}, {case.heads}, {n}, {d}, device='cuda', "
-              "dtype=torch.float16) for _ in range(3)); "
-              f"host.flash_attention(q, k, v, {causal}); torch.cuda.synchronize()")
-    result = subprocess.run(
-        ["ncu", "--clock-control", "none", "--kernel-name", "regex:attn_fwd",
-         "--launch-count", "1", "--metrics", ",".join(NCU_METRICS), sys.executable, "-c",
-         script], capture_output=True, text=True, timeout=timeout)
-    lines = [line.rstrip() for line in result.stdout.splitlines()
-             if "attn_fwd" in line or "__" in line]
-    return "\n".join(lines[-12:]) or (result.stdout + result.stderr)[-2000:]
-
-
 # ---------------------------------------------------------------- CLI
 
 
@@ -572,12 +284,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rep-ms", type=int, default=50)
     parser.add_argument("--warmup-ms", type=int, default=10)
     return parser
-
-
-def sweep_cases(mode: str, quick: bool, dtypes: list[str]) -> list[Case]:
-    ns = QUICK_NS if quick else FULL_NS
-    return [Case(mode, dt, d, n, causal) for dt in dtypes for d in (64, 128)
-            for causal in (False, True) for n in ns]
 
 
 def main(argv: list[str] | None = None) -> int:

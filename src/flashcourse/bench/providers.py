@@ -1,0 +1,81 @@
+"""The providers the harness times: naive torch attention, torch.compile of it, SDPA with each
+backend pinned, and the course's Triton FlashAttention. `make_call(provider, ...)` gives each
+as a function (q, k, v) -> o."""
+
+from __future__ import annotations
+
+from .cases import COMPILE_NS, DENSE_MAX_N, Case
+
+
+def naive_attention(q, k, v, causal: bool, sm_scale: float):
+    """Standard attention as most people first write it: three kernels and an (N, N) matrix."""
+    import torch
+
+    scores = (q @ k.transpose(-1, -2)) * sm_scale
+    if causal:
+        n = q.shape[-2]
+        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+_COMPILED: dict = {}
+
+
+def compiled_attention():
+    """torch.compile of naive_attention (one compiled object; Dynamo recompiles per shape)."""
+    import torch
+
+    if "fn" not in _COMPILED:
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        _COMPILED["fn"] = torch.compile(naive_attention, dynamic=False)
+    return _COMPILED["fn"]
+
+
+def fuse_attention_count() -> int:
+    """How many times Inductor rewrote an attention pattern into SDPA in this process."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["inductor"]["fuse_attention"])
+    except Exception:  # noqa: BLE001  (older torch: no counter)
+        return -1
+
+
+def sdpa_backend(name: str):
+    from torch.nn.attention import SDPBackend
+
+    return {"sdpa-math": SDPBackend.MATH, "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+            "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}[name]
+
+
+def make_call(provider: str, causal: bool, sm_scale: float):
+    """A function (q, k, v) -> o for one provider."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    if provider == "naive":
+        return lambda q, k, v: naive_attention(q, k, v, causal, sm_scale)
+    if provider == "compile":
+        fn = compiled_attention()
+        return lambda q, k, v: fn(q, k, v, causal, sm_scale)
+    if provider == "course":
+        from ..kernels import host
+
+        return lambda q, k, v: host.flash_attention(q, k, v, causal, sm_scale)
+    backend = sdpa_backend(provider)
+
+    def call(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+
+    return call
+
+
+def skip_reason(provider: str, case: Case) -> str:
+    if provider in ("naive", "sdpa-math") and case.n > DENSE_MAX_N[case.mode]:
+        return f"skipped: N > {DENSE_MAX_N[case.mode]} materialises too large an (N, N) matrix"
+    if provider == "compile" and (case.dtype != "fp16" or case.n not in COMPILE_NS):
+        return "skipped: torch.compile is measured for fp16 at N in " + str(COMPILE_NS)
+    return ""
