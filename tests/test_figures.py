@@ -1,5 +1,5 @@
-"""The figures of the algorithm build, draw the blocks they name, and count what the package
-counts (no image comparison)."""
+"""The figures of the algorithm and of the ring build, draw the blocks they name, and count what
+the package counts (no image comparison)."""
 
 import re
 
@@ -9,9 +9,10 @@ import pytest
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from flashcourse import figures  # noqa: E402
+from flashcourse import distributed, figures  # noqa: E402
 from flashcourse.kernels import attention  # noqa: E402
 
 
@@ -94,3 +95,49 @@ def test_backward_flow_names_every_tensor_and_kernel():
         assert formula in text
     for kernel in ("flash_delta_kernel", "flash_dkdv_kernel", "flash_dq_kernel"):
         assert kernel in _legend(fig)
+
+
+@pytest.mark.parametrize("world_size, zigzag", [(4, False), (3, True), (2, True)])
+def test_ring_schedule_map_colours_cells_by_the_causal_plan(world_size, zigzag):
+    fig = figures.ring_schedule_map(world_size, causal=True, zigzag=zigzag)
+    colors = {p.get_gid(): p.get_facecolor() for p in fig.axes[0].patches if p.get_gid()}
+    pairs = 4 if zigzag else 1  # (query chunk, key chunk) pairs drawn in one cell
+    assert len(colors) == world_size * world_size * pairs
+    kind_colors = {kind: to_rgba(c) for kind, c in figures.ring.KIND_COLORS.items()}
+    for rank in range(world_size):
+        for step in range(world_size):
+            plan = distributed.step_plan(rank, step, world_size, zigzag)
+            for index, (_, _, kind) in enumerate(plan):
+                assert colors[f"cell-{rank}-{step}-{index}"] == kind_colors[kind]
+    assert f"K/V of {(1 - 2) % world_size}" in _texts(fig)
+    assert _legend(fig) == list(kind_colors)
+
+
+def test_ring_schedule_map_without_mask_computes_every_block():
+    fig = figures.ring_schedule_map(3, causal=False)
+    full = to_rgba(figures.ring.KIND_COLORS["full"])
+    assert [p.get_facecolor() for p in fig.axes[0].patches] == [full] * 9
+    assert fig.axes[0].get_legend() is None
+
+
+def test_ring_work_balance_draws_the_package_counts():
+    n, world_size = 256, 4
+    fig = figures.ring_work_balance(n, world_size)
+    heights = [round(bar.get_height()) for bar in fig.axes[0].patches]
+    contiguous = [distributed.causal_work(distributed.contiguous_positions(n, world_size, r))
+                  for r in range(world_size)]
+    zigzag = [distributed.causal_work(distributed.zigzag_positions(n, world_size, r))
+              for r in range(world_size)]
+    assert heights == contiguous + zigzag
+    assert sum(contiguous) == sum(zigzag) == n * (n + 1) // 2
+
+
+def test_ring_scaling_draws_one_line_per_method_and_mask():
+    rows = [{"method": m, "causal": c, "n": n, "tokens_per_s": 1.0, "peak_mib_per_gpu": 1.0}
+            for m in ("one GPU", "ring") for c in (False, True) for n in (32768, 65536)]
+    rows.append({"method": "ring", "causal": False, "n": 131072, "tokens_per_s": "error"})
+    fig = figures.ring_scaling(rows)
+    assert len(fig.axes) == 2
+    for ax in fig.axes:
+        assert len(ax.lines) == 4 and all(len(line.get_xdata()) == 2 for line in ax.lines)
+    assert _legend(fig) == ["one GPU, full", "ring, full", "one GPU, causal", "ring, causal"]

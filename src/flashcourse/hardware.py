@@ -47,6 +47,9 @@ H200_MEASURED_COPY_TBS = 4.3
 # L2 of the course's H200 as the device reports it (torch.cuda.get_device_properties(0)
 # .L2_cache_size = 62914560 bytes); the H100 SXM's is 50 MB.
 H200_L2_MIB = 60
+# NVLink of one H200 SXM (datasheet): 900 GB/s per GPU, both directions together, so a ring's
+# transfer to the next GPU gets half of it.
+H200_NVLINK_GBS = 900
 
 
 def ridge_point(peak_tflops: float, bandwidth_tbs: float) -> float:

@@ -4,13 +4,17 @@
 - `roofline_plot.py` (lesson 2): a machine's two ceilings and kernels placed under them;
 - `access.py` (lesson 3): which sectors and lines a warp's load touches;
 - `algorithm.py` (lessons 1 and 6): the FlashAttention tiling, the causal tile map and the
-  backward's data flow.
+  backward's data flow;
+- `ring.py` (lesson 9): the ring schedule, the causal work per rank under each split and the
+  two-GPU measurements.
 """
 
 from .access import access_patterns
 from .algorithm import backward_flow, causal_tile_map, flash_tiling
 from .overview import attention_traffic, memory_hierarchy
+from .ring import ring_scaling, ring_schedule_map, ring_work_balance
 from .roofline_plot import roofline
 
 __all__ = ["access_patterns", "attention_traffic", "backward_flow", "causal_tile_map",
-           "flash_tiling", "memory_hierarchy", "roofline"]
+           "flash_tiling", "memory_hierarchy", "ring_scaling", "ring_schedule_map",
+           "ring_work_balance", "roofline"]

@@ -1,0 +1,149 @@
+"""Lesson 9's causal exercises (section 5): the plan of each ring step, pair by pair, and the
+load-balanced (zigzag) split, each followed by a causal ring on it against standard attention."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import distributed as ring
+from .. import registry
+from .common import (
+    ATOL,
+    PLAN_CASES,
+    PLAN_HIDDEN,
+    RTOL,
+    SPLIT_CASES,
+    SPLIT_HIDDEN,
+    WORLD_SIZES,
+    case_arrays,
+    describe,
+    gather,
+    passed,
+    split_positions,
+)
+from .jobs import run_answer
+
+# ---------------------------------------------------------------- 2. the causal plan
+
+
+def _plan_message(rank, step, world, zigzag, given: set, label: str) -> str | None:
+    expected = set(ring.step_plan(rank, step, world, zigzag))
+    if given == expected:
+        return None
+    where = f"{label}: rank {rank}, step {step}"
+    held = set(ring.chunks_of((rank - step) % world, world, zigzag))
+    mine = set(ring.chunks_of(rank, world, zigzag))
+    for i, j, _ in sorted(given):
+        if j not in held:
+            return (f"{where}: the plan uses key chunk {j}, but the rank holds chunks "
+                    f"{sorted(held)}, those of rank {(rank - step) % world}. K/V move one rank "
+                    "forward per step, so at step s rank r holds rank (r - s) mod P's "
+                    "(section 2).")
+        if i not in mine:
+            return (f"{where}: the plan uses query chunk {i}, but the rank's queries are "
+                    f"chunks {sorted(mine)}.")
+    kinds = {(i, j): kind for i, j, kind in given}
+    for i, j, right in sorted(expected):
+        kind = kinds.get((i, j))
+        pair = f"{where}: query chunk {i} against key chunk {j}"
+        if kind is None:
+            return (f"{pair} is missing from the plan: list every pair of one of your query "
+                    "chunks and one held key chunk, with 'skip' for those not computed.")
+        if kind == right:
+            continue
+        if j == i and kind == "skip":
+            return (f"{pair} (the diagonal block) is skipped: every query sees itself and "
+                    "the earlier keys of its own chunk; compute it with the causal mask "
+                    "(section 5).")
+        if j == i:
+            return (f"{pair} (the diagonal block) is computed without the mask: the queries "
+                    "would see later keys of their own chunk (section 5).")
+        if j < i and kind == "skip":
+            return (f"{pair} is skipped, but every key of an earlier chunk is visible to "
+                    "every query of a later one: compute it in full (section 5).")
+        if j < i:
+            return (f"{pair} is masked, but all its keys come before all its queries: the "
+                    "mask would change nothing; compute it 'full', with no mask (section 5).")
+        return (f"{pair} is computed, but every key there comes after every query: the mask "
+                "empties it. Skipping it is the work a causal ring saves (section 5).")
+    return f"{where}: the plan lists pairs twice or more; list each pair once."
+
+
+def check_causal_plan(causal_step_plan) -> str:
+    cases = registry.with_hidden(PLAN_CASES, PLAN_HIDDEN)
+    for world in WORLD_SIZES:
+        inputs = [{"n": n, "zigzag": zigzag, **case_arrays(n, d, seed)}
+                  for n, d, zigzag, seed in cases]
+        results = run_answer(causal_step_plan, "plan", world, inputs)
+        for number, ((n, _, zigzag, seed), case, per_rank) in enumerate(
+                zip(cases, inputs, results, strict=True), 1):
+            label = f"case {number}/{len(cases)} ({describe(n, world, True, zigzag, seed)})"
+            for rank in range(world):
+                rows = np.asarray(per_rank[rank]["plan"]).reshape(-1, 4)
+                for step in range(world):
+                    given = {(int(i), int(j), ring.KINDS[int(kind)])
+                             for s, i, j, kind in rows if s == step}
+                    if len(given) != int((rows[:, 0] == step).sum()):
+                        raise registry.WrongAnswer(f"{label}: rank {rank}, step {step}: the "
+                                                   "plan lists a pair twice.")
+                    message = _plan_message(rank, step, world, zigzag, given, label)
+                    if message:
+                        raise registry.WrongAnswer(message)
+            o, lse = gather(per_rank, split_positions(n, world, zigzag), "o", "lse")
+            expected_o, expected_lse = ring.reference_attention(case["q"], case["k"],
+                                                                case["v"], True)
+            registry.compare(o, expected_o, f"{label}, o", atol=ATOL, rtol=RTOL)
+            registry.compare(lse, expected_lse, f"{label}, lse", atol=ATOL, rtol=RTOL)
+    return passed(len(cases), "plan every block right, under both splits")
+
+
+# ---------------------------------------------------------------- 3. the zigzag split
+
+
+def _split_message(given: list[np.ndarray], n: int, world: int, label: str) -> str | None:
+    expected = [ring.zigzag_positions(n, world, r) for r in range(world)]
+    if all(np.array_equal(g, e) for g, e in zip(given, expected, strict=True)):
+        return None
+    everything = np.concatenate(given)
+    missing = np.setdiff1d(np.arange(n), everything)
+    if len(everything) != n or len(missing) or (everything < 0).any() or (everything >= n).any():
+        lost = f", and positions {missing[:5].tolist()} are on no rank" if len(missing) else ""
+        return (f"{label}: the ranks hold {len(everything)} positions for {n} tokens{lost}: "
+                "every token must be on exactly one rank. Cut the sequence with "
+                "np.array_split, which handles n not divisible by 2P (section 5).")
+    if all(np.array_equal(g, ring.contiguous_positions(n, world, r))
+           for r, g in enumerate(given)):
+        return (f"{label}: this is the contiguous split, in which the last rank does about "
+                f"{2 * world - 1} times the causal work of the first. Cut 2P chunks and give "
+                "rank r chunks r and 2P-1-r (section 5).")
+    for rank, (g, e) in enumerate(zip(given, expected, strict=True)):
+        if not np.array_equal(g, e):
+            if np.array_equal(np.sort(g), np.sort(e)):
+                return (f"{label}: rank {rank} holds the right positions in the wrong order: "
+                        "chunk r first, then chunk 2P-1-r, each in increasing order.")
+            return (f"{label}: rank {rank} holds positions {g.tolist()[:12]}"
+                    f"{'...' if len(g) > 12 else ''}; the zigzag split gives it chunks "
+                    f"{rank} and {2 * world - 1 - rank} of 2P = {2 * world} (section 5).")
+    return None
+
+
+def check_zigzag_split(zigzag_split) -> str:
+    cases = registry.with_hidden(SPLIT_CASES, SPLIT_HIDDEN)
+    for world in WORLD_SIZES:
+        inputs = [{"n": n, **case_arrays(n, d, seed)} for n, d, seed in cases]
+        results = run_answer(zigzag_split, "split", world, inputs)
+        for number, ((n, _, seed), case, per_rank) in enumerate(
+                zip(cases, inputs, results, strict=True), 1):
+            label = f"case {number}/{len(cases)} ({describe(n, world, seed=seed)})"
+            given = [np.asarray(per_rank[r]["positions"]) for r in range(world)]
+            message = _split_message(given, n, world, label)
+            if message:
+                raise registry.WrongAnswer(message)
+            o, lse = gather(per_rank, given, "o", "lse")
+            expected_o, expected_lse = ring.reference_attention(case["q"], case["k"],
+                                                                case["v"], True)
+            registry.compare(o, expected_o, f"{label}, causal ring on your split, o",
+                             atol=ATOL, rtol=RTOL)
+            registry.compare(lse, expected_lse, f"{label}, causal ring on your split, lse",
+                             atol=ATOL, rtol=RTOL)
+    return passed(len(cases), "split every sequence as the zigzag does")

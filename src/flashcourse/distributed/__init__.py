@@ -1,0 +1,64 @@
+"""Lesson 9's host side: ring attention on P processes of one machine.
+
+- `model.py` (numpy): the splits of a sequence over ranks and the causal work of each rank,
+  standard attention, the ring simulated in one process (`simulate_ring`), its schedule and
+  the causal plan of each step;
+- `rings.py` (torch, in each rank): what one rank computes on one block of keys
+  (`block_attention`, `block_gradients`), the merge in log-sum-exp form (`merge_lse`), and the
+  reference rings (`ring_forward`, `ring_backward`) that the checks compare with and the GPU
+  script runs with NCCL;
+- `ranks.py`: `run_ranks`, P processes joined by torch.distributed (gloo over the loopback
+  interface) that run a function on every rank, with a timeout that ends every process it
+  started and says why (a deadlock, a crash) instead of hanging the notebook.
+
+The ring itself is the student's (lesson 9's exercises). The lesson's figures of the ring are
+in `figures/ring.py`. Import from here: `from flashcourse import distributed as ring`.
+"""
+
+from .model import (
+    KINDS,
+    NEG_INF,
+    block_kind,
+    block_state,
+    causal_work,
+    chunk_lengths,
+    chunks_of,
+    contiguous_positions,
+    merge_lse_numpy,
+    plan_work,
+    reference_attention,
+    ring_schedule,
+    simulate_ring,
+    sm_scale,
+    step_plan,
+    zigzag_positions,
+)
+from .ranks import (
+    COLLECTIVES,
+    LOOPBACK,
+    RanksNeverStarted,
+    free_port,
+    loopback_interface,
+    run_ranks,
+)
+from .rings import (
+    EVENT_CODES,
+    SCALING_RESULTS,
+    block_attention,
+    block_gradients,
+    exchange,
+    merge_lse,
+    ring_backward,
+    ring_forward,
+    scaling_rows,
+    shard_chunk_rows,
+    visible_keys,
+)
+
+__all__ = ["COLLECTIVES", "EVENT_CODES", "KINDS", "LOOPBACK", "NEG_INF",
+           "SCALING_RESULTS", "RanksNeverStarted", "block_attention",
+           "block_gradients", "block_kind", "block_state", "causal_work", "chunk_lengths",
+           "chunks_of", "contiguous_positions", "exchange", "free_port", "loopback_interface",
+           "merge_lse", "merge_lse_numpy", "plan_work", "reference_attention", "ring_backward",
+           "ring_forward", "ring_schedule", "run_ranks", "scaling_rows", "shard_chunk_rows",
+           "simulate_ring", "sm_scale", "step_plan", "visible_keys", "zigzag_positions"]
