@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...models.softmax_states import safe_max
 from .. import registry
 
 # ---------------------------------------------------------------- inputs
@@ -35,11 +36,6 @@ def logits(rows: int, n: int, seed: int, scale: float = 1.0, kind: str = "normal
         for r in range(rows):
             x[r, :n if r == 0 else min(n - 1, r * block)] = -np.inf
     return x
-
-
-def safe_max(m: np.ndarray) -> np.ndarray:
-    """The running max with -inf (a row that saw no finite value yet) replaced by 0."""
-    return np.where(m == -np.inf, 0.0, m)
 
 
 def describe(rows: int, n: int, scale: float, kind: str, dtype: str | None = None,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...models.softmax_states import safe_max, softmax_state
 from ...reference import softmax as reference_softmax
 from .. import registry
-from .common import blocked_stats, describe, logits, passed, require_callable, safe_max
+from .common import blocked_stats, describe, logits, passed, require_callable
 
 # ---------------------------------------------------------------- 1. stable softmax (numpy)
 
@@ -178,14 +179,6 @@ def check_online_stats(online_softmax_stats) -> str:
 
 
 # ---------------------------------------------------------------- 5. merging states (numpy)
-
-
-def softmax_state(scores: np.ndarray, values: np.ndarray):
-    """The partial softmax state of one chunk of keys: (m, l, o) with m the row max, l the sum
-    of exp(scores - m) and o the unnormalised output exp(scores - m) @ values."""
-    m = scores.max(axis=-1)
-    p = np.exp(scores - safe_max(m)[:, None])  # a chunk masked entirely: (-inf, 0, 0)
-    return m, p.sum(axis=-1), p @ values
 
 
 # (rows, n, d, split points, seed, scale, masked): with masked, row 0 is masked entirely and
