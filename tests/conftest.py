@@ -28,6 +28,53 @@ def root() -> Path:
     return ROOT
 
 
+
+# ---------------------------------------------------------------- record and replay
+
+
+@pytest.fixture
+def record_check(tmp_path, monkeypatch):
+    """`record_check(exercise_id, answer)` runs the check as the grader's sandbox does (a record
+    folder; hidden cases unless grading_mode="0") and returns (the WrongAnswer or BlankNotFilled
+    it raised, or None; the record it wrote). Each call with another `folder` keeps its own."""
+    import json
+
+    from flashcourse.checks import recording, registry
+
+    def run(exercise_id: str, answer, folder: str = "record", grading_mode: str = "1"):
+        target = tmp_path / folder
+        monkeypatch.setenv(recording.RECORD_DIR_ENV, str(target))
+        monkeypatch.setenv(registry.GRADING_MODE_ENV, grading_mode)
+        raised = None
+        try:
+            registry.check(exercise_id, answer)
+        except (registry.WrongAnswer, registry.BlankNotFilled) as err:
+            raised = err
+        finally:
+            monkeypatch.delenv(recording.RECORD_DIR_ENV)
+            monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+        return raised, json.loads((target / recording.record_name(exercise_id)).read_text())
+
+    return run
+
+
+@pytest.fixture
+def replay_agrees():
+    """`replay_agrees(exercise_id, raised, record, passed)`: the grader's replay of `record`
+    gives the check's own verdict, a pass whose summary holds `passed` or the very message the
+    check raised (`raised`, from `record_check`)."""
+    from flashcourse.checks import registry
+
+    def agree(exercise_id: str, raised, record, passed: str) -> None:
+        if raised is None:
+            assert passed in registry.replay(exercise_id, record)
+        else:
+            with pytest.raises(registry.WrongAnswer) as caught:
+                registry.replay(exercise_id, record)
+            assert str(caught.value) == str(raised)
+
+    return agree
+
 # ---------------------------------------------------------------- known-wrong answers
 # Every test module that shows a known-wrong answer being rejected records it here; the
 # terminal summary prints "known-wrong answers rejected: R / T" over the whole suite (also

@@ -1,7 +1,6 @@
 """Lesson 3's grader: the solutions pass; known-wrong answers, built by editing the lesson's own
 solution cells, are rejected with the message meant for them."""
 
-import json
 import re
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 import flashcourse as fc
 from flashcourse import BlankNotFilled, check
 from flashcourse.authoring import cells
-from flashcourse.checks import recording, registry
+from flashcourse.checks import registry
 from flashcourse.models import memory as memory_model
 
 REJECTED = []
@@ -164,28 +163,16 @@ def test_untouched_from_scratch_exercise_says_implement(lesson, known_wrong, exe
         check(exercise_id, stub)
 
 
-def test_batched_transpose_is_replayed_by_the_grader(lesson, tmp_path, monkeypatch):
+def test_batched_transpose_is_replayed_by_the_grader(lesson, record_check, replay_agrees):
     """The grader's replay of a record gives the check's own verdict, right or wrong (the
     wrong kernel's diagnosis launches it again, and the replay follows)."""
     exercise_id = "coalescing/batched-transpose"
-    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     for folder, replace in (("right", ()),
                             ("wrong", (("rows[:, None] * stride_xm", "rows[:, None] * N"),))):
-        monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path / folder))
-        verdict = None
-        try:
-            check(exercise_id, answer(lesson, *CELLS[exercise_id], *replace))
-        except registry.WrongAnswer as err:
-            verdict = str(err)
-        monkeypatch.delenv(recording.RECORD_DIR_ENV)
-        record = json.loads((tmp_path / folder / recording.record_name(exercise_id))
-                            .read_text())
-        if verdict is None:
-            assert "16 cases transposed exactly" in registry.replay(exercise_id, record)
-        else:
-            with pytest.raises(registry.WrongAnswer) as caught:
-                registry.replay(exercise_id, record)
-            assert str(caught.value) == verdict
+        raised, record = record_check(
+            exercise_id, answer(lesson, *CELLS[exercise_id], *replace), folder=folder)
+        assert (raised is None) == (folder == "right"), raised
+        replay_agrees(exercise_id, raised, record, "16 cases transposed exactly")
 
 
 def test_wrappers_turn_a_blank_into_a_short_error(lesson):

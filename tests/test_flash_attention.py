@@ -422,17 +422,10 @@ def test_scratch_kernel_inputs_are_checked(solution):
         padded_forward(scratch_kernel(), q, k, v, torch.zeros(2, dtype=torch.int64))
 
 
-def test_scratch_kernel_check_replays_in_the_grader(tmp_path, monkeypatch):
-    import json
-
-    from flashcourse.checks import recording
-
-    monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path))
-    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
-    check(SCRATCH_ID, scratch_kernel())
-    monkeypatch.delenv(recording.RECORD_DIR_ENV)
-    record = json.loads((tmp_path / recording.record_name(SCRATCH_ID)).read_text())
-    assert "8 cases match attention" in registry.replay(SCRATCH_ID, record)
+def test_scratch_kernel_check_replays_in_the_grader(record_check, replay_agrees):
+    raised, record = record_check(SCRATCH_ID, scratch_kernel())
+    assert raised is None, raised
+    replay_agrees(SCRATCH_ID, raised, record, "8 cases match attention")
 
 
 def test_memory_model_and_figure():

@@ -177,31 +177,14 @@ def test_hidden_cases_run_in_grading_mode(root, capsys, monkeypatch, exercise_id
     assert count >= 6 and "hidden" not in out, out
 
 
-def _record(root, tmp_path, monkeypatch, exercise_id, edits):
-    """Run the check of an answer in the notebook's way (with hidden cases), return its record."""
-    import json
-
-    from flashcourse.checks import recording
-
-    folder = tmp_path / ("wrong" if edits else "right")
-    monkeypatch.setenv(recording.RECORD_DIR_ENV, str(folder))
-    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
-    try:
-        check(exercise_id, answer(root, exercise_id, **edits))
-    except registry.WrongAnswer:
-        pass
-    monkeypatch.delenv(recording.RECORD_DIR_ENV)
-    return json.loads((folder / recording.record_name(exercise_id)).read_text())
-
-
 @pytest.mark.parametrize("exercise_id", list(EXERCISES))
-def test_grader_replay_gives_the_same_verdict(root, tmp_path, monkeypatch, exercise_id):
+def test_grader_replay_gives_the_same_verdict(root, record_check, exercise_id):
     """Recorded in the notebook's way, replayed in the grader's: the right answer passes with
     its hidden cases, and the exercise's first known-wrong answer fails with its message."""
-    right = _record(root, tmp_path, monkeypatch, exercise_id, {})
+    _, right = record_check(exercise_id, answer(root, exercise_id), folder="right")
     assert "cases" in registry.replay(exercise_id, right)
     (edits, message), = [value for key, value in WRONG.items() if key[0] == exercise_id][:1]
-    wrong = _record(root, tmp_path, monkeypatch, exercise_id, edits)
+    _, wrong = record_check(exercise_id, answer(root, exercise_id, **edits), folder="wrong")
     with pytest.raises(registry.WrongAnswer, match=re.escape(message)):
         registry.replay(exercise_id, wrong)
 

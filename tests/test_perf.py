@@ -412,36 +412,23 @@ def test_the_profile_check_takes_a_function_not_answers(known_wrong):
         check(PROFILE, {"top_op": "aten::bmm", "top_share": 0.4, "top_calls": 6})
 
 
-def _record_and_replay(tmp_path, monkeypatch, exercise, answer):
-    """Check `answer` as the grader's sandbox does (recording), then replay the record."""
-    import json
-
-    from flashcourse.checks import recording
-
-    monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path))
-    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
-    try:
-        check(exercise, answer)
-    except registry.WrongAnswer:
-        pass
-    monkeypatch.delenv(recording.RECORD_DIR_ENV)
-    record = json.loads((tmp_path / recording.record_name(exercise)).read_text())
-    return registry.replay(exercise, record)
-
-
-def test_deployment_and_profile_checks_replay_in_the_grader(root, tmp_path, monkeypatch):
-    assert "12 cases pick the right backend" in _record_and_replay(
-        tmp_path, monkeypatch, DEPLOY, deploy_function(root))
-    wrong = deploy_function(root, *WRONG_DEPLOY["sdpa preferred to the course kernel"][0])
-    with pytest.raises(registry.WrongAnswer, match="called sdpa, but the course kernel"):
-        _record_and_replay(tmp_path, monkeypatch, DEPLOY, wrong)
-    assert "7 tables read right" in _record_and_replay(tmp_path, monkeypatch, PROFILE,
-                                                       profile_function(root))
-    wrong = profile_function(root, *WRONG_PROFILE["the runner-up"][0])
-    with pytest.raises(registry.WrongAnswer, match="another one has a larger self time"):
-        _record_and_replay(tmp_path, monkeypatch, PROFILE, wrong)
-    assert "is a valid config" in _record_and_replay(tmp_path, monkeypatch, TUNING,
-                                                     TUNING_SOLUTION)
+def test_deployment_and_profile_checks_replay_in_the_grader(root, record_check, replay_agrees):
+    right = ((DEPLOY, deploy_function(root), "12 cases pick the right backend"),
+             (PROFILE, profile_function(root), "7 tables read right"),
+             (TUNING, TUNING_SOLUTION, "is a valid config"))
+    for exercise, answer, passed in right:
+        raised, record = record_check(exercise, answer, folder=exercise.replace("/", "-"))
+        assert raised is None, raised
+        replay_agrees(exercise, raised, record, passed)
+    sdpa_first = WRONG_DEPLOY["sdpa preferred to the course kernel"][0]
+    wrong = ((DEPLOY, deploy_function(root, *sdpa_first), "called sdpa, but the course kernel"),
+             (PROFILE, profile_function(root, *WRONG_PROFILE["the runner-up"][0]),
+              "another one has a larger self time"))
+    for exercise, answer, message in wrong:
+        folder = "wrong-" + exercise.replace("/", "-")
+        raised, record = record_check(exercise, answer, folder=folder)
+        assert raised is not None and message in str(raised), raised
+        replay_agrees(exercise, raised, record, "")
 
 
 # ---------------------------------------------------------------- harness and CUDA source

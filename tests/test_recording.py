@@ -3,7 +3,6 @@ replayed in
 the grader's way, gives the same verdict; a changed record, a record without the hidden cases,
 a record of other inputs and an answer that is not plain data are all refused."""
 
-import json
 
 import numpy as np
 import pytest
@@ -20,27 +19,15 @@ def flash_attention(root):
     return cells.load_name(root / LESSON, "exercise-flash-attention", "flash_attention")
 
 
-def _record(tmp_path, monkeypatch, answer, exercise=EXERCISE, grading_mode="1"):
-    monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path))
-    monkeypatch.setenv(registry.GRADING_MODE_ENV, grading_mode)
-    try:
-        registry.check(exercise, answer)
-    except (registry.WrongAnswer, registry.BlankNotFilled):
-        pass
-    monkeypatch.delenv(recording.RECORD_DIR_ENV)
-    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
-    return json.loads((tmp_path / recording.record_name(exercise)).read_text())
-
-
-def test_replay_of_a_right_answer_passes(tmp_path, monkeypatch, flash_attention):
-    record = _record(tmp_path, monkeypatch, flash_attention)
+def test_replay_of_a_right_answer_passes(record_check, monkeypatch, flash_attention):
+    _, record = record_check(EXERCISE, flash_attention)
     assert len(record["events"]) > 10  # visible and hidden cases, each recorded
     assert "10 cases match" in registry.replay(EXERCISE, record)
 
 
-def test_replay_rejects_a_changed_result(tmp_path, monkeypatch, flash_attention,
+def test_replay_rejects_a_changed_result(record_check, monkeypatch, flash_attention,
                                          record_rejection):
-    record = _record(tmp_path, monkeypatch, flash_attention)
+    _, record = record_check(EXERCISE, flash_attention)
     event = next(e for e in record["events"] if e["label"].startswith("case"))
     value = recording.decode(event["result"])
     event["result"] = recording.encode(np.asarray(value) * 1.01)
@@ -49,29 +36,29 @@ def test_replay_rejects_a_changed_result(tmp_path, monkeypatch, flash_attention,
     record_rejection("grade/replay", "a recorded result changed after the run")
 
 
-def test_replay_rejects_a_record_without_hidden_cases(tmp_path, monkeypatch, flash_attention,
+def test_replay_rejects_a_record_without_hidden_cases(record_check, monkeypatch, flash_attention,
                                                       record_rejection):
-    record = _record(tmp_path, monkeypatch, flash_attention, grading_mode="0")
+    _, record = record_check(EXERCISE, flash_attention, grading_mode="0")
     with pytest.raises(recording.RecordMismatch, match="record"):
         registry.replay(EXERCISE, record)
     record_rejection("grade/replay", "hidden cases switched off in the notebook")
 
 
-def test_replay_rejects_other_inputs(tmp_path, monkeypatch, flash_attention, record_rejection):
-    record = _record(tmp_path, monkeypatch, flash_attention)
+def test_replay_rejects_other_inputs(record_check, monkeypatch, flash_attention, record_rejection):
+    _, record = record_check(EXERCISE, flash_attention)
     record["events"][2]["inputs"] = "0" * 64
     with pytest.raises(recording.RecordMismatch, match="inputs"):
         registry.replay(EXERCISE, record)
     record_rejection("grade/replay", "a record made on other inputs")
 
 
-def test_answers_must_be_plain_data(tmp_path, monkeypatch, record_rejection):
+def test_answers_must_be_plain_data(record_check, monkeypatch, record_rejection):
     class Anything:
         def __eq__(self, other):
             return True
 
     answers = {key: Anything() for key in registry.get("gpu-flash/q1-memory").answers}
-    record = _record(tmp_path, monkeypatch, answers, exercise="gpu-flash/q1-memory")
+    _, record = record_check("gpu-flash/q1-memory", answers)
     assert "unsupported" in record["answer"]
     with pytest.raises(registry.WrongAnswer, match="not plain data"):
         registry.replay("gpu-flash/q1-memory", record)
@@ -101,10 +88,10 @@ def test_notebook_scorecard_fails_an_unanswered_veto(monkeypatch):
     assert registry.scorecard("gpu-flash") == 10
 
 
-def test_a_secret_reseeds_every_case(tmp_path, monkeypatch, flash_attention, record_rejection):
-    public = _record(tmp_path, monkeypatch, flash_attention)
+def test_a_secret_reseeds_every_case(record_check, monkeypatch, flash_attention, record_rejection):
+    _, public = record_check(EXERCISE, flash_attention, folder="public")
     monkeypatch.setenv(registry.SECRET_ENV, "instructor-only")
-    secret = _record(tmp_path / "secret", monkeypatch, flash_attention)
+    _, secret = record_check(EXERCISE, flash_attention, folder="secret")
     assert "10 cases match" in registry.replay(EXERCISE, secret)
     assert [e["inputs"] for e in public["events"]] != [e["inputs"] for e in secret["events"]]
     with pytest.raises(recording.RecordMismatch, match="inputs"):

@@ -3,7 +3,6 @@ by editing the lesson's own solution cells) are rejected with the message that n
 mistake; a deadlock ends in a clear message, not a hung test; the check is replayed from its
 record; the numpy model, the splits and the reference rings agree with standard attention."""
 
-import json
 import re
 import time
 
@@ -288,21 +287,10 @@ def test_exercise_cells_have_blanks(root):
 # ---------------------------------------------------------------- record and replay
 
 
-def _record(tmp_path, monkeypatch, exercise_id, fn):
-    monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path))
-    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
-    try:
-        check(exercise_id, fn)
-    except registry.WrongAnswer:
-        pass
-    monkeypatch.delenv(recording.RECORD_DIR_ENV)
-    return json.loads((tmp_path / recording.record_name(exercise_id)).read_text())
-
-
 @pytest.mark.parametrize("exercise_id", ["ring-attention/ring-forward",
                                          "ring-attention/ring-backward"])
-def test_replay_gives_the_same_verdict(root, tmp_path, monkeypatch, exercise_id):
-    record = _record(tmp_path, monkeypatch, exercise_id, answer(root, exercise_id))
+def test_replay_gives_the_same_verdict(root, record_check, exercise_id):
+    _, record = record_check(exercise_id, answer(root, exercise_id))
     job = "forward" if "forward" in exercise_id else "backward"
     assert [e["label"] for e in record["events"]][-2:] == [
         f"{job} on {w} ranks" for w in checks.WORLD_SIZES]
@@ -315,10 +303,10 @@ def test_replay_gives_the_same_verdict(root, tmp_path, monkeypatch, exercise_id)
         registry.replay(exercise_id, record)
 
 
-def test_replay_of_a_deadlock_says_deadlock(root, tmp_path, monkeypatch):
+def test_replay_of_a_deadlock_says_deadlock(root, record_check, monkeypatch):
     monkeypatch.setattr(ring.ranks, "RANK_TIMEOUT_S", DEADLOCK_TIMEOUT_S)
     wrong = answer(root, "ring-attention/ring-forward", replace=[BLOCKING_FORWARD])
-    record = _record(tmp_path, monkeypatch, "ring-attention/ring-forward", wrong)
+    _, record = record_check("ring-attention/ring-forward", wrong)
     with pytest.raises(registry.WrongAnswer, match="deadlock"):
         registry.replay("ring-attention/ring-forward", record)
 

@@ -1,7 +1,6 @@
 """Lesson 2's grader: the solutions pass; known-wrong answers, built by editing the lesson's own
 solution cells, are rejected with the message meant for them."""
 
-import json
 import re
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 import flashcourse as fc
 from flashcourse import BlankNotFilled, check
 from flashcourse.authoring import cells
-from flashcourse.checks import recording, registry
+from flashcourse.checks import registry
 
 REJECTED = []
 
@@ -196,26 +195,14 @@ def test_untouched_from_scratch_exercise_says_implement(lesson, known_wrong, exe
         check(exercise_id, stub)
 
 
-def test_axpy_is_replayed_by_the_grader(lesson, tmp_path, monkeypatch):
+def test_axpy_is_replayed_by_the_grader(lesson, record_check, replay_agrees):
     """The grader's replay of a record gives the check's own verdict, right or wrong."""
-    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+    exercise_id = "roofline/axpy-kernel"
     for folder, replace in (("right", ()), ("wrong", (("alpha * x + y, mask", "x + y, mask"),))):
-        monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path / folder))
-        verdict = None
-        try:
-            check("roofline/axpy-kernel", answer(lesson, *CELLS["roofline/axpy-kernel"],
-                                                 *replace))
-        except registry.WrongAnswer as err:
-            verdict = str(err)
-        monkeypatch.delenv(recording.RECORD_DIR_ENV)
-        record = json.loads((tmp_path / folder / recording.record_name(
-            "roofline/axpy-kernel")).read_text())
-        if verdict is None:
-            assert "16 cases right" in registry.replay("roofline/axpy-kernel", record)
-        else:
-            with pytest.raises(registry.WrongAnswer) as caught:
-                registry.replay("roofline/axpy-kernel", record)
-            assert str(caught.value) == verdict
+        raised, record = record_check(
+            exercise_id, answer(lesson, *CELLS[exercise_id], *replace), folder=folder)
+        assert (raised is None) == (folder == "right"), raised
+        replay_agrees(exercise_id, raised, record, "16 cases right")
 
 
 def test_a_plain_function_is_not_a_kernel(known_wrong):

@@ -2,7 +2,6 @@
 built by editing the lesson's own solution cells) are rejected with the message that names the
 mistake, blanks say "Fill in the blank", questions and misconceptions are checked."""
 
-import json
 import math
 import re
 
@@ -11,7 +10,7 @@ import pytest
 
 from flashcourse import BlankNotFilled, ______, check, runtime
 from flashcourse.authoring import cells
-from flashcourse.checks import recording, registry
+from flashcourse.checks import registry
 
 runtime.setup(verbose=False)  # before triton is imported or any kernel defined: the interpreter
 
@@ -256,27 +255,15 @@ def test_untouched_masked_softmax_says_implement(root, known_wrong):
         check("softmax/masked-softmax", getattr(cells.load(source), name))
 
 
-def test_masked_softmax_is_replayed_by_the_grader(root, tmp_path, monkeypatch):
+def test_masked_softmax_is_replayed_by_the_grader(root, record_check, replay_agrees):
     """The grader's replay of a record gives the check's own verdict, right or wrong."""
     exercise_id = "softmax/masked-softmax"
-    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     for folder, edits in (("right", {}),
                           ("wrong", dict(replace=[('other=float("-inf")', "other=0.0", 2)]))):
-        monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path / folder))
-        verdict = None
-        try:
-            check(exercise_id, answer(root, exercise_id, **edits))
-        except registry.WrongAnswer as err:
-            verdict = str(err)
-        monkeypatch.delenv(recording.RECORD_DIR_ENV)
-        record = json.loads((tmp_path / folder / recording.record_name(exercise_id))
-                            .read_text())
-        if verdict is None:
-            assert "11 cases match" in registry.replay(exercise_id, record)
-        else:
-            with pytest.raises(registry.WrongAnswer) as caught:
-                registry.replay(exercise_id, record)
-            assert str(caught.value) == verdict
+        raised, record = record_check(exercise_id, answer(root, exercise_id, **edits),
+                                      folder=folder)
+        assert (raised is None) == (folder == "right"), raised
+        replay_agrees(exercise_id, raised, record, "11 cases match")
 
 
 def test_masked_launcher_refuses_lengths_of_the_wrong_type(root):

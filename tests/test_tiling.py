@@ -13,7 +13,6 @@ import os
 os.environ.setdefault("FLASHCOURSE_INTERPRET", "1")
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import json  # noqa: E402
 import re  # noqa: E402
 
 import pytest  # noqa: E402
@@ -21,7 +20,7 @@ import pytest  # noqa: E402
 import flashcourse  # noqa: E402
 from flashcourse import BlankNotFilled, check
 from flashcourse.authoring import cells
-from flashcourse.checks import recording, registry
+from flashcourse.checks import registry
 from flashcourse.checks import tiling_matmul as tiling  # noqa: E402
 from flashcourse.models import matmul  # noqa: E402
 
@@ -235,26 +234,14 @@ def test_untouched_batched_exercise_says_implement(root, known_wrong):
         check(BATCHED, stub)
 
 
-def test_batched_matmul_is_replayed_by_the_grader(root, tmp_path, monkeypatch):
+def test_batched_matmul_is_replayed_by_the_grader(root, record_check, replay_agrees):
     """The grader's replay of a record gives the check's own verdict, right or wrong (the
     wrong kernel's diagnosis launches it again on other buffers, and the replay follows)."""
-    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     wrong = (("offs_m[:, None] * stride_am", "offs_m[:, None] * K"),)
     for folder, replace in (("right", ()), ("wrong", wrong)):
-        monkeypatch.setenv(recording.RECORD_DIR_ENV, str(tmp_path / folder))
-        verdict = None
-        try:
-            check(BATCHED, batched_kernel(root, *replace))
-        except registry.WrongAnswer as err:
-            verdict = str(err)
-        monkeypatch.delenv(recording.RECORD_DIR_ENV)
-        record = json.loads((tmp_path / folder / recording.record_name(BATCHED)).read_text())
-        if verdict is None:
-            assert "7 cases match" in registry.replay(BATCHED, record)
-        else:
-            with pytest.raises(registry.WrongAnswer) as caught:
-                registry.replay(BATCHED, record)
-            assert str(caught.value) == verdict
+        raised, record = record_check(BATCHED, batched_kernel(root, *replace), folder=folder)
+        assert (raised is None) == (folder == "right"), raised
+        replay_agrees(BATCHED, raised, record, "7 cases match")
 
 
 # ---------------------------------------------------------------- numpy exercises
