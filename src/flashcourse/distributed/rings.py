@@ -54,7 +54,7 @@ def visible_keys(q_pos, k_pos, causal: bool):
 
 def merge_lse(o, lse, block_o, block_lse):
     """Lesson 5's merge of two softmax states, written for normalised outputs and their
-    log-sum-exp: lse = log(e^lse1 + e^lse2), o = e^(lse1 - lse) o1 + e^(lse2 - lse) o2."""
+    log-sum-exp, on the ranks' torch tensors (models.softmax_states.merge_lse in numpy)."""
     new_lse = torch.logaddexp(lse, block_lse)
     safe = torch.where(torch.isneginf(new_lse), torch.zeros_like(new_lse), new_lse)
     return (torch.exp(lse - safe).unsqueeze(-1) * o

@@ -36,3 +36,13 @@ def merge_all(m: np.ndarray, l: np.ndarray, o: np.ndarray, axis: int = -1):
 def normalised(l: np.ndarray, o: np.ndarray) -> np.ndarray:
     """o / l, with 0 for a row that saw no key (l = 0)."""
     return o / np.where(l == 0, 1.0, l)[..., None]
+
+
+def merge_lse(o: np.ndarray, lse: np.ndarray, block_o: np.ndarray, block_lse: np.ndarray):
+    """The merge of two states kept as (normalised o, log-sum-exp), as ring attention keeps
+    them: lse = log(e^lse1 + e^lse2), o = e^(lse1 - lse) o1 + e^(lse2 - lse) o2; two empty
+    states (lse = -inf) merge into the empty state."""
+    new_lse = np.logaddexp(lse, block_lse)
+    safe = np.where(np.isneginf(new_lse), 0.0, new_lse)
+    return (np.exp(lse - safe)[:, None] * o + np.exp(block_lse - safe)[:, None] * block_o,
+            new_lse)
