@@ -113,22 +113,18 @@ def test_known_wrong_kernel_is_rejected_with_its_message(root, known_wrong, mist
     REJECTED.append(("tiling/matmul-kernel", mistake))
 
 
-def test_fp16_accumulator_fails_the_long_k_case(root, known_wrong):
+def test_fp16_accumulator_fails_the_long_k_case(root, known_wrong, monkeypatch):
     """fp16 inputs with fp32 accumulation pass; the same kernel with an fp16 accumulator fails,
     and the long-K fp16 case alone is enough to catch it."""
     replacements, _ = WRONG_KERNELS["fp16 accumulator"]
     kernel = student_kernel(root, **replacements)
     long_k = [c for c in tiling.KERNEL_CASES if c[2] >= 1024]
     assert long_k and long_k[0][3] == "float16" and long_k[0][4] == "float32"
-    original = tiling.KERNEL_CASES
-    try:
-        tiling.KERNEL_CASES = long_k
-        with known_wrong("tiling/matmul-kernel", "fp16 accumulator",
-                         match="the accumulator is fp16"):
-            check("tiling/matmul-kernel", kernel)
-        check("tiling/matmul-kernel", student_kernel(root))
-    finally:
-        tiling.KERNEL_CASES = original
+    monkeypatch.setattr(tiling.matmul_kernel, "KERNEL_CASES", long_k)
+    with known_wrong("tiling/matmul-kernel", "fp16 accumulator",
+                     match="the accumulator is fp16"):
+        check("tiling/matmul-kernel", kernel)
+    check("tiling/matmul-kernel", student_kernel(root))
 
 
 def test_stub_kernel_says_implement(root, known_wrong):

@@ -193,12 +193,12 @@ def _require_matmul_kernel(kernel) -> None:
     _refuse_stub(kernel, "matmul_kernel")
 
 
-def check_kernel(kernel, cases: list, hidden: list) -> str:
-    """Check a tiled matmul kernel on `cases` (and `hidden` when grading)."""
+def check_kernel(kernel) -> str:
+    """Check a tiled matmul kernel on KERNEL_CASES (and KERNEL_HIDDEN when grading)."""
     recording.inspected("tiling/matmul-kernel: the answer is a kernel",
                         lambda: _require_matmul_kernel(kernel))
     interpreter = runtime.current().interpreter
-    cases = registry.with_hidden(cases, hidden)
+    cases = registry.with_hidden(KERNEL_CASES, KERNEL_HIDDEN)
     skipped = 0
     ran = 0
     for number, case in enumerate(cases, 1):
