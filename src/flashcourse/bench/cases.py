@@ -15,6 +15,12 @@ DENSE_MAX_N = {"fwd": 8192, "fwdbwd": 4096}
 COMPILE_NS = (1024, 4096)  # torch.compile recompiles per shape: a few lengths, fp16 only
 PROVIDERS = ("naive", "compile", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn",
              "course")
+# Triton's own fused-attention tutorial (python/tutorials/06-fused-attention.py of a Triton
+# checkout, not shipped with the course), timed beside the others when the harness is given
+# --tutorial FILE: the kernel a student would otherwise copy.
+TUTORIAL = "triton-tutorial"
+COLUMNS = PROVIDERS + (TUTORIAL,)  # every provider a results table may have a column for
+CHECKED = ("course", TUTORIAL)  # providers checked against fp32 before and after timing
 LADDER_N = 4096  # the sequence length of the ladder's cases
 
 

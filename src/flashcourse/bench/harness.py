@@ -19,13 +19,29 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
 
 from . import median_ms, write_csv
-from .cases import PROVIDERS, Case, ladder_cases, make_inputs, sweep_cases, torch_dtype
-from .providers import fuse_attention_count, make_call, skip_reason
+from .cases import (
+    CHECKED,
+    PROVIDERS,
+    TUTORIAL,
+    Case,
+    ladder_cases,
+    make_inputs,
+    sweep_cases,
+    torch_dtype,
+)
+from .providers import (
+    fuse_attention_count,
+    load_tutorial,
+    make_call,
+    skip_reason,
+    tutorial_loaded,
+)
 from .report import plot_ladder, plot_sweep, summary, wide_rows
 
 NO_CUDA = ("flashcourse.bench.harness: no CUDA GPU here, so there is nothing to measure (timings "
@@ -70,8 +86,8 @@ class Progress:
 CHECK_SLICES = ((0, 0), (-1, -1))  # (batch, head) slices whose gradients are checked
 
 
-def check_course(case: Case, q, k, v, do, fn) -> str:
-    """'' when the course kernel matches an fp32 reference; otherwise what is wrong.
+def check_against_fp32(case: Case, q, k, v, do, fn) -> str:
+    """'' when a provider's kernel (fn) matches an fp32 reference; otherwise what is wrong.
 
     Outputs are compared everywhere (reference in query chunks); gradients on the first and
     the last (batch, head) slice, against autograd through the fp32 reference.
@@ -106,17 +122,28 @@ def check_course(case: Case, q, k, v, do, fn) -> str:
     return "; ".join(problems)
 
 
-def bench_case(case: Case, providers, rep_ms: int, warmup_ms: int) -> list[dict]:
-    """One row per provider: ms, TFLOP/s, and the check status of the course kernel."""
+def spread_pct(times: list[float]) -> float | str:
+    """(slowest - fastest) / median of repeated timings, in percent ('' for one timing)."""
+    if len(times) < 2:
+        return ""
+    return round(100 * (max(times) - min(times)) / statistics.median(times), 1)
+
+
+def bench_case(case: Case, providers, rep_ms: int, warmup_ms: int,
+               repeats: int = 1) -> list[dict]:
+    """One row per provider: median ms over `repeats` timings taken round-robin (every
+    provider once, then again), their spread, TFLOP/s, and the check status of the checked
+    providers (CHECKED), which are compared with fp32 before the first and after the last."""
     import torch
 
     sm_scale = 1.0 / math.sqrt(case.d)
-    rows = []
+    rows, timed = [], []
     q, k, v, do = make_inputs(case, requires_grad=case.mode == "fwdbwd")
     for provider in providers:
         row = {"mode": case.mode, "dtype": case.dtype, "d": case.d, "N": case.n,
                "causal": case.causal, "B": case.batch, "H": case.heads, "provider": provider,
-               "ms": "", "tflops": "", "status": "", "note": ""}
+               "ms": "", "tflops": "", "spread_pct": "", "repeats": "", "status": "",
+               "note": ""}
         rows.append(row)
         reason = skip_reason(provider, case)
         if reason:
@@ -133,75 +160,95 @@ def bench_case(case: Case, providers, rep_ms: int, warmup_ms: int) -> list[dict]
                 return torch.autograd.grad(o, (q, k, v), do)
         before_fuse = fuse_attention_count()
         try:
-            if provider == "course":
-                problem = check_course(case, q, k, v, do, call)
+            if provider in CHECKED:
+                problem = check_against_fp32(case, q, k, v, do, call)
                 if problem:
                     row["status"] = f"WRONG before timing: {problem}"
                     continue
             run()  # compile / warm up; raises if the backend cannot take this case
             torch.cuda.synchronize()
-            ms = median_ms(run, warmup_ms, rep_ms,
-                           grad_to_none=[q, k, v] if case.mode == "fwdbwd" else None)
-            if provider == "course":
-                problem = check_course(case, q, k, v, do, call)
-                if problem:
-                    row["status"] = f"WRONG after timing: {problem}"
-                    continue
-        except torch.cuda.OutOfMemoryError:
-            row["status"] = "skipped: out of memory"
-            torch.cuda.empty_cache()
-            continue
         except Exception as err:  # noqa: BLE001  (e.g. "No available kernel" for a backend)
-            text = (str(err).strip().splitlines() or [""])[0][:120]
-            row["status"] = f"unavailable: {type(err).__name__}: {text}"
-            if provider == "course":
-                row["status"] = f"WRONG: the course kernel raised {type(err).__name__}: {text}"
+            _mark_failure(row, err, provider)
             continue
-        row["ms"] = round(ms, 4)
-        row["tflops"] = round(case.flops() / (ms * 1e-3) / 1e12, 1)
-        row["status"] = "ok" if provider == "course" else "timed"
-        if provider == "course":
-            from ..kernels import host
-
-            if host.BROKEN_STEPS:
-                row["note"] = f"fell back from steps {sorted(host.BROKEN_STEPS)}"
         if provider == "compile":
             fused = fuse_attention_count() - before_fuse
             row["note"] = (f"Inductor rewrote it into SDPA ({fused}x)" if fused > 0 else
                            "no SDPA rewrite seen (counter unchanged)")
+        timed.append((row, run, call, []))
+    for _ in range(repeats):
+        for row, run, _call, times in timed:
+            if row["status"]:
+                continue
+            try:
+                times.append(median_ms(run, warmup_ms, rep_ms,
+                                       grad_to_none=[q, k, v] if case.mode == "fwdbwd"
+                                       else None))
+            except Exception as err:  # noqa: BLE001  (out of memory on a later repeat)
+                _mark_failure(row, err, row["provider"])
+    for row, _run, call, times in timed:
+        if row["status"]:
+            continue
+        if row["provider"] in CHECKED:
+            problem = check_against_fp32(case, q, k, v, do, call)
+            if problem:
+                row["status"] = f"WRONG after timing: {problem}"
+                continue
+        ms = statistics.median(times)
+        row.update(ms=round(ms, 4), tflops=round(case.flops() / (ms * 1e-3) / 1e12, 1),
+                   spread_pct=spread_pct(times), repeats=len(times),
+                   status="ok" if row["provider"] in CHECKED else "timed")
+        if row["provider"] == "course":
+            from ..kernels import host
+
+            if host.BROKEN_STEPS:
+                row["note"] = f"fell back from steps {sorted(host.BROKEN_STEPS)}"
     return rows
+
+
+def _mark_failure(row: dict, err: Exception, provider: str) -> None:
+    import torch
+
+    if isinstance(err, torch.cuda.OutOfMemoryError):
+        row["status"] = "skipped: out of memory"
+        torch.cuda.empty_cache()
+        return
+    text = (str(err).strip().splitlines() or [""])[0][:120]
+    row["status"] = f"unavailable: {type(err).__name__}: {text}"
+    if provider in CHECKED:
+        row["status"] = f"WRONG: {provider} raised {type(err).__name__}: {text}"
 
 
 # ---------------------------------------------------------------- ladder
 
 
 def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = True,
-                progress: Progress | None = None) -> list[dict]:
+                progress: Progress | None = None, repeats: int = 1) -> list[dict]:
     """Every ladder step on every case: check (ragged, B>1, H>1, transposed views; and the
-    timing case itself) before timing, time, check again. One row per (case, step)."""
+    timing case itself) before timing, time `repeats` times round-robin with cuDNN and (when
+    loaded) Triton's tutorial, check again. One row per (case, step), then the tutorial's."""
     import torch
 
     from ..kernels import host, ladder, tiles, verify
 
     rows = []
     for case in cases:
-        dtype = torch_dtype(case.dtype)
         q, k, v, _ = make_inputs(case)
         ref, _ = verify.reference_fp32(q, k, v, case.causal)
-        cudnn_ms = None
+        sm_scale = 1.0 / math.sqrt(case.d)
+        entries = []  # (row, run, check) of everything timed round-robin on this case
+        cudnn_times: list[float] = []
         try:
-            cudnn = make_call("sdpa-cudnn", case.causal, 1.0 / math.sqrt(case.d))
+            cudnn = make_call("sdpa-cudnn", case.causal, sm_scale)
             with torch.no_grad():
-                cudnn_ms = median_ms(lambda f=cudnn, q=q, k=k, v=v: f(q, k, v), warmup_ms,
-                                     rep_ms)
+                cudnn(q, k, v)
+
+            def run_cudnn(f=cudnn, q=q, k=k, v=v):
+                with torch.no_grad():
+                    return f(q, k, v)
         except RuntimeError:
-            pass
-        base_ms = None
+            run_cudnn = None
         for step in ladder.ladder_steps():
-            row = {"dtype": case.dtype, "d": case.d, "N": case.n, "causal": case.causal,
-                   "B": case.batch, "H": case.heads, "step": step.number, "name": step.name,
-                   "config": "", "ms": "", "tflops": "", "vs_step0": "", "vs_cudnn": "",
-                   "status": ""}
+            row = _ladder_row(case, step.number, step.name)
             rows.append(row)
             if progress:
                 progress.step(f"{case.label()} step {step.number}")
@@ -224,29 +271,70 @@ def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = T
                 def run(step=step, cfg=cfg, q=q, k=k, v=v, causal=case.causal):
                     return host.forward(q, k, v, causal, step=step, config=cfg)[0]
 
-                problem = _ladder_check(step, cfg, case, dtype, run, ref)
+                def check(step=step, cfg=cfg, run=run, case=case, ref=ref, small=True):
+                    return _ladder_check(step, cfg, case, run, ref, small)
+
+                problem = check()
                 if problem:
                     row["status"] = f"WRONG before timing: {problem}"
                     continue
-                ms = median_ms(run, warmup_ms, rep_ms)
-                problem = _ladder_check(step, cfg, case, dtype, run, ref, small=False)
-                if problem:
-                    row["status"] = f"WRONG after timing: {problem}"
-                    continue
+                entries.append((row, run, check))
             except Exception as err:  # noqa: BLE001  (a compile failure marks this step only)
                 row["status"] = "failed: " + (str(err).strip().splitlines() or [""])[0][:160]
+        if tutorial_loaded() and not skip_reason(TUTORIAL, case):
+            row = _ladder_row(case, len(ladder.ladder_steps()), "Triton tutorial")
+            row["config"] = "the tutorial's own autotune"
+            rows.append(row)
+            tutorial = make_call(TUTORIAL, case.causal, sm_scale)
+
+            def run_tutorial(f=tutorial, q=q, k=k, v=v):
+                with torch.no_grad():
+                    return f(q, k, v)
+
+            def check_tutorial(run=run_tutorial, ref=ref, small=True):
+                err, ok = verify.max_error(run(), ref, 2e-2)
+                return "" if ok else f"timing case: max error {err:.3g}"
+
+            try:
+                problem = check_tutorial()
+                if problem:
+                    row["status"] = f"WRONG before timing: {problem}"
+                else:
+                    entries.append((row, run_tutorial, check_tutorial))
+            except Exception as err:  # noqa: BLE001
+                row["status"] = "failed: " + (str(err).strip().splitlines() or [""])[0][:160]
+        times: dict[int, list[float]] = {id(row): [] for row, _, _ in entries}
+        for _ in range(repeats):
+            if run_cudnn is not None:
+                cudnn_times.append(median_ms(run_cudnn, warmup_ms, rep_ms))
+            for row, run, _check in entries:
+                times[id(row)].append(median_ms(run, warmup_ms, rep_ms))
+        cudnn_ms = statistics.median(cudnn_times) if cudnn_times else None
+        base_ms = None
+        for row, _run, check in entries:
+            problem = check(small=False)
+            if problem:
+                row["status"] = f"WRONG after timing: {problem}"
                 continue
-            base_ms = base_ms or (ms if step.number == 0 else None)
-            row["ms"] = round(ms, 4)
-            row["tflops"] = round(case.flops() / (ms * 1e-3) / 1e12, 1)
-            row["vs_step0"] = round(base_ms / ms, 2) if base_ms else ""
-            row["vs_cudnn"] = round(cudnn_ms / ms, 2) if cudnn_ms else ""
-            row["status"] = "ok"
+            ms = statistics.median(times[id(row)])
+            base_ms = base_ms or (ms if row["step"] == 0 else None)
+            row.update(ms=round(ms, 4), tflops=round(case.flops() / (ms * 1e-3) / 1e12, 1),
+                       spread_pct=spread_pct(times[id(row)]), repeats=len(times[id(row)]),
+                       vs_step0=round(base_ms / ms, 2) if base_ms else "",
+                       vs_cudnn=round(cudnn_ms / ms, 2) if cudnn_ms else "",
+                       cudnn_spread_pct=spread_pct(cudnn_times), status="ok")
         torch.cuda.empty_cache()
     return rows
 
 
-def _ladder_check(step, cfg, case, dtype, run, ref, small: bool = True) -> str:
+def _ladder_row(case: Case, step: int, name: str) -> dict:
+    return {"dtype": case.dtype, "d": case.d, "N": case.n, "causal": case.causal,
+            "B": case.batch, "H": case.heads, "step": step, "name": name, "config": "",
+            "ms": "", "tflops": "", "spread_pct": "", "repeats": "", "vs_step0": "",
+            "vs_cudnn": "", "cudnn_spread_pct": "", "status": ""}
+
+
+def _ladder_check(step, cfg, case, run, ref, small: bool = True) -> str:
     """'' or what is wrong: small ragged cases (B>1, H>1, transposed views) and the case."""
     import torch
 
@@ -256,8 +344,8 @@ def _ladder_check(step, cfg, case, dtype, run, ref, small: bool = True) -> str:
         try:
             verify.check_forward(
                 lambda q, k, v, causal: host.forward(q, k, v, causal, step=step, config=cfg),
-                dtype, [(2, 3, 333, case.d), (3, 2, 257, case.d)], (case.causal,), atol=2e-2,
-                name=f"step {step.number}")
+                torch_dtype(case.dtype), [(2, 3, 333, case.d), (3, 2, 257, case.d)],
+                (case.causal,), atol=2e-2, name=f"step {step.number}")
         except AssertionError as err:
             return str(err)
     with torch.no_grad():
@@ -282,6 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-autotune", action="store_true",
                         help="ladder steps 3 and 5 use the config table instead of autotune")
     parser.add_argument("--rep-ms", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="time every cell this many times, round-robin across providers; "
+                        "report the median and the spread")
+    parser.add_argument("--tutorial", type=Path, default=None,
+                        help="Triton's python/tutorials/06-fused-attention.py, timed beside "
+                        "the course kernel (fp16) as the anchor a student would otherwise copy")
     parser.add_argument("--warmup-ms", type=int, default=10)
     return parser
 
@@ -301,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = (args.dtypes.split(",") if args.dtypes else
               (["fp16"] if args.quick else ["fp16", "bf16"]))
     providers = [p for p in args.providers.split(",") if p]
+    if args.repeats < 1:
+        raise SystemExit("--repeats must be at least 1.")
+    if args.tutorial is not None:
+        load_tutorial(args.tutorial)
+        providers += [] if TUTORIAL in providers else [TUTORIAL]
     modes = [m for m in args.modes.split(",") if m]
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -312,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         from ..kernels import ladder
 
         progress = Progress(len(cases) * len(ladder.ladder_steps()), "ladder")
-        rows = time_ladder(cases, args.rep_ms, args.warmup_ms, not args.no_autotune, progress)
+        rows = time_ladder(cases, args.rep_ms, args.warmup_ms, not args.no_autotune, progress,
+                           args.repeats)
         progress.close()
         write_csv(out / "07-ladder.csv", rows)
         plot_ladder(out / "07-ladder.png", rows)
@@ -320,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             print(f"ladder d={r['d']} {'causal' if r['causal'] else 'full':6s} step {r['step']} "
                   f"{r['name']:20s} {str(r['tflops']):>7s} TFLOP/s  x{r['vs_step0']!s:5s} "
-                  f"vs cuDNN x{r['vs_cudnn']!s:5s} {r['config']:28s} {r['status']}")
+                  f"vs cuDNN x{r['vs_cudnn']!s:5s} spread {r['spread_pct']!s:>5s}% "
+                  f"{r['config']:28s} {r['status']}")
 
     all_rows = []
     for mode in modes:
@@ -328,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         progress = Progress(len(cases), f"sweep {mode}")
         rows = []
         for case in cases:
-            rows += bench_case(case, providers, args.rep_ms, args.warmup_ms)
+            rows += bench_case(case, providers, args.rep_ms, args.warmup_ms, args.repeats)
             progress.step(case.label())
         progress.close()
         name = "07-attention-fwd" if mode == "fwd" else "07-attention-fwdbwd"

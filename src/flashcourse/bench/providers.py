@@ -4,7 +4,7 @@ as a function (q, k, v) -> o."""
 
 from __future__ import annotations
 
-from .cases import COMPILE_NS, DENSE_MAX_N, Case
+from .cases import COMPILE_NS, DENSE_MAX_N, TUTORIAL, Case
 
 
 def naive_attention(q, k, v, causal: bool, sm_scale: float):
@@ -20,6 +20,32 @@ def naive_attention(q, k, v, causal: bool, sm_scale: float):
 
 
 _COMPILED: dict = {}
+_TUTORIAL: dict = {}
+
+
+def load_tutorial(path) -> None:
+    """Import Triton's fused-attention tutorial from a file, as the provider TUTORIAL.
+
+    The file is python/tutorials/06-fused-attention.py of a Triton checkout; it is not part of
+    the course, and it autotunes its forward on first use of each (N, d)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise SystemExit(f"--tutorial {path}: no such file. Give the path of "
+                         "python/tutorials/06-fused-attention.py in a Triton checkout.")
+    spec = importlib.util.spec_from_file_location("triton_fused_attention_tutorial", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "attention", None)):
+        raise SystemExit(f"--tutorial {path}: the file has no attention(q, k, v, causal, "
+                         "sm_scale) function; is it Triton's fused-attention tutorial?")
+    _TUTORIAL.update(module=module, path=str(path))
+
+
+def tutorial_loaded() -> bool:
+    return "module" in _TUTORIAL
 
 
 def compiled_attention():
@@ -64,6 +90,17 @@ def make_call(provider: str, causal: bool, sm_scale: float):
         from ..kernels import host
 
         return lambda q, k, v: host.flash_attention(q, k, v, causal, sm_scale)
+    if provider == TUTORIAL:
+        attention = _TUTORIAL["module"].attention
+
+        def tutorial(q, k, v):
+            # Its Hopper forward offsets a head by off_z + off_h * N rows, which is right only
+            # for batch 1: run (B, H, N, d) as (1, B * H, N, d), the same work and grid.
+            B, H, N, D = q.shape
+            o = attention(*(x.reshape(1, B * H, N, D) for x in (q, k, v)), causal, sm_scale)
+            return o.reshape(B, H, N, D)
+
+        return tutorial
     backend = sdpa_backend(provider)
 
     def call(q, k, v):
@@ -74,6 +111,13 @@ def make_call(provider: str, causal: bool, sm_scale: float):
 
 
 def skip_reason(provider: str, case: Case) -> str:
+    if provider == TUTORIAL:
+        if not tutorial_loaded():
+            return "skipped: no --tutorial file given"
+        if case.dtype != "fp16":
+            return "skipped: the tutorial's Hopper forward writes fp16 only"
+        if case.n % 128:
+            return "skipped: the tutorial's backward needs N to be a multiple of 128"
     if provider in ("naive", "sdpa-math") and case.n > DENSE_MAX_N[case.mode]:
         return f"skipped: N > {DENSE_MAX_N[case.mode]} materialises too large an (N, N) matrix"
     if provider == "compile" and (case.dtype != "fp16" or case.n not in COMPILE_NS):

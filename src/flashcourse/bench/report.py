@@ -7,7 +7,13 @@ import sys
 from pathlib import Path
 
 from . import environment
-from .cases import PROVIDERS, Case
+from .cases import COLUMNS, TUTORIAL, Case
+
+
+def _measured_on(rows: list[dict]) -> dict:
+    """GPU and versions of the rows (read back from a CSV), else of this process."""
+    env = environment()
+    return {key: rows[0].get(key, value) if rows else value for key, value in env.items()}
 
 
 def plot_sweep(path: Path, rows: list[dict], title: str) -> None:
@@ -23,7 +29,7 @@ def plot_sweep(path: Path, rows: list[dict], title: str) -> None:
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (d, causal) in zip(axes[0], panels, strict=True):
-        for provider in PROVIDERS:
+        for provider in COLUMNS:
             pts = [(r["N"], r["tflops"]) for r in fp16 if r["d"] == d and r["causal"] == causal
                    and r["provider"] == provider and r["tflops"] != ""]
             if pts:
@@ -36,7 +42,7 @@ def plot_sweep(path: Path, rows: list[dict], title: str) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("TFLOP/s")
     axes[0][-1].legend(fontsize=7)
-    env = environment()
+    env = _measured_on(rows)
     fig.suptitle(f"{title} (fp16) - {env['gpu']}, torch {env['torch']}, Triton {env['triton']}",
                  fontsize=9)
     fig.tight_layout()
@@ -57,16 +63,16 @@ def plot_ladder(path: Path, rows: list[dict]) -> None:
     fig, ax = plt.subplots(figsize=(9, 3.8))
     width = 0.8 / len(cases)
     for i, (d, causal) in enumerate(cases):
-        pts = [(r["step"], r["tflops"] or 0) for r in rows if r["d"] == d
-               and r["causal"] == causal]
+        pts = [(r["step"], r["tflops"]) for r in rows if r["d"] == d
+               and r["causal"] == causal and r["tflops"] != ""]
         ax.bar([s + i * width for s, _ in pts], [t for _, t in pts], width,
                label=f"d={d} {'causal' if causal else 'full'}")
-    names = {r["step"]: r["name"] for r in rows}
+    names = {r["step"]: r["name"] for r in rows if r["tflops"] != ""}  # timed rows only
     ax.set_xticks([s + 0.4 - width / 2 for s in sorted(names)])
     ax.set_xticklabels([f"{s}\n{names[s]}" for s in sorted(names)], fontsize=7)
     ax.set_ylabel("TFLOP/s (fp16, N=4096)")
     ax.legend(fontsize=7)
-    env = environment()
+    env = _measured_on(rows)
     ax.set_title(f"Optimisation ladder - {env['gpu']}, Triton {env['triton']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -75,7 +81,8 @@ def plot_ladder(path: Path, rows: list[dict]) -> None:
 
 def wide_rows(rows: list[dict]) -> list[dict]:
     """One row per case: TFLOP/s of every provider side by side, the course kernel's ratios
-    to cuDNN and to the flash backend, its check status and what torch.compile did."""
+    to cuDNN, to the flash backend and to Triton's tutorial, the spread of repeated timings
+    (percent of the median), its check status and what torch.compile did."""
     by_case: dict = {}
     for r in rows:
         key = (r["mode"], r["dtype"], r["d"], r["N"], r["causal"], r["B"], r["H"])
@@ -83,11 +90,15 @@ def wide_rows(rows: list[dict]) -> list[dict]:
     out = []
     for (mode, dtype, d, n, causal, b, h), prov in by_case.items():
         row = {"mode": mode, "dtype": dtype, "d": d, "N": n, "causal": causal, "B": b, "H": h}
-        for name in PROVIDERS:
+        for name in COLUMNS:
             row[name] = prov[name]["tflops"] if name in prov else ""
         course, cudnn, flash = row.get("course"), row.get("sdpa-cudnn"), row.get("sdpa-flash")
+        tutorial = row.get(TUTORIAL)
         row["course/cudnn"] = round(course / cudnn, 2) if course and cudnn else ""
         row["course/flash"] = round(course / flash, 2) if course and flash else ""
+        row["course/tutorial"] = round(course / tutorial, 2) if course and tutorial else ""
+        for name in ("course", "sdpa-cudnn"):
+            row[f"{name} spread %"] = prov.get(name, {}).get("spread_pct", "")
         row["check"] = prov.get("course", {}).get("status", "")
         row["compile"] = prov.get("compile", {}).get("tflops", "")
         row["compile_note"] = prov.get("compile", {}).get("note", "")

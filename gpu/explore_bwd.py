@@ -1,0 +1,168 @@
+"""Tile configs of the reference backward (lesson 7) against cuDNN's backward, on a CUDA GPU.
+
+    python gpu/explore_bwd.py [--out DIR] [--n 4096] [--repeats 3]
+
+For d = 64 and 128, causal and not (fp16, B * N = 32k tokens), times the whole backward
+(delta pre-pass, dK/dV kernel, dQ kernel) while one kernel's config varies over a candidate
+list and the other keeps its tiles.LADDER_BACKWARD entry, and times cuDNN's backward (autograd
+of SDPA pinned to cuDNN, forward excluded) round-robin with them. Every config is compiled
+first in parallel worker processes (Triton's cache is shared), and its dq, dk, dv are checked
+against the fp32 reference before timing. Writes explore-bwd.csv: one row per (case, kernel,
+config) with the median ms, the spread of the repeats and the ratio to cuDNN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import torch  # noqa: E402
+
+from flashcourse import bench  # noqa: E402
+from flashcourse.bench import cases, harness, providers  # noqa: E402
+from flashcourse.kernels import host, tiles  # noqa: E402
+
+# dK/dV: BLOCK_N (resident keys) must be a multiple of BLOCK_M (the query step), so that the
+# causal diagonal ends on a query-step boundary; dQ the other way round.
+CANDIDATES = {
+    "dkdv": [(32, 128, 4, 2), (32, 128, 4, 3), (32, 128, 4, 4), (64, 128, 8, 2),
+             (64, 128, 8, 3), (64, 128, 4, 2), (64, 128, 4, 3), (32, 64, 4, 3), (64, 64, 4, 3),
+             (128, 128, 8, 2), (32, 128, 8, 3)],
+    "dq": [(128, 32, 4, 3), (128, 32, 4, 2), (128, 64, 8, 2), (128, 64, 8, 3), (128, 64, 4, 2),
+           (128, 64, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3), (128, 128, 8, 2), (128, 32, 8, 3),
+           (64, 64, 4, 2)],
+}
+CASES = [(64, False), (64, True), (128, False), (128, True)]
+
+
+def configs_for(kernel: str, d: int):
+    """(dK/dV config, dQ config) pairs: the candidate in one slot, the table's in the other."""
+    kv_cfg, q_cfg = tiles.LADDER_BACKWARD[d <= 64]
+    if kernel == "dkdv":
+        return [(cfg, q_cfg) for cfg in CANDIDATES["dkdv"]]
+    return [(kv_cfg, cfg) for cfg in CANDIDATES["dq"]]
+
+
+def warm(jobs) -> dict:
+    """Compile each job's kernels on a one-head input of the timing length (same
+    specialisations); return {job: why} for those that failed."""
+    from flashcourse import runtime
+
+    runtime.setup(verbose=False)
+    failures = {}
+    for job in jobs:
+        d, causal, n, pair = job
+        q, k, v, do = (torch.randn(1, 1, n, d, device="cuda", dtype=torch.float16)
+                       for _ in range(4))
+        try:
+            o, lse = host.forward(q, k, v, causal)
+            host.backward(q, k, v, o, lse, do, causal, configs=pair)
+            torch.cuda.synchronize()
+        except Exception as err:  # noqa: BLE001
+            failures[job] = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:100]}"
+    return failures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("explore-results"))
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=14)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("gpu/explore_bwd.py times kernels on a CUDA GPU; there is none here.")
+        return 0
+    from flashcourse import runtime
+
+    runtime.setup(verbose=False)
+    print(bench.environment(), flush=True)
+    start = time.time()
+    jobs = sorted({(d, causal, args.n, pair) for d, causal in CASES
+                   for kernel in CANDIDATES for pair in configs_for(kernel, d)})
+    chunks = [jobs[i::args.workers] for i in range(args.workers)]
+    failures: dict = {}
+    with mp.get_context("spawn").Pool(args.workers) as pool:
+        for part in pool.map(warm, chunks):
+            failures.update(part)
+    print(f"compiled {len(jobs)} backward pairs in {time.time() - start:.0f} s, "
+          f"{len(failures)} failed", flush=True)
+    rows = []
+    for d, causal in CASES:
+        case = cases.Case("fwdbwd", "fp16", d, args.n, causal)
+        q, k, v, do = cases.make_inputs(case, requires_grad=True)
+        scale = d ** -0.5
+        with torch.no_grad():
+            o, lse = host.forward(q, k, v, causal)
+        cudnn = providers.make_call("sdpa-cudnn", causal, scale)
+        o_cudnn = cudnn(q, k, v)
+
+        def run_cudnn(o_cudnn=o_cudnn, q=q, k=k, v=v, do=do):
+            return torch.autograd.grad(o_cudnn, (q, k, v), do, retain_graph=True)
+
+        entries = []
+        for kernel in CANDIDATES:
+            for pair in configs_for(kernel, d):
+                cfg = pair[0] if kernel == "dkdv" else pair[1]
+                row = {"d": d, "causal": causal, "N": args.n, "kernel": kernel,
+                       "config": "x".join(map(str, cfg)), "ms": "", "spread_pct": "",
+                       "vs_cudnn_bwd": "", "status": ""}
+                rows.append(row)
+                if (d, causal, args.n, pair) in failures:
+                    row["status"] = "compile failed: " + failures[(d, causal, args.n, pair)]
+                    continue
+
+                def run(pair=pair, q=q, k=k, v=v, o=o, lse=lse, do=do, causal=causal):
+                    return host.backward(q, k, v, o, lse, do, causal, configs=pair)
+
+                problem = harness.check_against_fp32(
+                    case, q, k, v, do,
+                    lambda q, k, v, pair=pair, causal=causal: _with_backward(q, k, v, causal,
+                                                                             pair))
+                if problem:
+                    row["status"] = "WRONG " + problem
+                    continue
+                entries.append((row, run))
+        times = {id(row): [] for row, _ in entries}
+        cudnn_times = []
+        for _ in range(args.repeats):
+            cudnn_times.append(bench.median_ms(run_cudnn, rep_ms=40, warmup_ms=10))
+            for row, run in entries:
+                times[id(row)].append(bench.median_ms(run, rep_ms=40, warmup_ms=10))
+        cudnn_ms = statistics.median(cudnn_times)
+        for row, _ in entries:
+            ms = statistics.median(times[id(row)])
+            row.update(ms=round(ms, 4), spread_pct=harness.spread_pct(times[id(row)]),
+                       vs_cudnn_bwd=round(cudnn_ms / ms, 3), status="ok")
+        print(f"d={d} causal={causal} N={args.n}: cuDNN backward {cudnn_ms:.3f} ms "
+              f"(spread {harness.spread_pct(cudnn_times)}%)", flush=True)
+        for row in rows:
+            if row["d"] == d and row["causal"] == causal:
+                print(f"  {row['kernel']:4s} {row['config']:12s} {row['ms']!s:>8s} ms "
+                      f"cudnn x{row['vs_cudnn_bwd']!s:6s} spread {row['spread_pct']!s:>5s}% "
+                      f"{row['status'][:90]}", flush=True)
+        torch.cuda.empty_cache()
+    bench.write_csv(args.out / "explore-bwd.csv", rows)
+    print(f"total {time.time() - start:.0f} s")
+    return 0
+
+
+def _with_backward(q, k, v, causal, pair):
+    """Attention whose backward runs the given (dK/dV, dQ) configs (for the fp32 check)."""
+    import functools
+
+    from flashcourse.kernels import attention
+
+    return attention.FlashAttentionFunction.apply(
+        q, k, v, causal, None, host.forward, functools.partial(host.backward, configs=pair))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
