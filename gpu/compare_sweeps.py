@@ -15,8 +15,8 @@ import csv
 import sys
 from pathlib import Path
 
-COLUMNS = ("triton", "date", "mode", "dtype", "d", "N", "causal", "course", "sdpa-cudnn",
-           "sdpa-flash", "course/cudnn", "course/flash", "course spread %",
+COLUMNS = ("date", "gpu", "torch", "triton", "mode", "dtype", "d", "N", "causal", "course",
+           "sdpa-cudnn", "sdpa-flash", "course/cudnn", "course/flash", "course spread %",
            "sdpa-cudnn spread %")
 
 
