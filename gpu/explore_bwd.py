@@ -7,7 +7,8 @@ For d = 64 and 128, causal and not (fp16, B * N = 32k tokens), times the whole b
 list and the other keeps its tiles.LADDER_BACKWARD entry, and times cuDNN's backward (autograd
 of SDPA pinned to cuDNN, forward excluded) round-robin with them. Every config is compiled
 first in parallel worker processes (Triton's cache is shared), and its dq, dk, dv are checked
-against the fp32 reference before timing. Writes explore-bwd.csv: one row per (case, kernel,
+against the fp32 reference before timing, on the timing case and on ragged, batched,
+multi-head and transposed inputs. Writes explore-bwd.csv: one row per (case, kernel,
 config) with the median ms, the spread of the repeats and the ratio to cuDNN.
 """
 
@@ -27,7 +28,7 @@ import torch  # noqa: E402
 
 from flashcourse import bench  # noqa: E402
 from flashcourse.bench import cases, harness, providers  # noqa: E402
-from flashcourse.kernels import host, tiles  # noqa: E402
+from flashcourse.kernels import host, tiles, verify  # noqa: E402
 
 # dK/dV: BLOCK_N (resident keys) must be a multiple of BLOCK_M (the query step), so that the
 # causal diagonal ends on a query-step boundary; dQ the other way round.
@@ -122,10 +123,16 @@ def main() -> int:
                 def run(pair=pair, q=q, k=k, v=v, o=o, lse=lse, do=do, causal=causal):
                     return host.backward(q, k, v, o, lse, do, causal, configs=pair)
 
+                def attention(q, k, v, causal, pair=pair):
+                    return _with_backward(q, k, v, causal, pair)
+
                 problem = harness.check_against_fp32(
-                    case, q, k, v, do,
-                    lambda q, k, v, pair=pair, causal=causal: _with_backward(q, k, v, causal,
-                                                                             pair))
+                    case, q, k, v, do, lambda q, k, v, f=attention, c=causal: f(q, k, v, c))
+                try:  # ragged N, B > 1, H > 1, (B, N, H, d) views too
+                    verify.check_backward(torch.float16, [(2, 3, 333, d), (3, 2, 257, d)],
+                                          (causal,), attention=attention)
+                except AssertionError as err:
+                    problem = problem or str(err)
                 if problem:
                     row["status"] = "WRONG " + problem
                     continue

@@ -70,6 +70,17 @@ def test_backward_on_transposed_fp16_views():
     assert len(lines) == 2
 
 
+def test_backward_check_rejects_wrong_gradients_of_any_attention():
+    from flashcourse.kernels import attention
+
+    def wrong_scale(q, k, v, causal):  # differentiable, but softmax(0.5 q k^T) v
+        return attention.standard_attention(q, k, v, causal, 0.5)
+
+    with pytest.raises(AssertionError, match="max error"):
+        verify.check_backward(dtype=torch.float32, shapes=[(1, 2, 20, 16)],
+                              attention=wrong_scale)
+
+
 def test_tma_steps_fall_back_to_pointers_for_unaligned_strides():
     # a row stride of 17 floats is no multiple of 16 bytes: no descriptor can describe it
     base = torch.randn(3, 2, 2, 45, 17, generator=torch.Generator().manual_seed(3))

@@ -106,8 +106,10 @@ def gradient_problems(grads, ref_grads, atol: float) -> list[str]:
     return problems
 
 
-def check_backward(dtype=None, shapes=None, causal_values=(False, True)) -> list[str]:
-    """Gradients of flash_attention against autograd through the fp32 reference."""
+def check_backward(dtype=None, shapes=None, causal_values=(False, True),
+                   attention=None) -> list[str]:
+    """Gradients of attention(q, k, v, causal) (flash_attention unless given) against autograd
+    through the fp32 reference; raise AssertionError on a mismatch."""
     device = runtime.current().device
     dtype, shapes = _defaults(dtype, shapes)
     lines = []
@@ -118,7 +120,7 @@ def check_backward(dtype=None, shapes=None, causal_values=(False, True)) -> list
             do = torch.randn(q.shape, generator=torch.Generator().manual_seed(number)).to(
                 device=device, dtype=dtype)
             q, k, v = (x.detach().requires_grad_(True) for x in (q, k, v))
-            o = flash_attention(q, k, v, causal)
+            o = (attention or flash_attention)(q, k, v, causal)
             grads = torch.autograd.grad(o, (q, k, v), do)
             rq, rk, rv = (x.detach().float().requires_grad_(True) for x in (q, k, v))
             ro, _ = reference_fp32(rq, rk, rv, causal)
