@@ -4,14 +4,14 @@
 
 For d = 64 and 128, causal and not (fp16, B * N = 32k tokens), times the whole backward
 (delta pre-pass, dK/dV kernel, dQ kernel) while one kernel's config varies over a candidate
-list and the other keeps its tiles.LADDER_BACKWARD entry, and a fused variant ("fused": one
-kernel per key block that also adds dQ up with fp32 atomics, so P and dP are computed once;
-FlashAttention-2's CUDA backward and FA3 work that way), and times cuDNN's backward (autograd
-of SDPA pinned to cuDNN, forward excluded) round-robin with them. Every config is compiled
-first in parallel worker processes (Triton's cache is shared), and its dq, dk, dv are checked
-against the fp32 reference before timing, on the timing case and on ragged, batched,
-multi-head and transposed inputs. Writes explore-bwd.csv: one row per (case, kernel,
-config) with the median ms, the spread of the repeats and the ratio to cuDNN.
+list and the other keeps its tiles.LADDER_BACKWARD entry; and the fused variant ("fused",
+host.backward(fused_dq=True): the dK/dV kernel also adds dQ up with fp32 atomics, so P and dP
+are computed once, as FlashAttention-2's CUDA backward and FA3 do). cuDNN's backward (autograd
+of SDPA pinned to cuDNN, forward excluded) is timed round-robin with them. Every config is
+compiled first in parallel worker processes (Triton's cache is shared), and its dq, dk, dv are
+checked against the fp32 reference before timing, on the timing case and on ragged, batched,
+multi-head and transposed inputs. Writes explore-bwd.csv: one row per (case, kernel, config)
+with the median ms, the spread of the repeats and the ratio to cuDNN.
 """
 
 from __future__ import annotations
@@ -28,14 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
 
 from flashcourse import bench  # noqa: E402
 from flashcourse.bench import cases, harness, providers  # noqa: E402
 from flashcourse.kernels import host, tiles, verify  # noqa: E402
-from flashcourse.kernels.backward import attn_bwd_delta_kernel  # noqa: E402
-from flashcourse.kernels.common import LOG2E, head_rows  # noqa: E402
 
 # dK/dV: BLOCK_N (resident keys) must be a multiple of BLOCK_M (the query step), so that the
 # causal diagonal ends on a query-step boundary; dQ the other way round.
@@ -53,113 +49,6 @@ CANDIDATES = {
 CASES = [(64, False), (64, True), (128, False), (128, True)]
 
 
-# ---------------------------------------------------------------- a fused variant: dQ by atomics
-
-
-@triton.jit
-def fused_inner(dk, dv, k, v,  # accumulators and the resident key block
-                q_base, do_base, lse_base, delta_base, dq_base,  # this head's first rows
-                stride_qn, stride_qd, stride_don, stride_dod,  # strides
-                offs_n, offs_d, lo, hi, N, qk_scale, sm_scale,  # keys, query range, scales
-                HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr):
-    """The dK/dV kernel's loop, plus dQ += sm_scale * dS K for each query block, added into
-    an fp32 buffer with atomics: P and dP are computed once, not again in a dQ kernel."""
-    for start_m in tl.range(lo, hi, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        rows = offs_m < N
-        q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd,
-                    mask=rows[:, None], other=0.0)
-        do = tl.load(do_base + offs_m[:, None] * stride_don + offs_d[None, :] * stride_dod,
-                     mask=rows[:, None], other=0.0)
-        lse2 = tl.load(lse_base + offs_m, mask=rows, other=0.0) * LOG2E
-        delta = tl.load(delta_base + offs_m, mask=rows, other=0.0)
-        s_t = tl.dot(k, tl.trans(q))  # S^T: (BLOCK_N, BLOCK_M)
-        p_t = tl.exp2(s_t * qk_scale - lse2[None, :])
-        if MASKED:
-            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
-        dv += tl.dot(p_t.to(do.dtype), do)
-        dp_t = tl.dot(v, tl.trans(do))
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk += tl.dot(ds_t.to(q.dtype), q)
-        dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale  # keys >= N have k = 0
-        tl.atomic_add(dq_base + offs_m[:, None] * HEAD_D + offs_d[None, :], dq,
-                      mask=rows[:, None])
-    return dk, dv
-
-
-@triton.jit
-def fused_bwd_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, sm_scale,  # pointers, scale
-                     stride_qb, stride_qh, stride_qn, stride_qd,  # strides
-                     stride_kb, stride_kh, stride_kn, stride_kd,
-                     stride_vb, stride_vh, stride_vn, stride_vd,
-                     stride_dob, stride_doh, stride_don, stride_dod,
-                     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-                     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-                     H, N,  # sizes
-                     HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,  # meta-parameters
-                     BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """dK, dV of one key block and its share of dQ. Grid: (cdiv(N, BLOCK_N), B * H);
-    DQ_ACC: a zeroed, contiguous (B, H, N, HEAD_D) float32 tensor."""
-    start_n = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_D)
-    keys = offs_n < N
-    k = tl.load(head_rows(K, b, h, stride_kb, stride_kh, stride_kn, stride_kd, offs_n, offs_d),
-                mask=keys[:, None], other=0.0)
-    v = tl.load(head_rows(V, b, h, stride_vb, stride_vh, stride_vn, stride_vd, offs_n, offs_d),
-                mask=keys[:, None], other=0.0)
-    q_base = Q + b * stride_qb + h * stride_qh
-    do_base = DO + b * stride_dob + h * stride_doh
-    lse_base = LSE + bh.to(tl.int64) * N
-    delta_base = DELTA + bh.to(tl.int64) * N
-    dq_base = DQ_ACC + bh.to(tl.int64) * N * HEAD_D
-    qk_scale = sm_scale * LOG2E
-    dk = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
-    if CAUSAL:
-        dk, dv = fused_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base,
-                             stride_qn, stride_qd, stride_don, stride_dod, offs_n, offs_d,
-                             start_n, tl.minimum(start_n + BLOCK_N, N), N, qk_scale, sm_scale,
-                             HEAD_D=HEAD_D, BLOCK_M=BLOCK_M, MASKED=True)
-        dk, dv = fused_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base,
-                             stride_qn, stride_qd, stride_don, stride_dod, offs_n, offs_d,
-                             start_n + BLOCK_N, N, N, qk_scale, sm_scale, HEAD_D=HEAD_D,
-                             BLOCK_M=BLOCK_M, MASKED=False)
-    else:
-        dk, dv = fused_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base,
-                             stride_qn, stride_qd, stride_don, stride_dod, offs_n, offs_d, 0,
-                             N, N, qk_scale, sm_scale, HEAD_D=HEAD_D, BLOCK_M=BLOCK_M,
-                             MASKED=False)
-    dk = dk * sm_scale
-    tl.store(head_rows(DK, b, h, stride_dkb, stride_dkh, stride_dkn, stride_dkd, offs_n,
-                       offs_d), dk.to(DK.dtype.element_ty), mask=keys[:, None])
-    tl.store(head_rows(DV, b, h, stride_dvb, stride_dvh, stride_dvn, stride_dvd, offs_n,
-                       offs_d), dv.to(DV.dtype.element_ty), mask=keys[:, None])
-
-
-def fused_backward(q, k, v, o, lse, do, causal, sm_scale=None, config=(64, 128, 8, 2)):
-    """(dq, dk, dv) from one kernel that adds dQ up with atomics, plus the delta pre-pass and
-    a cast of the fp32 dQ buffer; config = (BLOCK_M, BLOCK_N, num_warps, num_stages)."""
-    B, H, N, D = q.shape
-    sm_scale = D ** -0.5 if sm_scale is None else float(sm_scale)
-    strides = [s for x in (q, k, v, do) for s in x.stride()]
-    delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
-    block = 16 if q.device.type == "cpu" else tiles.DELTA_BLOCK_M
-    attn_bwd_delta_kernel[(triton.cdiv(N, block), B * H)](
-        o, do, delta, *o.stride(), *do.stride(), H, N, HEAD_D=D, BLOCK_M=block)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    dq_acc = torch.zeros((B, H, N, D), dtype=torch.float32, device=q.device)
-    bm, bn, warps, stages = config
-    fused_bwd_kernel[(triton.cdiv(N, bn), B * H)](
-        q, k, v, do, lse, delta, dk, dv, dq_acc, sm_scale, *strides, *dk.stride(),
-        *dv.stride(), H, N, HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal,
-        num_warps=warps, num_stages=stages)
-    return dq_acc.to(q.dtype), dk, dv
-
-
 def configs_for(kernel: str, d: int):
     """The specs timed for one kernel: (dK/dV config, dQ config) pairs with the candidate in
     one slot and the table's in the other, or the fused kernel's configs."""
@@ -174,7 +63,7 @@ def configs_for(kernel: str, d: int):
 def backward_for(kernel: str, spec):
     """run_backward(q, k, v, o, lse, do, causal, sm_scale) -> (dq, dk, dv) for one spec."""
     if kernel == "fused":
-        return functools.partial(fused_backward, config=spec)
+        return functools.partial(host.backward, configs=(spec, None), fused_dq=True)
     return functools.partial(host.backward, configs=spec)
 
 

@@ -553,16 +553,14 @@ def test_bench_case_times_round_robin_and_rechecks_after_timing(monkeypatch):
     assert course["status"].startswith("WRONG after timing") and course["ms"] == ""
 
 
-def test_fused_backward_variant_matches_autograd(root):
-    # gpu/explore_bwd.py's one-kernel backward (dQ added up with atomics), in the interpreter
-    spec = importlib.util.spec_from_file_location("explore_bwd", root / "gpu" / "explore_bwd.py")
-    explore = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(explore)
+def test_fused_dq_backward_matches_autograd():
+    # host.backward(fused_dq=True), gpu/explore_bwd.py's one-kernel backward (dQ by atomics)
     gen = torch.Generator().manual_seed(6)
     for causal in (False, True):
         q, k, v, do = (torch.randn(2, 3, 37, 16, generator=gen) for _ in range(4))
         o, lse = host.forward(q, k, v, causal, 0.3)
-        grads = explore.fused_backward(q, k, v, o, lse, do, causal, 0.3, config=(16, 16, 4, 1))
+        grads = host.backward(q, k, v, o, lse, do, causal, 0.3,
+                              configs=((16, 16, 4, 1), None), fused_dq=True)
         rq, rk, rv = (x.clone().requires_grad_(True) for x in (q, k, v))
         ref, _ = verify.reference_fp32(rq, rk, rv, causal, 0.3)
         ref_grads = torch.autograd.grad(ref, (rq, rk, rv), do)
