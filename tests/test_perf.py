@@ -513,6 +513,19 @@ def test_tutorial_runs_a_batch_as_one_batch_of_all_heads(tmp_path, monkeypatch):
     assert out.shape == q.shape and torch.equal(out, q * 2)
 
 
+def test_lesson6_provider_runs_the_lessons_kernels():
+    # the teaching kernel, compiled from lesson 6's solution cells, beside the reference
+    from flashcourse.bench import providers
+    from flashcourse.bench.cases import LESSON6
+
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(2, 3, 37, 16, generator=gen) for _ in range(3))
+    for causal in (False, True):
+        out = providers.make_call(LESSON6, causal, 0.3)(q, k, v)
+        ref, _ = verify.reference_fp32(q, k, v, causal, 0.3)
+        assert verify.max_error(out, ref, 1e-4)[1], causal
+
+
 def test_bench_case_times_round_robin_and_rechecks_after_timing(monkeypatch):
     from flashcourse.bench import harness
     from flashcourse.bench.cases import Case

@@ -19,8 +19,10 @@ PROVIDERS = ("naive", "compile", "sdpa-math", "sdpa-efficient", "sdpa-flash", "s
 # checkout, not shipped with the course), timed beside the others when the harness is given
 # --tutorial FILE: the kernel a student would otherwise copy.
 TUTORIAL = "triton-tutorial"
-COLUMNS = PROVIDERS + (TUTORIAL,)  # every provider a results table may have a column for
-CHECKED = ("course", TUTORIAL)  # providers checked against fp32 before and after timing
+# Lesson 6's kernels (the teaching FlashAttention), compiled from the lesson's solution cells.
+LESSON6 = "lesson6"
+COLUMNS = PROVIDERS + (LESSON6, TUTORIAL)  # every provider a results table may have a column for
+CHECKED = ("course", LESSON6, TUTORIAL)  # checked against fp32 before and after timing
 LADDER_N = 4096  # the sequence length of the ladder's cases
 
 

@@ -1,5 +1,6 @@
 """Attention benchmark: naive torch, torch.compile, SDPA with each backend pinned, and the
-course's Triton FlashAttention (every step of its optimisation ladder).
+course's Triton FlashAttention (every step of its optimisation ladder); on request lesson 6's
+teaching kernels (--providers ...,lesson6) and Triton's tutorial (--tutorial FILE).
 
     python -m flashcourse.bench.harness [--quick] [--out DIR] [--modes fwd,fwdbwd] [--no-ladder]
 

@@ -4,7 +4,7 @@ as a function (q, k, v) -> o."""
 
 from __future__ import annotations
 
-from .cases import COMPILE_NS, DENSE_MAX_N, TUTORIAL, Case
+from .cases import COMPILE_NS, DENSE_MAX_N, LESSON6, TUTORIAL, Case
 
 
 def naive_attention(q, k, v, causal: bool, sm_scale: float):
@@ -21,6 +21,25 @@ def naive_attention(q, k, v, causal: bool, sm_scale: float):
 
 _COMPILED: dict = {}
 _TUTORIAL: dict = {}
+_LESSON6: dict = {}
+LESSON6_CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq")
+
+
+def lesson6_attention():
+    """attention(q, k, v, causal, sm_scale) running lesson 6's kernels, compiled from the
+    lesson's solution cells (the teaching kernel, timed beside the reference)."""
+    if "fn" not in _LESSON6:
+        from ..authoring import cells
+        from ..kernels import attention
+        from ..paths import COURSE_ROOT
+
+        kernels = cells.load_cells(COURSE_ROOT / "lessons" / "06-flash-attention.qmd",
+                                   list(LESSON6_CELLS),
+                                   prelude="import triton\nimport triton.language as tl\n")
+        _LESSON6["fn"] = attention.make_flash_attention(
+            kernels.flash_forward_kernel, kernels.flash_delta_kernel,
+            kernels.flash_dkdv_kernel, kernels.flash_dq_kernel)
+    return _LESSON6["fn"]
 
 
 def load_tutorial(path) -> None:
@@ -90,6 +109,9 @@ def make_call(provider: str, causal: bool, sm_scale: float):
         from ..kernels import host
 
         return lambda q, k, v: host.flash_attention(q, k, v, causal, sm_scale)
+    if provider == LESSON6:
+        lesson6 = lesson6_attention()
+        return lambda q, k, v: lesson6(q, k, v, causal, sm_scale)
     if provider == TUTORIAL:
         attention = _TUTORIAL["module"].attention
 

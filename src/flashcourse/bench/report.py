@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from . import environment
-from .cases import COLUMNS, TUTORIAL, Case
+from .cases import COLUMNS, LESSON6, TUTORIAL, Case
 
 
 def _measured_on(rows: list[dict]) -> dict:
@@ -97,7 +97,9 @@ def wide_rows(rows: list[dict]) -> list[dict]:
         row["course/cudnn"] = round(course / cudnn, 2) if course and cudnn else ""
         row["course/flash"] = round(course / flash, 2) if course and flash else ""
         row["course/tutorial"] = round(course / tutorial, 2) if course and tutorial else ""
-        for name in ("course", "sdpa-cudnn"):
+        lesson6 = row.get(LESSON6)
+        row["lesson6/course"] = round(lesson6 / course, 2) if course and lesson6 else ""
+        for name in ("course", "sdpa-cudnn", LESSON6):
             row[f"{name} spread %"] = prov.get(name, {}).get("spread_pct", "")
         row["check"] = prov.get("course", {}).get("status", "")
         row["compile"] = prov.get("compile", {}).get("tflops", "")
