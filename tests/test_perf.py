@@ -465,6 +465,13 @@ def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script):
     assert "CUDA GPU" in result.stdout
 
 
+def test_plots_name_the_mask_of_live_and_recorded_rows():
+    from flashcourse.bench.report import mask_name
+
+    assert [mask_name(x) for x in (True, False, "True", "False")] == [
+        "causal", "full", "causal", "full"]
+
+
 def test_spread_is_the_range_of_repeats_over_their_median():
     from flashcourse.bench.harness import spread_pct
 

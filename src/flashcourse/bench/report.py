@@ -10,6 +10,11 @@ from . import environment
 from .cases import COLUMNS, LESSON6, TUTORIAL, Case
 
 
+def mask_name(causal) -> str:
+    """'causal' or 'full' for a row's causal field: True or False, or their text in a CSV."""
+    return "causal" if str(causal) == "True" else "full"
+
+
 def _measured_on(rows: list[dict]) -> dict:
     """GPU and versions of the rows (read back from a CSV), else of this process."""
     env = environment()
@@ -38,7 +43,7 @@ def plot_sweep(path: Path, rows: list[dict], title: str) -> None:
                         linewidth=2.5 if provider == "course" else 1.2)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("sequence length N")
-        ax.set_title(f"d={d}, {'causal' if causal else 'full'}")
+        ax.set_title(f"d={d}, {mask_name(causal)}")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("TFLOP/s")
     axes[0][-1].legend(fontsize=7)
@@ -66,7 +71,7 @@ def plot_ladder(path: Path, rows: list[dict]) -> None:
         pts = [(r["step"], r["tflops"]) for r in rows if r["d"] == d
                and r["causal"] == causal and r["tflops"] != ""]
         ax.bar([s + i * width for s, _ in pts], [t for _, t in pts], width,
-               label=f"d={d} {'causal' if causal else 'full'}")
+               label=f"d={d} {mask_name(causal)}")
     names = {r["step"]: r["name"] for r in rows if r["tflops"] != ""}  # timed rows only
     ax.set_xticks([s + 0.4 - width / 2 for s in sorted(names)])
     ax.set_xticklabels([f"{s}\n{names[s]}" for s in sorted(names)], fontsize=7)
