@@ -587,6 +587,39 @@ def test_fused_dq_backward_matches_autograd():
         assert verify.gradient_problems(grads, ref_grads, 1e-4) == [], causal
 
 
+def test_time_ladder_times_steps_round_robin_and_keeps_going_past_a_failure(monkeypatch):
+    from flashcourse.bench import harness
+    from flashcourse.bench.cases import Case
+    from flashcourse.kernels import ladder
+
+    calls = []
+    fake_ms = {"cudnn": 1.0, 0: 4.0, 1: 2.0, 2: None}  # step 2 fails when it is timed
+
+    def fake_median(run, warmup_ms, rep_ms, grad_to_none=None):
+        key = run()  # a step's run gives its number (fake forward below), cuDNN's None
+        key = "cudnn" if key is None else key
+        calls.append(key)
+        if fake_ms[key] is None:
+            raise RuntimeError("out of resources\nmore text")
+        return fake_ms[key]
+
+    monkeypatch.setattr(harness, "make_inputs", lambda case: (None,) * 4)
+    monkeypatch.setattr(verify, "reference_fp32", lambda q, k, v, causal: (None, None))
+    monkeypatch.setattr(harness, "make_call", lambda provider, causal, scale: lambda *x: None)
+    monkeypatch.setattr(harness, "median_ms", fake_median)
+    monkeypatch.setattr(harness, "_ladder_check", lambda *args, **kwargs: "")
+    monkeypatch.setattr(ladder, "ladder_steps", lambda: ladder.STEPS[:3])
+    monkeypatch.setattr(host, "forward", lambda *a, step, config: (step.number, None))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    rows = harness.time_ladder([Case("fwd", "fp16", 64, 256, False)], autotune=False,
+                               repeats=2)
+    assert calls == ["cudnn", 0, 1, 2, "cudnn", 0, 1]  # round-robin; step 2 dropped once failed
+    step0, step1, step2 = rows
+    assert step0["vs_step0"] == 1.0 and step1["vs_step0"] == 2.0
+    assert step1["vs_cudnn"] == 0.5 and step1["spread_pct"] == 0.0 and step1["repeats"] == 2
+    assert step2["status"] == "failed: out of resources" and step2["ms"] == ""
+
+
 def test_explored_forward_variants_match_attention(root):
     # gpu/explore_fwd.py's variants (the search behind tiles.TUNED) run in the interpreter
     spec = importlib.util.spec_from_file_location("explore_fwd", root / "gpu" / "explore_fwd.py")

@@ -309,10 +309,17 @@ def time_ladder(cases, rep_ms: int = 50, warmup_ms: int = 10, autotune: bool = T
             if run_cudnn is not None:
                 cudnn_times.append(median_ms(run_cudnn, warmup_ms, rep_ms))
             for row, run, _check in entries:
-                times[id(row)].append(median_ms(run, warmup_ms, rep_ms))
+                if row["status"]:
+                    continue
+                try:
+                    times[id(row)].append(median_ms(run, warmup_ms, rep_ms))
+                except Exception as err:  # noqa: BLE001  (e.g. out of memory): this row only
+                    row["status"] = "failed: " + (str(err).strip().splitlines() or [""])[0][:160]
         cudnn_ms = statistics.median(cudnn_times) if cudnn_times else None
         base_ms = None
         for row, _run, check in entries:
+            if row["status"]:
+                continue
             problem = check(small=False)
             if problem:
                 row["status"] = f"WRONG after timing: {problem}"
