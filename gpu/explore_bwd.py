@@ -67,21 +67,30 @@ def backward_for(kernel: str, spec):
     return functools.partial(host.backward, configs=spec)
 
 
+RAGGED = ((2, 3, 333), (3, 2, 257))  # (B, H, N) of the ragged checks, beside the timing case
+
+
 def warm(jobs) -> dict:
-    """Compile each job's kernels on a one-head input of the timing length (same
-    specialisations); return {job: why} for those that failed."""
+    """Compile each job's kernels for the timing length (a one-head input: same
+    specialisations) and for the ragged checks, so that the timed process compiles nothing;
+    return {job: why} for those that failed."""
     from flashcourse import runtime
 
-    runtime.setup(verbose=False)
+    device = runtime.setup(verbose=False).device
+    dtype = torch.float16 if device == "cuda" else torch.float32
     failures = {}
     for job in jobs:
         d, causal, n, kernel, spec = job
-        q, k, v, do = (torch.randn(1, 1, n, d, device="cuda", dtype=torch.float16)
-                       for _ in range(4))
+        q, k, v, do = (torch.randn(1, 1, n, d, device=device, dtype=dtype) for _ in range(4))
+        backward = backward_for(kernel, spec)
         try:
             o, lse = host.forward(q, k, v, causal)
-            backward_for(kernel, spec)(q, k, v, o, lse, do, causal)
+            backward(q, k, v, o, lse, do, causal)
+            verify.check_backward(dtype, [(*bhn, d) for bhn in RAGGED], (causal,),
+                                  attention=functools.partial(_with_backward, backward=backward))
             torch.cuda.synchronize()
+        except AssertionError:
+            pass  # a wrong config: the timed process reports it
         except Exception as err:  # noqa: BLE001
             failures[job] = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:100]}"
     return failures
@@ -153,7 +162,7 @@ def main() -> int:
                 problem = harness.check_against_fp32(
                     case, q, k, v, do, lambda q, k, v, f=attention, c=causal: f(q, k, v, c))
                 try:  # ragged N, B > 1, H > 1, (B, N, H, d) views too
-                    verify.check_backward(torch.float16, [(2, 3, 333, d), (3, 2, 257, d)],
+                    verify.check_backward(torch.float16, [(*bhn, d) for bhn in RAGGED],
                                           (causal,), attention=attention)
                 except AssertionError as err:
                     problem = problem or str(err)

@@ -620,6 +620,20 @@ def test_time_ladder_times_steps_round_robin_and_keeps_going_past_a_failure(monk
     assert step2["status"] == "failed: out of resources" and step2["ms"] == ""
 
 
+def test_backward_explorer_warms_configs_and_reports_failures(root, monkeypatch):
+    # gpu/explore_bwd.py's compile workers, in the interpreter: a good config warms silently
+    # (the ragged checks included), a config the kernels cannot take is reported by its job
+    spec = importlib.util.spec_from_file_location("explore_bwd", root / "gpu" / "explore_bwd.py")
+    explore = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(explore)
+    monkeypatch.setattr(explore, "RAGGED", ((2, 2, 37),))  # small: the interpreter is slow
+    good = (16, True, 40, "fused", (16, 16, 4, 1))
+    bad = (16, False, 40, "dkdv", ((16, 12, 4, 1), (16, 16, 4, 1)))  # 12: no power of two
+    failures = explore.warm([good, bad])
+    assert list(failures) == [bad], failures
+    assert "power of 2" in failures[bad] or "arange" in failures[bad], failures[bad]
+
+
 def test_explored_forward_variants_match_attention(root):
     # gpu/explore_fwd.py's variants (the search behind tiles.TUNED) run in the interpreter
     spec = importlib.util.spec_from_file_location("explore_fwd", root / "gpu" / "explore_fwd.py")
