@@ -8,6 +8,7 @@ import pytest
 from nbclient import NotebookClient
 
 from flashcourse.authoring import build
+from flashcourse.grader.inside import KERNEL_STARTUP_TIMEOUT
 from flashcourse.grader.scan import CHECK_PREFIX
 
 ROOT_LESSONS = [p.stem for p in build.lesson_paths(Path(__file__).resolve().parents[1])]
@@ -18,6 +19,7 @@ ACTIONABLE = ("BlankNotFilled", "WrongAnswer")
 def test_untouched_exercise_fails_every_check(root, slug):
     nb = nbformat.read(root / "exercises" / f"{slug}.ipynb", as_version=4)
     client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                            startup_timeout=KERNEL_STARTUP_TIMEOUT,
                             resources={"metadata": {"path": str(root / "exercises")}})
     client.execute()
     check_cells = [c for c in nb.cells if c.cell_type == "code" and c.id.startswith(CHECK_PREFIX)]

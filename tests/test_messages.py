@@ -7,6 +7,8 @@ import re
 import nbformat
 from nbclient import NotebookClient
 
+from flashcourse.grader.inside import KERNEL_STARTUP_TIMEOUT
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 CRASHING_ANSWER = '''\
@@ -25,6 +27,7 @@ def _run(tmp_path, sources):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                   startup_timeout=KERNEL_STARTUP_TIMEOUT,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     return nb.cells
 
@@ -72,6 +75,7 @@ def test_a_course_error_still_fails_the_cell(tmp_path):
         "import flashcourse as fc\nfc.setup()", 'fc.check("gpu-flash/q1-memory", {})',
         'print("not reached")']]
     client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            startup_timeout=KERNEL_STARTUP_TIMEOUT,
                             resources={"metadata": {"path": str(tmp_path)}})
     with pytest.raises(CellExecutionError, match="WrongAnswer"):
         client.execute()
@@ -87,6 +91,7 @@ def test_recorded_tables_render_as_tables_in_a_notebook(root):
         "from flashcourse import bench\n"
         'bench.show_recorded("02-copy-bandwidth", ["kernel", "GB/s"])'))
     NotebookClient(nb, timeout=120, kernel_name="python3",
+                   startup_timeout=KERNEL_STARTUP_TIMEOUT,
                    resources={"metadata": {"path": str(root)}}).execute()
     outputs = nb.cells[0].outputs
     markdown = [o for o in outputs if "text/markdown" in o.get("data", {})]

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from flashcourse import runtime
+from flashcourse.grader.inside import KERNEL_STARTUP_TIMEOUT
 from flashcourse.runtime import CourseInputError
 
 
@@ -97,6 +98,7 @@ def test_the_setup_cell_of_a_notebook_prints_the_runtime_once(tmp_path):
     nb.cells = [nbformat.v4.new_code_cell("import flashcourse as fc\nfc.setup()"),
                 nbformat.v4.new_code_cell("fc.runtime.current()")]
     NotebookClient(nb, timeout=120, kernel_name="python3",
+                   startup_timeout=KERNEL_STARTUP_TIMEOUT,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     for cell in nb.cells:
         texts = [o.get("text", "") for o in cell.outputs]

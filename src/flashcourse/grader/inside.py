@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 
 OUTPUT_LIMIT = 100_000  # characters of output kept per cell
+# Seconds a notebook kernel may take to start (nbclient's default is 60): on a loaded machine
+# a start can take longer, and that is no fault of the notebook.
+KERNEL_STARTUP_TIMEOUT = 600
 
 
 def _cap(outputs: list) -> tuple[list, int]:
@@ -52,6 +55,7 @@ def run(notebook_path: Path, out: Path, timeout: float) -> int:
 
     notebook = nbformat.read(notebook_path, as_version=4)
     client = NotebookClient(notebook, timeout=timeout, allow_errors=True, kernel_name="python3",
+                            startup_timeout=KERNEL_STARTUP_TIMEOUT,
                             interrupt_on_timeout=True, record_timing=False,
                             shutdown_kernel="immediate",  # a graceful stop costs seconds
                             resources={"metadata": {"path": str(notebook_path.parent)}})
