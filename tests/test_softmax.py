@@ -224,7 +224,7 @@ def test_blank_says_fill_in_the_blank(root, exercise_id, target):
 def test_passing_something_else_than_a_kernel(root, known_wrong):
     kernel = answer(root, "softmax/row-kernel")
     with known_wrong("softmax/row-kernel", "kernel.fn, not the kernel",
-                     match="pass the kernel itself"):
+                     match="pass the @triton.jit kernel itself"):
         check("softmax/row-kernel", kernel.fn)
     with pytest.raises(BlankNotFilled):
         check("softmax/online-kernel", ______)

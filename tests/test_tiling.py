@@ -144,7 +144,7 @@ def test_blank_kernel_says_fill_in_the_blank(root):
 
 def test_a_plain_function_is_refused(known_wrong):
     with known_wrong("tiling/matmul-kernel", "plain function, not a kernel",
-                     match="Pass the @triton.jit kernel"):
+                     match="pass the @triton.jit kernel itself"):
         check("tiling/matmul-kernel", lambda *args: None)
 
 

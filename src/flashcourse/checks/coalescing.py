@@ -172,8 +172,8 @@ def run_strided_copy(kernel, n, stride, block, dtype, case, seed=0):
 
 @registry.exercise("coalescing/strided-copy", "Triton strided copy", 1, kernel=True)
 def _check_strided(strided_copy_kernel) -> str:
-    guards.require_kernel(strided_copy_kernel, "coalescing/strided-copy",
-                                  "strided_copy_kernel")
+    guards.require_jit_kernel(strided_copy_kernel, "coalescing/strided-copy",
+                              "strided_copy_kernel")
     cases = registry.with_hidden(STRIDED_CASES, STRIDED_HIDDEN)
     dtypes = guards.graded_dtypes()
     total, number = len(cases) * len(dtypes), 0
@@ -254,7 +254,7 @@ def _transpose_mistake(got, x, values, m, n) -> str:
 
 
 def _check_transpose(kernel, exercise_id, name, tiled) -> str:
-    guards.require_kernel(kernel, exercise_id, name)
+    guards.require_jit_kernel(kernel, exercise_id, name)
     if tiled:
         cases = registry.with_hidden(TILED_CASES, TILED_HIDDEN)
     else:

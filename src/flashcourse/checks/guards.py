@@ -47,34 +47,22 @@ def dtype_name(dtype: torch.dtype) -> str:
     return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
 
 
-def require_kernel(kernel, exercise_id: str, name: str) -> None:
-    """Refuse anything but a filled-in `@triton.jit` function, with a message saying why."""
-    recording.inspected(f"{exercise_id}: the answer is a kernel",
-                        lambda: _require_kernel(kernel, exercise_id, name))
-
-
-def _require_kernel(kernel, exercise_id: str, name: str) -> None:
-    if not callable(kernel) or not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
-        raise registry.WrongAnswer(
-            f"{exercise_id}: pass the kernel itself, the function decorated with @triton.jit "
-            f"(check(\"{exercise_id}\", {name})), not the result of calling it.")
-    refuse_blanks(kernel, name)
-
-
-def require_jit_kernel(kernel, exercise_id: str) -> None:
+def require_jit_kernel(kernel, exercise_id: str, name: str | None = None) -> None:
     """Refuse anything but a @triton.jit kernel, and a kernel that, or whose @triton.jit
-    helpers, still hold a blank or still raise NotImplementedError."""
+    helpers, still hold a blank or still raise NotImplementedError. `name`, the kernel's name
+    in the lesson, goes into the message as the check call to make."""
     recording.inspected(f"{exercise_id}: the answer is a kernel",
-                        lambda: _require_jit_kernel(kernel, exercise_id))
+                        lambda: _require_jit_kernel(kernel, exercise_id, name))
 
 
-def _require_jit_kernel(kernel, exercise_id: str) -> None:
+def _require_jit_kernel(kernel, exercise_id: str, name: str | None) -> None:
     from triton.runtime.jit import KernelInterface
 
     if not isinstance(kernel, KernelInterface):
+        call = f": check(\"{exercise_id}\", {name})" if name else ""
         raise registry.WrongAnswer(
-            f"{exercise_id}: pass the @triton.jit kernel itself (got {type(kernel).__name__}); "
-            "the grader launches it.")
+            f"{exercise_id}: pass the @triton.jit kernel itself (got {type(kernel).__name__}), "
+            f"not the result of calling it or its .fn; the grader launches it{call}.")
     for name, obj in [(kernel.fn.__name__, kernel), *attention.kernel_helpers(kernel)]:
         refuse_blanks(obj, name)
         if "raise NotImplementedError" in (source_of(obj) or ""):

@@ -209,7 +209,7 @@ def _copy_hint(out, values, n, block, does: str = "copies") -> str:
 
 @registry.exercise("roofline/copy-kernel", "Triton copy kernel (masked tail)", 1, kernel=True)
 def _check_copy(copy_kernel) -> str:
-    guards.require_kernel(copy_kernel, "roofline/copy-kernel", "copy_kernel")
+    guards.require_jit_kernel(copy_kernel, "roofline/copy-kernel", "copy_kernel")
     cases = registry.with_hidden(COPY_CASES, COPY_HIDDEN)
     dtypes = guards.graded_dtypes()
     total = len(cases) * len(dtypes)

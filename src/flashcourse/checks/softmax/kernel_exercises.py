@@ -41,7 +41,7 @@ def launch_online_softmax(kernel, x: torch.Tensor, y: torch.Tensor, block: int) 
 
 def row_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
     """Run a fused row-softmax kernel on a (rows, n_cols) tensor; returns a new tensor."""
-    guards.require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
+    guards.require_jit_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
     runtime.check_tensors(x, names=("x",))
     y = torch.empty_like(x)
     launch_row_softmax(kernel, x, y)
@@ -50,7 +50,7 @@ def row_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
 
 def online_softmax(kernel, x: torch.Tensor, block: int = 128) -> torch.Tensor:
     """Run an online-softmax kernel on a (rows, n_cols) tensor; returns a new tensor."""
-    guards.require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
+    guards.require_jit_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
     runtime.check_tensors(x, names=("x",))
     y = torch.empty_like(x)
     launch_online_softmax(kernel, x, y, block)
@@ -227,7 +227,7 @@ def _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, se
 
 
 def check_row_kernel(kernel) -> str:
-    guards.require_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
+    guards.require_jit_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
     cases = registry.with_hidden(ROW_CASES, ROW_HIDDEN)
     for number, (rows, n, dtype_name, scale, kind, seed) in enumerate(cases, 1):
         block = 1 << max(0, (n - 1).bit_length())
@@ -239,7 +239,7 @@ def check_row_kernel(kernel) -> str:
 
 
 def check_online_kernel(kernel) -> str:
-    guards.require_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
+    guards.require_jit_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
     cases = registry.with_hidden(ONLINE_CASES, ONLINE_HIDDEN)
     for number, (rows, n, block, dtype_name, scale, kind, seed) in enumerate(cases, 1):
         label = (f"case {number}/{len(cases)} "

@@ -28,7 +28,7 @@ def launch_masked_softmax(kernel, x: torch.Tensor, y: torch.Tensor, lengths: tor
 def masked_softmax(kernel, x: torch.Tensor, lengths: torch.Tensor, scale: float = 1.0,
                    block: int = 128) -> torch.Tensor:
     """Run a masked-softmax kernel on a (rows, n_cols) tensor; returns a new tensor."""
-    guards.require_kernel(kernel, "softmax/masked-softmax", "masked_softmax_kernel")
+    guards.require_jit_kernel(kernel, "softmax/masked-softmax", "masked_softmax_kernel")
     runtime.check_tensors(x, lengths, names=("x", "lengths"))
     if lengths.dtype != torch.int32 or lengths.shape != (x.shape[0],):
         raise runtime.CourseInputError(

@@ -7,9 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from ... import runtime
-from ...blanks import refuse_blanks, source_of
 from ...models.matmul import cdiv
-from .. import buffers, guards, recording, registry
+from .. import buffers, guards, registry
 from .common import fp16_accumulation, summary_notes, tolerance, torch_dtype
 
 # ---------------------------------------------------------------- the tiled Triton kernel
@@ -179,24 +178,9 @@ def _diagnose(kernel, A, B, out_dtype, cfg, actual, expected, atol, label) -> st
             "step, then both pointers advanced by one K block, each along its own stride.")
 
 
-def _refuse_stub(kernel, name):
-    source = source_of(kernel) or ""
-    refuse_blanks(kernel, name)
-    if "raise NotImplementedError" in source:
-        raise NotImplementedError(name)
-
-
-def _require_matmul_kernel(kernel) -> None:
-    if not hasattr(kernel, "fn") or not hasattr(kernel, "__getitem__"):
-        raise registry.WrongAnswer("Pass the @triton.jit kernel itself: "
-                                  "check('tiling/matmul-kernel', matmul_kernel).")
-    _refuse_stub(kernel, "matmul_kernel")
-
-
 def check_kernel(kernel) -> str:
     """Check a tiled matmul kernel on KERNEL_CASES (and KERNEL_HIDDEN when grading)."""
-    recording.inspected("tiling/matmul-kernel: the answer is a kernel",
-                        lambda: _require_matmul_kernel(kernel))
+    guards.require_jit_kernel(kernel, "tiling/matmul-kernel", "matmul_kernel")
     interpreter = runtime.current().interpreter
     cases = registry.with_hidden(KERNEL_CASES, KERNEL_HIDDEN)
     skipped = 0
