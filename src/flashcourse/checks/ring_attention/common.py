@@ -86,6 +86,14 @@ def gather(results, positions: list, *names) -> list[np.ndarray]:
     return out
 
 
+def compare_attention(o, lse, case: dict, causal: bool, label: str) -> None:
+    """Raise WrongAnswer unless the gathered (o, lse) are standard attention's over the whole
+    sequence (float64, ATOL and RTOL)."""
+    expected_o, expected_lse = ring.reference_attention(case["q"], case["k"], case["v"], causal)
+    registry.compare(o, expected_o, f"{label}, o", atol=ATOL, rtol=RTOL)
+    registry.compare(lse, expected_lse, f"{label}, lse", atol=ATOL, rtol=RTOL)
+
+
 def split_positions(n: int, world: int, zigzag: bool) -> list[np.ndarray]:
     split = ring.zigzag_positions if zigzag else ring.contiguous_positions
     return [split(n, world, rank) for rank in range(world)]

@@ -9,12 +9,11 @@ import numpy as np
 from ... import distributed as ring
 from .. import registry
 from .common import (
-    ATOL,
     FORWARD_CASES,
     FORWARD_HIDDEN,
-    RTOL,
     WORLD_SIZES,
     case_arrays,
+    compare_attention,
     describe,
     gather,
     passed,
@@ -90,11 +89,8 @@ def check_ring_forward(ring_attention_forward) -> str:
                 zip(cases, inputs, results, strict=True), 1):
             label = f"case {number}/{len(cases)} ({describe(n, world, causal, seed=seed)})"
             o, lse = gather(per_rank, split_positions(n, world, False), "o", "lse")
-            expected_o, expected_lse = ring.reference_attention(case["q"], case["k"],
-                                                                case["v"], causal)
             try:
-                registry.compare(o, expected_o, f"{label}, o", atol=ATOL, rtol=RTOL)
-                registry.compare(lse, expected_lse, f"{label}, lse", atol=ATOL, rtol=RTOL)
+                compare_attention(o, lse, case, causal, label)
             except registry.WrongAnswer as err:
                 raise registry.WrongAnswer(
                     f"{err}\n{_name_forward_mistake(o, lse, case, world)}") from None
