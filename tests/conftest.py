@@ -29,6 +29,60 @@ def root() -> Path:
 
 
 
+# ---------------------------------------------------------------- right answers and blanks
+
+
+@pytest.fixture
+def passes_with_points(capsys):
+    """`passes_with_points(exercise_id, answer)`: the check passes, says so with a tick, says
+    that graders also run hidden cases, and counts the exercise's points; returns its line."""
+    from flashcourse.checks import registry
+
+    def run(exercise_id: str, answer) -> str:
+        registry.check(exercise_id, answer)
+        out = capsys.readouterr().out
+        assert out.startswith(f"\u2713 {exercise_id}: "), out
+        assert "(graders also run hidden cases)" in out
+        assert registry.RESULTS[exercise_id] == registry.EXERCISES[exercise_id].points
+        return out
+
+    return run
+
+
+@pytest.fixture
+def graded_case_count(capsys, monkeypatch):
+    """`graded_case_count(exercise_id, answer)`: how many cases the check passes in grading
+    mode, hidden ones included; its line must not speak of hidden cases there."""
+    import re
+
+    from flashcourse.checks import registry
+
+    def run(exercise_id: str, answer) -> int:
+        monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
+        registry.check(exercise_id, answer)
+        out = capsys.readouterr().out
+        assert "hidden" not in out, out
+        return int(re.search(r": (\d+) cases", out).group(1))
+
+    return run
+
+
+@pytest.fixture
+def refuses_blank():
+    """`refuses_blank(exercise_id, answer, target)`: the check refuses an answer whose
+    `target = ...` line is a blank, with "Fill in the blank" and that line; returns the
+    message."""
+    from flashcourse.checks import registry
+
+    def run(exercise_id: str, answer, target: str) -> str:
+        with pytest.raises(registry.BlankNotFilled, match="Fill in the blank") as caught:
+            registry.check(exercise_id, answer)
+        assert f"{target} = ______" in str(caught.value), caught.value
+        return str(caught.value)
+
+    return run
+
+
 # ---------------------------------------------------------------- record and replay
 
 
