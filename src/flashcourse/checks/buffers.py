@@ -48,8 +48,20 @@ def _padded_view(shape, dtype, device, fill, pad_rows, pad_cols):
 def poisoned(tensor: torch.Tensor, pad_rows: int = PAD_ROWS,
              pad_cols: int = PAD_COLS) -> torch.Tensor:
     """A copy of `tensor` living inside NaN padding (integers: inside -2**30 padding)."""
-    view, _, _ = _padded_view(tensor.shape, tensor.dtype, tensor.device,
-                              _poison_value(tensor.dtype), pad_rows, pad_cols)
+    return padded_copy(tensor, pad_rows, pad_cols, _poison_value(tensor.dtype))
+
+
+def padded_copy(tensor: torch.Tensor, pad_rows: int, pad_cols: int, fill: float,
+                contiguous: bool = False) -> torch.Tensor:
+    """A copy of `tensor` inside a buffer filled with `fill`: a view with pad_rows rows and
+    pad_cols columns after every matrix or, when contiguous, one with a contiguous tensor's
+    strides and at least that much room after it (a grader's rerun that asks whether a kernel
+    indexes with widths instead of strides)."""
+    view, storage, _ = _padded_view(tensor.shape, tensor.dtype, tensor.device, fill,
+                                    pad_rows, pad_cols)
+    if contiguous:
+        view = torch.as_strided(storage, tensor.shape, torch.empty(tensor.shape).stride(),
+                                storage_offset=GUARD)
     view.copy_(tensor)
     return view
 

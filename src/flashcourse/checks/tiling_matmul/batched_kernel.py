@@ -9,7 +9,13 @@ import numpy as np
 from ... import runtime
 from ...models.matmul import cdiv
 from .. import buffers, guards, registry
-from .common import fp16_accumulation, summary_notes, tolerance, torch_dtype
+from .common import (
+    fp16_accumulation,
+    random_operands,
+    summary_notes,
+    tolerance,
+    torch_dtype,
+)
 
 # ---------------------------------------------------------------- batched matmul, from scratch
 
@@ -42,33 +48,6 @@ def launch_batched(kernel, a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int) ->
                  BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K)
 
 
-def _batched_inputs(batch, M, N, K, dtype, seed, values):
-    import torch
-
-    gen = torch.Generator().manual_seed(registry.case_seed(seed))
-    draw = torch.rand if values == "uniform" else torch.randn  # uniform: sums grow with K
-    A, B = draw((batch, M, K), generator=gen), draw((batch, K, N), generator=gen)
-    device = runtime.current().device
-    return A.to(torch_dtype(dtype)).to(device), B.to(torch_dtype(dtype)).to(device)
-
-
-def _padded(tensor, row_pad, col_pad, fill, contiguous=False):
-    """A copy of a (batch, rows, cols) tensor inside a buffer filled with `fill`: a view with
-    row_pad rows and col_pad columns after every matrix, or, when contiguous, contiguous
-    strides at the start of a buffer with the same room after it."""
-    import torch
-
-    batch, rows, cols = tensor.shape
-    room = batch * (rows + row_pad) * (cols + col_pad)
-    storage = torch.full((room,), fill, dtype=tensor.dtype, device=tensor.device)
-    if contiguous:
-        view = storage[:tensor.numel()].view(batch, rows, cols)
-    else:
-        view = storage.view(batch, rows + row_pad, cols + col_pad)[:, :rows, :cols]
-    view.copy_(tensor)
-    return view
-
-
 def _run_batched(kernel, A, B, out_dtype, cfg, label, padding="nan"):
     """Run the kernel on fresh buffers; return (output as float64 numpy, the Canaried).
     padding as in `matmul_kernel._run_kernel`: "nan" (the graded run), "zero" or "contiguous"."""
@@ -85,11 +64,12 @@ def _run_batched(kernel, A, B, out_dtype, cfg, label, padding="nan"):
     else:
         contiguous = padding == "contiguous"
         fill = float("nan") if contiguous else 0.0
-        a = _padded(A, bm, bk, fill, contiguous)
-        b = _padded(B, bk, bn, fill, contiguous)
+        a = buffers.padded_copy(A, bm, bk, fill, contiguous)
+        b = buffers.padded_copy(B, bk, bn, fill, contiguous)
         if contiguous:
-            out.tensor = _padded(torch.full((batch, M, N), float("nan"), dtype=dtype,
-                                            device=A.device), bm, bn, float("nan"), True)
+            out.tensor = buffers.padded_copy(torch.full((batch, M, N), float("nan"),
+                                                        dtype=dtype, device=A.device),
+                                             bm, bn, float("nan"), True)
     guards.guarded(label, lambda: launch_batched(kernel, a, b, out.tensor, *cfg),
                    tensors=[a, b, out.tensor])
     return out.tensor.detach().cpu().double().numpy(), out
@@ -152,7 +132,7 @@ def check_batched(kernel) -> str:
         cfg = (bm, bn, bk)
         label = (f"case {number}/{len(cases)} (batch={batch}, M={M}, N={N}, K={K}, "
                  f"{in_dtype} -> {out_dtype}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk})")
-        A, B = _batched_inputs(batch, M, N, K, in_dtype, seed, values)
+        A, B = random_operands((batch, M, K), (batch, K, N), in_dtype, seed, values)
         runtime.check_tensors(A, B, names=("A", "B"), dot=True)
         actual, out = _run_batched(kernel, A, B, out_dtype, cfg, label)
         A64 = A.detach().cpu().double().numpy()

@@ -1,6 +1,6 @@
-"""What lesson 4's checks share: the torch dtype of a case, the tolerance of a tiled
-product, the product as an fp16 accumulator computes it, and the notes of a passed kernel
-check."""
+"""What lesson 4's checks share: the torch dtype of a case, its random operands, the
+tolerance of a tiled product, the product as an fp16 accumulator computes it, and the notes
+of a passed kernel check."""
 
 from __future__ import annotations
 
@@ -14,6 +14,18 @@ def torch_dtype(name):
     import torch
 
     return getattr(torch, name)
+
+
+def random_operands(shape_a, shape_b, dtype: str, seed: int, values: str):
+    """A and B of a case on the runtime's device: normal values, or uniform ones (all positive:
+    sums grow with K, and so does fp16 rounding)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(registry.case_seed(seed))
+    draw = torch.rand if values == "uniform" else torch.randn
+    A, B = draw(shape_a, generator=gen), draw(shape_b, generator=gen)
+    device = runtime.current().device
+    return A.to(torch_dtype(dtype)).to(device), B.to(torch_dtype(dtype)).to(device)
 
 
 def tolerance(in_dtype: str, out_dtype: str) -> tuple[float, float]:

@@ -9,7 +9,13 @@ import numpy as np
 from ... import runtime
 from ...models.matmul import cdiv
 from .. import buffers, guards, registry
-from .common import fp16_accumulation, summary_notes, tolerance, torch_dtype
+from .common import (
+    fp16_accumulation,
+    random_operands,
+    summary_notes,
+    tolerance,
+    torch_dtype,
+)
 
 # ---------------------------------------------------------------- the tiled Triton kernel
 
@@ -44,39 +50,6 @@ def launch(kernel, a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, GROUP_M: i
                  GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages)
 
 
-def _kernel_inputs(M, N, K, dtype, seed, values):
-    import torch
-
-    gen = torch.Generator().manual_seed(registry.case_seed(seed))
-    shape_a, shape_b = (M, K), (K, N)
-    if values == "uniform":  # all positive: sums grow with K, and so does fp16 rounding
-        A, B = torch.rand(shape_a, generator=gen), torch.rand(shape_b, generator=gen)
-    else:
-        A, B = torch.randn(shape_a, generator=gen), torch.randn(shape_b, generator=gen)
-    device = runtime.current().device
-    return A.to(torch_dtype(dtype)).to(device), B.to(torch_dtype(dtype)).to(device)
-
-
-def _embedded(tensor, row_pad, col_pad, fill, contiguous=False):
-    """A copy of a 2-D tensor inside a larger buffer filled with `fill`: with row_pad rows and
-    col_pad columns after it (a strided view), or, when contiguous, as the start of a flat
-    buffer with the same room after it. A load or store up to one tile past an edge stays
-    inside the buffer, so a missing mask shows as poison instead of touching other memory."""
-    import torch
-
-    rows, cols = tensor.shape
-    if contiguous:
-        room = (rows + row_pad) * (cols + col_pad)
-        storage = torch.full((room + 64,), fill, dtype=tensor.dtype, device=tensor.device)
-        view = storage[:rows * cols].view(rows, cols)
-    else:
-        buffer = torch.full((rows + row_pad, cols + col_pad), fill, dtype=tensor.dtype,
-                            device=tensor.device)
-        view = buffer[:rows, :cols]
-    view.copy_(tensor)
-    return view
-
-
 def _run_kernel(kernel, A, B, out_dtype, cfg, label, padding="nan"):
     """Run the kernel on fresh buffers; return (output as float64 numpy, the Canaried).
 
@@ -96,11 +69,12 @@ def _run_kernel(kernel, A, B, out_dtype, cfg, label, padding="nan"):
     else:
         contiguous = padding == "contiguous"
         fill = float("nan") if contiguous else 0.0
-        a = _embedded(A, bm, bk, fill, contiguous)
-        b = _embedded(B, bk, bn, fill, contiguous)
+        a = buffers.padded_copy(A, bm, bk, fill, contiguous)
+        b = buffers.padded_copy(B, bk, bn, fill, contiguous)
         if contiguous:
-            out.tensor = _embedded(torch.full((M, N), float("nan"), dtype=dtype,
-                                              device=A.device), bm, bn, float("nan"), True)
+            out.tensor = buffers.padded_copy(torch.full((M, N), float("nan"), dtype=dtype,
+                                                        device=A.device), bm, bn, float("nan"),
+                                             True)
     guards.guarded(label, lambda: launch(kernel, a, b, out.tensor, *cfg),
                            tensors=[a, b, out.tensor])
     return out.tensor.detach().cpu().double().numpy(), out
@@ -193,7 +167,7 @@ def check_kernel(kernel) -> str:
         cfg = (bm, bn, bk, group)
         label = (f"case {number}/{len(cases)} (M={M}, N={N}, K={K}, {in_dtype} -> {out_dtype}, "
                  f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={group})")
-        A, B = _kernel_inputs(M, N, K, in_dtype, seed, values)
+        A, B = random_operands((M, K), (K, N), in_dtype, seed, values)
         runtime.check_tensors(A, B, names=("A", "B"), dot=True)
         actual, out = _run_kernel(kernel, A, B, out_dtype, cfg, label)
         A64 = A.detach().cpu().double().numpy()
