@@ -1,11 +1,13 @@
 """Tile configs of the reference backward (lesson 7) against cuDNN's backward, on a CUDA GPU.
 
-    python gpu/explore_bwd.py [--out DIR] [--n 4096] [--repeats 3] [--kernels dkdv,dq]
+    python gpu/explore_bwd.py [--out DIR] [--n 4096] [--repeats 3] [--kernels dkdv,dq,fused]
 
 For d = 64 and 128, causal and not (fp16, B * N = 32k tokens), times the whole backward
 (delta pre-pass, dK/dV kernel, dQ kernel) while one kernel's config varies over a candidate
-list and the other keeps its tiles.LADDER_BACKWARD entry. cuDNN's backward (autograd of SDPA
-pinned to cuDNN, forward excluded) is timed round-robin with them. Every config is
+list and the other keeps its tiles.LADDER_BACKWARD entry; and the fused variant ("fused",
+host.backward(fused_dq=True): the dK/dV kernel also adds dQ up with fp32 atomics, so P and dP
+are computed once, as FlashAttention-2's CUDA backward and FA3 do). cuDNN's backward (autograd
+of SDPA pinned to cuDNN, forward excluded) is timed round-robin with them. Every config is
 compiled first in parallel worker processes (Triton's cache is shared), and its dq, dk, dv are
 checked against the fp32 reference before timing, on the timing case and on ragged, batched,
 multi-head and transposed inputs. Writes explore-bwd.csv: one row per (case, kernel, config)
@@ -40,20 +42,28 @@ CANDIDATES = {
     "dq": [(128, 32, 4, 3), (128, 32, 4, 2), (128, 64, 8, 2), (128, 64, 8, 3), (128, 64, 4, 2),
            (128, 64, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3), (128, 128, 8, 2), (128, 32, 8, 3),
            (64, 64, 4, 2)],
+    # one kernel; BLOCK_N a multiple of BLOCK_M as for dK/dV
+    "fused": [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 2), (32, 128, 4, 3),
+              (64, 64, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3), (128, 128, 8, 2)],
 }
 CASES = [(64, False), (64, True), (128, False), (128, True)]
 
 
 def configs_for(kernel: str, d: int):
-    """(dK/dV config, dQ config) pairs: the candidate in one slot, the table's in the other."""
+    """The specs timed for one kernel: (dK/dV config, dQ config) pairs with the candidate in
+    one slot and the table's in the other, or the fused kernel's configs."""
     kv_cfg, q_cfg = tiles.LADDER_BACKWARD[d <= 64]
     if kernel == "dkdv":
         return [(cfg, q_cfg) for cfg in CANDIDATES["dkdv"]]
-    return [(kv_cfg, cfg) for cfg in CANDIDATES["dq"]]
+    if kernel == "dq":
+        return [(kv_cfg, cfg) for cfg in CANDIDATES["dq"]]
+    return list(CANDIDATES["fused"])
 
 
 def backward_for(kernel: str, spec):
     """run_backward(q, k, v, o, lse, do, causal, sm_scale) -> (dq, dk, dv) for one spec."""
+    if kernel == "fused":
+        return functools.partial(host.backward, configs=(spec, None), fused_dq=True)
     return functools.partial(host.backward, configs=spec)
 
 
@@ -93,7 +103,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=14)
     parser.add_argument("--kernels", default=",".join(CANDIDATES),
-                        help="which candidate lists to time: dkdv, dq")
+                        help="which candidate lists to time: dkdv, dq, fused")
     args = parser.parse_args()
     kernels = [name for name in args.kernels.split(",") if name]
     if not set(kernels) <= set(CANDIDATES):
@@ -131,7 +141,7 @@ def main() -> int:
         entries = []
         for kernel in kernels:
             for spec in configs_for(kernel, d):
-                cfg = spec[0] if kernel == "dkdv" else spec[1]
+                cfg = {"dkdv": spec[0], "dq": spec[1]}.get(kernel, spec)
                 job = (d, causal, args.n, kernel, spec)
                 backward = backward_for(kernel, spec)
                 row = {"d": d, "causal": causal, "N": args.n, "kernel": kernel,

@@ -454,7 +454,8 @@ def test_benchmark_cli_explains_and_exits_0_without_cuda(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("script", ["perf.py", "explore_fwd.py", "ncu_summary.py",
-                                    "explore_bwd.py", "warm_tutorial.py tutorial.py"])
+                                    "explore_bwd.py", "warm_tutorial.py tutorial.py",
+                                    "tune_lesson6.py"])
 def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script):
     import subprocess
 
@@ -463,6 +464,21 @@ def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "CUDA GPU" in result.stdout
+
+
+def test_lesson6_provider_runs_the_solution_kernels_forward_and_backward():
+    from flashcourse.bench import providers
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(1, 2, 20, 16, generator=gen) for _ in range(4))
+    rq, rk, rv = (x.clone().requires_grad_(True) for x in (q, k, v))
+    out = providers.lesson6_attention()(rq, rk, rv, True, 0.5)
+    grads = torch.autograd.grad(out, (rq, rk, rv), do)
+    fq, fk, fv = (x.clone().requires_grad_(True) for x in (q, k, v))
+    ref, _ = verify.reference_fp32(fq, fk, fv, True, 0.5)
+    ref_grads = torch.autograd.grad(ref, (fq, fk, fv), do)
+    assert (out - ref).abs().max().item() < 1e-4
+    assert verify.gradient_problems(grads, ref_grads, 1e-4) == []
 
 
 def test_plots_name_the_mask_of_live_and_recorded_rows():
@@ -573,6 +589,20 @@ def test_bench_case_times_round_robin_and_rechecks_after_timing(monkeypatch):
     assert course["status"].startswith("WRONG after timing") and course["ms"] == ""
 
 
+def test_fused_dq_backward_matches_autograd():
+    # host.backward(fused_dq=True), gpu/explore_bwd.py's one-kernel backward (dQ by atomics)
+    gen = torch.Generator().manual_seed(6)
+    for causal in (False, True):
+        q, k, v, do = (torch.randn(2, 3, 37, 16, generator=gen) for _ in range(4))
+        o, lse = host.forward(q, k, v, causal, 0.3)
+        grads = host.backward(q, k, v, o, lse, do, causal, 0.3,
+                              configs=((16, 16, 4, 1), None), fused_dq=True)
+        rq, rk, rv = (x.clone().requires_grad_(True) for x in (q, k, v))
+        ref, _ = verify.reference_fp32(rq, rk, rv, causal, 0.3)
+        ref_grads = torch.autograd.grad(ref, (rq, rk, rv), do)
+        assert verify.gradient_problems(grads, ref_grads, 1e-4) == [], causal
+
+
 def test_time_ladder_times_steps_round_robin_and_keeps_going_past_a_failure(monkeypatch):
     from flashcourse.bench import harness
     from flashcourse.bench.cases import Case
@@ -613,7 +643,7 @@ def test_backward_explorer_warms_configs_and_reports_failures(root, monkeypatch)
     explore = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(explore)
     monkeypatch.setattr(explore, "RAGGED", ((2, 2, 37),))  # small: the interpreter is slow
-    good = (16, True, 40, "dq", ((16, 16, 4, 1), (16, 16, 4, 1)))
+    good = (16, True, 40, "fused", (16, 16, 4, 1))
     bad = (16, False, 40, "dkdv", ((16, 12, 4, 1), (16, 16, 4, 1)))  # 12: no power of two
     failures = explore.warm([good, bad])
     assert list(failures) == [bad], failures

@@ -25,17 +25,26 @@ _LESSON6: dict = {}
 LESSON6_CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq")
 
 
-def lesson6_attention():
-    """attention(q, k, v, causal, sm_scale) running lesson 6's kernels, compiled from the
-    lesson's solution cells (the teaching kernel, timed beside the reference)."""
-    if "fn" not in _LESSON6:
+def lesson6_kernels():
+    """Lesson 6's kernels (flash_forward_kernel, flash_delta_kernel, flash_dkdv_kernel,
+    flash_dq_kernel), compiled from the lesson's solution cells."""
+    if "kernels" not in _LESSON6:
         from ..authoring import cells
-        from ..kernels import attention
         from ..paths import COURSE_ROOT
 
-        kernels = cells.load_cells(COURSE_ROOT / "lessons" / "06-flash-attention.qmd",
-                                   list(LESSON6_CELLS),
-                                   prelude="import triton\nimport triton.language as tl\n")
+        _LESSON6["kernels"] = cells.load_cells(
+            COURSE_ROOT / "lessons" / "06-flash-attention.qmd", list(LESSON6_CELLS),
+            prelude="import triton\nimport triton.language as tl\n")
+    return _LESSON6["kernels"]
+
+
+def lesson6_attention():
+    """attention(q, k, v, causal, sm_scale) running lesson 6's kernels (the teaching kernel,
+    timed beside the reference)."""
+    if "fn" not in _LESSON6:
+        from ..kernels import attention
+
+        kernels = lesson6_kernels()
         _LESSON6["fn"] = attention.make_flash_attention(
             kernels.flash_forward_kernel, kernels.flash_delta_kernel,
             kernels.flash_dkdv_kernel, kernels.flash_dq_kernel)

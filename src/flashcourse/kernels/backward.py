@@ -37,13 +37,16 @@ def attn_bwd_delta_kernel(O, DO, DELTA,  # pointers
 
 @triton.jit
 def attn_bwd_dkdv_inner(dk, dv, k, v,  # accumulators and the resident key block
-                        q_base, do_base, lse_base, delta_base,  # this head's first rows
+                        q_base, do_base, lse_base, delta_base, dq_base,  # a head's first rows
                         stride_qn, stride_qd, stride_don, stride_dod,  # strides
-                        offs_n, offs_d, lo, hi, N, qk_scale,  # keys, query range, sizes, scale
-                        BLOCK_M: tl.constexpr, MASKED: tl.constexpr):  # meta-parameters
+                        offs_n, offs_d, lo, hi, N, qk_scale, sm_scale,  # keys, rows, scales
+                        HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,  # meta-parameters
+                        MASKED: tl.constexpr, FUSED_DQ: tl.constexpr):
     """Accumulate dK, dV of one key block over the query blocks lo..hi, recomputing P^T.
 
-    Query rows >= N load as zeros (q = dO = lse = delta = 0), so they add exactly 0.
+    Query rows >= N load as zeros (q = dO = lse = delta = 0), so they add exactly 0. With
+    FUSED_DQ, also add this key block's share of dQ (sm_scale * dS K) into dq_base's fp32 rows
+    with atomics, instead of recomputing P and dP in the dQ kernel (keys >= N have k = 0).
     """
     for start_m in tl.range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -62,11 +65,15 @@ def attn_bwd_dkdv_inner(dk, dv, k, v,  # accumulators and the resident key block
         dp_t = tl.dot(v, tl.trans(do))  # dP^T = V dO^T
         ds_t = p_t * (dp_t - delta[None, :])  # dS^T = P^T * (dP^T - delta)
         dk += tl.dot(ds_t.to(q.dtype), q)  # dK += dS^T Q
+        if FUSED_DQ:
+            dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale  # dQ += dS K
+            tl.atomic_add(dq_base + offs_m[:, None] * HEAD_D + offs_d[None, :], dq,
+                          mask=rows[:, None])
     return dk, dv
 
 
 @triton.jit
-def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,  # pointers, scale
+def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, sm_scale,  # pointers, scale
                          stride_qb, stride_qh, stride_qn, stride_qd,  # strides
                          stride_kb, stride_kh, stride_kn, stride_kd,
                          stride_vb, stride_vh, stride_vn, stride_vd,
@@ -75,8 +82,12 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,  # pointers,
                          stride_dvb, stride_dvh, stride_dvn, stride_dvd,
                          H, N,  # sizes
                          HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,  # meta-parameters
-                         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """dK and dV of one key block (BLOCK_N rows). Grid: (cdiv(N, BLOCK_N), B * H)."""
+                         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                         FUSED_DQ: tl.constexpr):
+    """dK and dV of one key block (BLOCK_N rows). Grid: (cdiv(N, BLOCK_N), B * H).
+
+    FUSED_DQ: also dQ, added up in DQ_ACC, a zeroed contiguous (B, H, N, HEAD_D) float32
+    tensor (unused otherwise), so that no dQ kernel is needed."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
@@ -92,22 +103,27 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,  # pointers,
     do_base = DO + b * stride_dob + h * stride_doh
     lse_base = LSE + bh.to(tl.int64) * N
     delta_base = DELTA + bh.to(tl.int64) * N
+    dq_base = DQ_ACC + bh.to(tl.int64) * N * HEAD_D
     qk_scale = sm_scale * LOG2E
     dk = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
     if CAUSAL:  # rows < start_n see none of these keys; the diagonal rows need the mask
         dk, dv = attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_qd, stride_don, stride_dod, offs_n,
-                                     offs_d, start_n, tl.minimum(start_n + BLOCK_N, N), N,
-                                     qk_scale, BLOCK_M=BLOCK_M, MASKED=True)
+                                     dq_base, stride_qn, stride_qd, stride_don, stride_dod,
+                                     offs_n, offs_d, start_n, tl.minimum(start_n + BLOCK_N, N),
+                                     N, qk_scale, sm_scale, HEAD_D=HEAD_D, BLOCK_M=BLOCK_M,
+                                     MASKED=True, FUSED_DQ=FUSED_DQ)
         dk, dv = attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_qd, stride_don, stride_dod, offs_n,
-                                     offs_d, start_n + BLOCK_N, N, N, qk_scale,
-                                     BLOCK_M=BLOCK_M, MASKED=False)
+                                     dq_base, stride_qn, stride_qd, stride_don, stride_dod,
+                                     offs_n, offs_d, start_n + BLOCK_N, N, N, qk_scale,
+                                     sm_scale, HEAD_D=HEAD_D, BLOCK_M=BLOCK_M, MASKED=False,
+                                     FUSED_DQ=FUSED_DQ)
     else:
         dk, dv = attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_qd, stride_don, stride_dod, offs_n,
-                                     offs_d, 0, N, N, qk_scale, BLOCK_M=BLOCK_M, MASKED=False)
+                                     dq_base, stride_qn, stride_qd, stride_don, stride_dod,
+                                     offs_n, offs_d, 0, N, N, qk_scale, sm_scale,
+                                     HEAD_D=HEAD_D, BLOCK_M=BLOCK_M, MASKED=False,
+                                     FUSED_DQ=FUSED_DQ)
     dk = dk * sm_scale  # S = sm_scale * Q K^T: the scale comes back once in dK
     tl.store(head_rows(DK, b, h, stride_dkb, stride_dkh, stride_dkn, stride_dkd, offs_n,
                        offs_d), dk.to(DK.dtype.element_ty), mask=keys[:, None])

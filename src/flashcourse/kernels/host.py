@@ -149,8 +149,13 @@ def backward_configs(d: int):
 
 
 def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
-             configs=None):
-    """dq, dk, dv of attention, given the forward's output and logsumexp."""
+             configs=None, fused_dq: bool = False):
+    """dq, dk, dv of attention, given the forward's output and logsumexp.
+
+    configs: (dK/dV config, dQ config). fused_dq=True (an experiment, timed by
+    gpu/explore_bwd.py): the dK/dV kernel adds dQ up in an fp32 buffer with atomics and no dQ
+    kernel runs (its config is ignored).
+    """
     B, H, N, D = q.shape
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
     delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
@@ -162,11 +167,18 @@ def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
     attempts = [configs] if configs else [backward_configs(D), tiles.LADDER_BACKWARD_FALLBACK]
     for number, (kv_cfg, q_cfg) in enumerate(attempts):
         try:
+            # (B, H, N, D) fp32 dQ sums when fused; otherwise delta stands in, unused
+            dq_acc = torch.zeros((B, H, N, D), dtype=torch.float32, device=q.device) \
+                if fused_dq else delta
             bm, bn, warps, stages = kv_cfg
             attn_bwd_dkdv_kernel[(triton.cdiv(N, bn), B * H)](
-                q, k, v, do, lse, delta, dk, dv, sm_scale, *_strides(q), *_strides(k),
-                *_strides(v), *_strides(do), *_strides(dk), *_strides(dv), H, N, HEAD_D=D,
-                BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=warps, num_stages=stages)
+                q, k, v, do, lse, delta, dk, dv, dq_acc, sm_scale, *_strides(q),
+                *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv), H, N,
+                HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, FUSED_DQ=fused_dq,
+                num_warps=warps, num_stages=stages)
+            if fused_dq:
+                dq.copy_(dq_acc)
+                break
             bm, bn, warps, stages = q_cfg
             attn_bwd_dq_kernel[(triton.cdiv(N, bm), B * H)](
                 q, k, v, do, lse, delta, dq, sm_scale, *_strides(q), *_strides(k),
