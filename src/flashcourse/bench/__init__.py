@@ -159,3 +159,23 @@ def show_recorded(name: str, columns: list[str]) -> None:
         return
     print(header)
     print(table)
+
+
+def show_ratio_summary(name: str, ratio: str, by: tuple[str, ...], at_least: float) -> None:
+    """Print, per group of recorded rows (grouped by the columns `by`), how many cells the
+    column `ratio` has, its lowest, median and highest value, and how many are >= at_least."""
+    import statistics
+
+    groups: dict[tuple, list[float]] = {}
+    for row in recorded(name):
+        if row[ratio] != "":
+            groups.setdefault(tuple(row[key] for key in by), []).append(row[ratio])
+    if not groups:
+        print(f"No recorded results for {name} yet.")
+        return
+    print("  ".join(f"{key:>7s}" for key in by) +
+          f"  cells  lowest  median  highest  at or above {at_least}")
+    for key, values in sorted(groups.items()):
+        print("  ".join(f"{value!s:>7s}" for value in key) +
+              f"  {len(values):5d}  {min(values):6.2f}  {statistics.median(values):6.2f}"
+              f"  {max(values):7.2f}  {sum(v >= at_least for v in values):5d}")
