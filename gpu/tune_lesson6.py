@@ -39,6 +39,7 @@ CANDIDATES = {
           (128, 32, 8, 3), (64, 64, 4, 2), (128, 128, 8, 2), (64, 32, 4, 3)],
 }
 TOKENS, WIDTH, TOL = 32768, 2048, 2e-2
+LENGTHS = (4096, 16384)
 
 
 def time_case(d: int, causal: bool, n: int, forward_kernel, repeats: int) -> list[dict]:
@@ -85,7 +86,7 @@ def tune(out: Path, repeats: int) -> dict:
     for d in (64, 128):
         for causal in (False, True):
             case_rows = []
-            for n in (4096, 16384):
+            for n in LENGTHS:
                 case_rows += time_case(d, causal, n, forward_kernel, repeats)
             tiles.FORWARD_CONFIGS[(d, causal)] = default[(d, causal)]
             rows += case_rows
@@ -108,6 +109,12 @@ def tune(out: Path, repeats: int) -> dict:
     return best
 
 
+def read_best(path: Path) -> dict:
+    """{(d, causal): config} from a lesson6-best.json that tune() wrote."""
+    return {(d, causal == "causal"): tuple(config) for d, causal, config
+            in json.loads(path.read_text())}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("results"))
@@ -122,8 +129,7 @@ def main() -> int:
     runtime.setup()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.use:
-        best = {(d, causal == "causal"): tuple(config) for d, causal, config
-                in json.loads(args.use.read_text())}
+        best = read_best(args.use)
     else:
         best = tune(args.out, args.repeats)
     print("tiles.FORWARD_CONFIGS updates:", best)

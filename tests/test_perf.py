@@ -636,6 +636,65 @@ def test_time_ladder_times_steps_round_robin_and_keeps_going_past_a_failure(monk
     assert step2["status"] == "failed: out of resources" and step2["ms"] == ""
 
 
+def _load_gpu_script(root, name):
+    spec = importlib.util.spec_from_file_location(name, root / "gpu" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_lesson6_tuner_times_each_config_beside_the_reference(root, monkeypatch):
+    # gpu/tune_lesson6.py's time_case in the interpreter (tiny shapes; a fake clock that reads
+    # the config table): every config is checked, timed and set against the reference
+    from flashcourse.bench import providers
+    from flashcourse.kernels import tiles
+
+    tune = _load_gpu_script(root, "tune_lesson6")
+    monkeypatch.setattr(tune, "TOKENS", 40)
+    monkeypatch.setattr(tune, "WIDTH", 32)
+    monkeypatch.setattr(tune, "CANDIDATES", {16: [(16, 16, 4, 1), (32, 16, 4, 1)]})
+    monkeypatch.setitem(tiles.FORWARD_CONFIGS, (16, True), tiles.FORWARD_CONFIGS[(16, True)])
+
+    def fake_ms(fn, rep_ms=None):
+        fn()
+        return 1.0 if tiles.FORWARD_CONFIGS[(16, True)] == (32, 16, 4, 1) else 2.0
+
+    monkeypatch.setattr(tune.bench, "median_ms", fake_ms)
+    monkeypatch.setattr(tune.attention, "make_inputs",
+                        lambda B, H, N, D, dtype, device, seed: tuple(
+                            torch.randn(B, H, N, D, generator=torch.Generator().manual_seed(seed))
+                            for _ in range(3)))  # float32 on the CPU
+    kernel = providers.lesson6_kernels().flash_forward_kernel
+    rows = tune.time_case(16, True, 20, kernel, repeats=2)
+    assert [r["config"] for r in rows] == ["16x16x4x1", "32x16x4x1"]
+    assert all(r["status"] == "ok" for r in rows), rows
+    assert [r["ms"] for r in rows] == [2.0, 1.0]  # the table was set while each config ran
+
+
+def test_lesson6_tuner_picks_the_fastest_checked_config_and_writes_it(root, monkeypatch,
+                                                                       tmp_path):
+    import types
+
+    tune = _load_gpu_script(root, "tune_lesson6")
+    monkeypatch.setattr(tune.providers, "lesson6_kernels",
+                        lambda: types.SimpleNamespace(flash_forward_kernel=None))
+    times = {"64x64x4x3": 1.0, "128x64x8x3": 0.5, "128x128x8x3": 2.0}
+
+    def fake_case(d, causal, n, kernel, repeats):
+        rows = [{"d": d, "causal": causal, "N": n, "config": name, "ms": ms, "spread_pct": 1.0,
+                 "course_ms": 1.0, "lesson6/course": 1.0 / ms, "status": "ok"}
+                for name, ms in times.items()]
+        if causal:  # the fastest config is wrong in the causal cases: never chosen
+            rows[1].update(ms="", status="WRONG: max error 1e+00")
+        return rows
+
+    monkeypatch.setattr(tune, "time_case", fake_case)
+    best = tune.tune(tmp_path, repeats=1)
+    assert best[(64, False)] == (128, 64, 8, 3) and best[(64, True)] == (64, 64, 4, 3)
+    assert tune.read_best(tmp_path / "lesson6-best.json") == best
+    assert (tmp_path / "tune-lesson6.csv").read_text().count("WRONG") == 4  # 2 dims x 2 N
+
+
 def test_backward_explorer_warms_configs_and_reports_failures(root, monkeypatch):
     # gpu/explore_bwd.py's compile workers, in the interpreter: a good config warms silently
     # (the ragged checks included), a config the kernels cannot take is reported by its job
