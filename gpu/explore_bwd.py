@@ -1,13 +1,14 @@
 """Tile configs of the reference backward (lesson 7) against cuDNN's backward, on a CUDA GPU.
 
     python gpu/explore_bwd.py [--out DIR] [--n 4096] [--d 64,128] [--repeats 3]
-                              [--kernels dkdv,dq,fused]
+                              [--kernels dkdv,dq,fused,pair]
 
 For d = 64 and 128, causal and not (fp16, B * N = 32k tokens), times the whole backward
 (delta pre-pass, dK/dV kernel, dQ kernel) while one kernel's config varies over a candidate
 list and the other keeps its tiles.LADDER_BACKWARD entry; and the fused variant ("fused",
 host.backward(fused_dq=True): the dK/dV kernel also adds dQ up with fp32 atomics, so P and dP
-are computed once, as FlashAttention-2's CUDA backward and FA3 do). cuDNN's backward (autograd
+are computed once, as FlashAttention-2's CUDA backward and FA3 do); "pair" changes both
+kernels' configs at once (PAIRS, beside the table's pair). cuDNN's backward (autograd
 of SDPA pinned to cuDNN, forward excluded) is timed round-robin with them. Every config is
 compiled first in parallel worker processes (Triton's cache is shared), and its dq, dk, dv are
 checked against the fp32 reference before timing, on the timing case and on ragged, batched,
@@ -47,18 +48,38 @@ CANDIDATES = {
     "fused": [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 2), (32, 128, 4, 3),
               (64, 64, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3), (128, 128, 8, 2)],
 }
+# Both kernels' configs changed at once ("pair"), keyed on head dim <= 64: the best single
+# changes in 07-explore-bwd.csv (N = 1k and 4k) together, timed beside the table's own pair.
+PAIRS = {
+    True: [((32, 128, 4, 4), (128, 64, 8, 3)), ((32, 128, 4, 4), (128, 64, 4, 3)),
+           ((32, 128, 4, 3), (128, 64, 8, 3))],
+    False: [((32, 64, 4, 3), (128, 64, 8, 3)), ((64, 64, 4, 2), (128, 64, 8, 3)),
+            ((64, 128, 8, 3), (128, 64, 8, 3))],
+}
+KERNELS = (*CANDIDATES, "pair")
 CASES = [(64, False), (64, True), (128, False), (128, True)]
 
 
 def configs_for(kernel: str, d: int):
     """The specs timed for one kernel: (dK/dV config, dQ config) pairs with the candidate in
-    one slot and the table's in the other, or the fused kernel's configs."""
+    one slot and the table's in the other; for "pair", the table's pair and PAIRS; or the
+    fused kernel's configs."""
     kv_cfg, q_cfg = tiles.LADDER_BACKWARD[d <= 64]
+    if kernel == "pair":
+        return [(kv_cfg, q_cfg), *PAIRS[d <= 64]]
     if kernel == "dkdv":
         return [(cfg, q_cfg) for cfg in CANDIDATES["dkdv"]]
     if kernel == "dq":
         return [(kv_cfg, cfg) for cfg in CANDIDATES["dq"]]
     return list(CANDIDATES["fused"])
+
+
+def config_name(kernel: str, spec) -> str:
+    """The config column: the varied kernel's config, both ("dkdv+dq") for a pair."""
+    if kernel == "pair":
+        return "+".join("x".join(map(str, cfg)) for cfg in spec)
+    cfg = {"dkdv": spec[0], "dq": spec[1]}.get(kernel, spec)
+    return "x".join(map(str, cfg))
 
 
 def backward_for(kernel: str, spec):
@@ -105,13 +126,13 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=14)
     parser.add_argument("--d", default="64,128", help="head dims to explore")
     parser.add_argument("--kernels", default=",".join(CANDIDATES),
-                        help="which candidate lists to time: dkdv, dq, fused")
+                        help="which candidate lists to time: dkdv, dq, fused, pair")
     args = parser.parse_args()
     kernels = [name for name in args.kernels.split(",") if name]
     head_dims = {int(d) for d in args.d.split(",") if d}
     chosen = [(d, causal) for d, causal in CASES if d in head_dims]
-    if not set(kernels) <= set(CANDIDATES):
-        raise SystemExit(f"--kernels: choose from {', '.join(CANDIDATES)}")
+    if not set(kernels) <= set(KERNELS):
+        raise SystemExit(f"--kernels: choose from {', '.join(KERNELS)}")
     if not torch.cuda.is_available():
         print("gpu/explore_bwd.py times kernels on a CUDA GPU; there is none here.")
         return 0
@@ -145,11 +166,10 @@ def main() -> int:
         entries = []
         for kernel in kernels:
             for spec in configs_for(kernel, d):
-                cfg = {"dkdv": spec[0], "dq": spec[1]}.get(kernel, spec)
                 job = (d, causal, args.n, kernel, spec)
                 backward = backward_for(kernel, spec)
                 row = {"dtype": "fp16", "d": d, "causal": causal, "N": args.n,
-                       "kernel": kernel, "config": "x".join(map(str, cfg)), "backward_ms": "",
+                       "kernel": kernel, "config": config_name(kernel, spec), "backward_ms": "",
                        "spread_pct": "", "cudnn_backward_ms": "", "cudnn_spread_pct": "",
                        "vs_cudnn_bwd": "", "status": ""}
                 rows.append(row)

@@ -706,6 +706,10 @@ def test_backward_explorer_warms_configs_and_reports_failures(root, monkeypatch)
     bad = (16, False, 40, "dkdv", ((16, 12, 4, 1), (16, 16, 4, 1)))  # 12: no power of two
     failures = explore.warm([good, bad])
     assert list(failures) == [bad], failures
+    pairs = explore.configs_for("pair", 128)
+    assert pairs[0] == explore.tiles.LADDER_BACKWARD[False] and len(pairs) == 4  # table first
+    assert explore.config_name("pair", pairs[1]) == "32x64x4x3+128x64x8x3"
+    assert explore.config_name("dq", pairs[1]) == "128x64x8x3"
     assert "power of 2" in failures[bad] or "arange" in failures[bad], failures[bad]
 
 
