@@ -5,14 +5,16 @@
 For fp16, d = 64 and 128, causal and not, N = 4096 and 16384 (B * N = 32k tokens, H * d =
 2048), times the solution's flash_forward_kernel with every candidate (BLOCK_M, BLOCK_N,
 num_warps, num_stages) and the reference forward's default, round-robin, `--repeats` times
-(triton.testing.do_bench medians). A candidate whose output differs from the reference's by more
-than fp16 tolerance, or that fails to compile, is marked and never chosen. Writes
-tune-lesson6.csv (one row per case and config: median ms, spread, lesson6/course) and prints, per
-(d, causal), the config with the best summed time: the candidate entries for
-tiles.FORWARD_CONFIGS, also written to lesson6-best.json. --use FILE reads such a file instead of
-tuning. --bench then applies them in this process and runs the benchmark with
-`--no-ladder --providers sdpa-cudnn,course,lesson6`, so that the whole grid (fp16 and bf16,
-N = 1k-16k, forward and forward + backward) is timed side by side with the chosen tiles.
+(triton.testing.do_bench medians). Before it is timed, each candidate's output is compared with
+the reference's, and it is checked against fp32 attention on ragged, batched, multi-head and
+transposed inputs in fp16 and bf16 (kernels.verify.check_forward); one that differs, or fails
+to compile, is marked and never chosen. Writes tune-lesson6.csv (one row per case and config:
+median ms, spread, lesson6/course) and prints, per (d, causal), the config with the best summed
+time: the candidate entries for tiles.FORWARD_CONFIGS, also written to lesson6-best.json.
+--use FILE reads such a file instead of tuning. --bench then applies them in this process and
+runs the benchmark with `--no-ladder --providers sdpa-cudnn,course,lesson6`, so that the whole
+grid (fp16 and bf16, N = 1k-16k, forward and forward + backward) is timed side by side with the
+chosen tiles.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import torch  # noqa: E402
 
 from flashcourse import bench, runtime  # noqa: E402
 from flashcourse.bench import harness, providers  # noqa: E402
-from flashcourse.kernels import attention, host, tiles  # noqa: E402
+from flashcourse.kernels import attention, host, tiles, verify  # noqa: E402
 
 CANDIDATES = {
     64: [(64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4), (128, 64, 4, 2),
@@ -40,10 +42,15 @@ CANDIDATES = {
 }
 TOKENS, WIDTH, TOL = 32768, 2048, 2e-2
 LENGTHS = (4096, 16384)
+# Before a config is timed: (B, H, N) of its checks against fp32 attention (ragged N, B and
+# H > 1; the second case as a (B, N, H, d) view), in each of these dtypes.
+CHECK_BHN = ((2, 3, 333), (3, 2, 257))
+CHECK_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def time_case(d: int, causal: bool, n: int, forward_kernel, repeats: int) -> list[dict]:
-    """One row per config (and one for the reference) of one case, medians over repeats."""
+    """One row per config of one case: median ms over repeats beside the reference's, or why
+    it was not timed (it failed, differed from the reference, or failed its checks)."""
     q, k, v = attention.make_inputs(TOKENS // n, WIDTH // d, n, d, torch.float16,
                                     device="cuda", seed=n + d)
     expected, _ = host.forward(q, k, v, causal)
@@ -55,6 +62,14 @@ def time_case(d: int, causal: bool, n: int, forward_kernel, repeats: int) -> lis
         try:
             out, _ = attention.flash_forward(forward_kernel, q, k, v, causal)
             error = (out.float() - expected.float()).abs().max().item()
+            if error <= TOL:
+                for dtype in CHECK_DTYPES:
+                    verify.check_forward(
+                        lambda q, k, v, c: attention.flash_forward(forward_kernel, q, k, v, c),
+                        dtype, [(*bhn, d) for bhn in CHECK_BHN], (causal,), name="lesson 6")
+        except AssertionError as err:  # a check case differs from fp32 attention
+            rows.append({**row, "status": f"WRONG: {err}"[:200]})
+            continue
         except Exception as err:  # out of shared memory, a config Triton refuses
             rows.append({**row, "status": f"failed: {type(err).__name__}"})
             continue

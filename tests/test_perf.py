@@ -652,7 +652,8 @@ def test_lesson6_tuner_times_each_config_beside_the_reference(root, monkeypatch)
     tune = _load_gpu_script(root, "tune_lesson6")
     monkeypatch.setattr(tune, "TOKENS", 40)
     monkeypatch.setattr(tune, "WIDTH", 32)
-    monkeypatch.setattr(tune, "CANDIDATES", {16: [(16, 16, 4, 1), (32, 16, 4, 1)]})
+    monkeypatch.setattr(tune, "CANDIDATES", {16: [(16, 16, 4, 1), (32, 16, 4, 1),
+                                                  (16, 16, 2, 1)]})
     monkeypatch.setitem(tiles.FORWARD_CONFIGS, (16, True), tiles.FORWARD_CONFIGS[(16, True)])
 
     def fake_ms(fn, rep_ms=None):
@@ -660,15 +661,30 @@ def test_lesson6_tuner_times_each_config_beside_the_reference(root, monkeypatch)
         return 1.0 if tiles.FORWARD_CONFIGS[(16, True)] == (32, 16, 4, 1) else 2.0
 
     monkeypatch.setattr(tune.bench, "median_ms", fake_ms)
+    monkeypatch.setattr(tune, "CHECK_BHN", ((2, 2, 19),))
+    monkeypatch.setattr(tune, "CHECK_DTYPES", (torch.float32,))
+    checked = []
+    real_check = tune.verify.check_forward
+
+    def check_forward(*args, **kwargs):  # the third config fails its checks
+        config = tiles.FORWARD_CONFIGS[(16, True)]
+        checked.append(config)
+        if config == (16, 16, 2, 1):
+            raise AssertionError("lesson 6 B=2 H=2 N=19: max error 1")
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(tune.verify, "check_forward", check_forward)
     monkeypatch.setattr(tune.attention, "make_inputs",
                         lambda B, H, N, D, dtype, device, seed: tuple(
                             torch.randn(B, H, N, D, generator=torch.Generator().manual_seed(seed))
                             for _ in range(3)))  # float32 on the CPU
     kernel = providers.lesson6_kernels().flash_forward_kernel
-    rows = tune.time_case(16, True, 20, kernel, repeats=2)
-    assert [r["config"] for r in rows] == ["16x16x4x1", "32x16x4x1"]
-    assert all(r["status"] == "ok" for r in rows), rows
-    assert [r["ms"] for r in rows] == [2.0, 1.0]  # the table was set while each config ran
+    rows = {r["config"]: r for r in tune.time_case(16, True, 20, kernel, repeats=2)}
+    assert checked == [(16, 16, 4, 1), (32, 16, 4, 1), (16, 16, 2, 1)]  # each before timing
+    assert rows["16x16x4x1"]["status"] == rows["32x16x4x1"]["status"] == "ok", rows
+    assert [rows[name]["ms"] for name in ("16x16x4x1", "32x16x4x1")] == [2.0, 1.0]  # its table
+    assert rows["16x16x2x1"]["status"].startswith("WRONG: lesson 6") and \
+        rows["16x16x2x1"]["ms"] == "", rows
 
 
 def test_lesson6_tuner_picks_the_fastest_checked_config_and_writes_it(root, monkeypatch,
