@@ -44,7 +44,6 @@ sys.path.insert(0, str(ROOT / "src"))
 LESSON = ROOT / "lessons" / "08-modern-attention.qmd"
 KERNEL_CELLS = ("exercise-sparse-kernel", "exercise-split-kv", "exercise-merge-splits",
                 "exercise-paged-decode")
-HEADER = "import triton\nimport triton.language as tl\n\n\n"
 TOLERANCE = {"float16": 2e-2, "bfloat16": 6e-2, "float32": 5e-3}  # max abs error, O(1) outputs
 WINDOW = 1024
 PAGE_SIZE = 64
@@ -103,7 +102,7 @@ def max_error(a, b) -> float:
 def load_kernels():
     from flashcourse.authoring import cells
 
-    return cells.load_cells(LESSON, list(KERNEL_CELLS), prelude=HEADER)
+    return cells.load_cells(LESSON, list(KERNEL_CELLS), prelude=cells.TRITON_PRELUDE)
 
 
 # ---------------------------------------------------------------- masks

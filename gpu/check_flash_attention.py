@@ -27,8 +27,7 @@ TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 6e-2}  # max abs error, O(1) o
 
 def load_kernels():
     lesson = ROOT / "lessons" / "06-flash-attention.qmd"
-    return cells.load_cells(lesson, list(CELLS),
-                                   prelude="import triton\nimport triton.language as tl\n")
+    return cells.load_cells(lesson, list(CELLS), prelude=cells.TRITON_PRELUDE)
 
 
 def main() -> int:

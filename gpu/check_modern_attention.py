@@ -27,7 +27,6 @@ sys.path.insert(0, str(ROOT / "src"))  # flashcourse is imported once Triton's m
 LESSON = ROOT / "lessons" / "08-modern-attention.qmd"
 KERNEL_CELLS = ("exercise-sparse-kernel", "exercise-gqa-kernel", "exercise-split-kv",
                 "exercise-merge-splits", "exercise-paged-decode")
-HEADER = "import triton\nimport triton.language as tl\n\n\n"
 TOLERANCE = {"fp32": 5e-3, "fp16": 2e-2, "bf16": 6e-2}  # max abs error, outputs of size ~1
 PAD = 8  # NaN columns after each output row
 
@@ -35,7 +34,7 @@ PAD = 8  # NaN columns after each output row
 def load_kernels():
     from flashcourse.authoring import cells  # after --interpreter has chosen Triton's mode
 
-    return cells.load_cells(LESSON, list(KERNEL_CELLS), prelude=HEADER)
+    return cells.load_cells(LESSON, list(KERNEL_CELLS), prelude=cells.TRITON_PRELUDE)
 
 
 class Checker:

@@ -23,7 +23,6 @@ LESSON = ROOT / "lessons" / "05-softmax.qmd"
 KERNEL_CELLS = {"exercise-row-kernel": "softmax_row_kernel",
                 "exercise-online-kernel": "online_softmax_kernel",
                 "exercise-masked-softmax": "masked_softmax_kernel"}
-HEADER = "import triton\nimport triton.language as tl\n\n\n"
 
 ROW_SHAPES = [(1, 1), (7, 7), (64, 100), (33, 1000), (16, 4096), (8, 16384)]
 ONLINE_SHAPES = [(1, 1), (7, 7), (64, 100), (33, 1000), (16, 4096), (4, 65536), (2, 100003)]
@@ -36,7 +35,7 @@ DEVICE = "cuda"  # "cpu" with --interpreter
 def load_kernels():
     from flashcourse.authoring import cells  # after --interpreter has chosen Triton's mode
 
-    module = cells.load_cells(LESSON, list(KERNEL_CELLS), prelude=HEADER)
+    module = cells.load_cells(LESSON, list(KERNEL_CELLS), prelude=cells.TRITON_PRELUDE)
     return {name: getattr(module, name) for name in KERNEL_CELLS.values()}
 
 

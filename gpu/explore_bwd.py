@@ -202,21 +202,20 @@ def main() -> int:
             for row, run in entries:
                 times[id(row)].append(bench.median_ms(run, rep_ms=40, warmup_ms=10))
         cudnn_ms = statistics.median(cudnn_times)
-        for row in rows:
-            if row["d"] == d and row["causal"] == causal:
-                row.update(cudnn_backward_ms=round(cudnn_ms, 4),
-                           cudnn_spread_pct=harness.spread_pct(cudnn_times))
+        case_rows = [row for row in rows if row["d"] == d and row["causal"] == causal]
+        for row in case_rows:
+            row.update(cudnn_backward_ms=round(cudnn_ms, 4),
+                       cudnn_spread_pct=harness.spread_pct(cudnn_times))
         for row, _ in entries:
             ms = statistics.median(times[id(row)])
             row.update(backward_ms=round(ms, 4), spread_pct=harness.spread_pct(times[id(row)]),
                        vs_cudnn_bwd=round(cudnn_ms / ms, 3), status="ok")
         print(f"d={d} causal={causal} N={args.n}: cuDNN backward {cudnn_ms:.3f} ms "
               f"(spread {harness.spread_pct(cudnn_times)}%)", flush=True)
-        for row in rows:
-            if row["d"] == d and row["causal"] == causal:
-                print(f"  {row['kernel']:4s} {row['config']:12s} {row['backward_ms']!s:>8s} ms "
-                      f"cudnn x{row['vs_cudnn_bwd']!s:6s} spread {row['spread_pct']!s:>5s}% "
-                      f"{row['status'][:90]}", flush=True)
+        for row in case_rows:
+            print(f"  {row['kernel']:4s} {row['config']:12s} {row['backward_ms']!s:>8s} ms "
+                  f"cudnn x{row['vs_cudnn_bwd']!s:6s} spread {row['spread_pct']!s:>5s}% "
+                  f"{row['status'][:90]}", flush=True)
         torch.cuda.empty_cache()
     bench.write_csv(args.out / "explore-bwd.csv", rows)
     print(f"total {time.time() - start:.0f} s")

@@ -34,7 +34,7 @@ def warm(job) -> list[str]:
     from flashcourse.bench import providers
 
     providers.load_tutorial(path)
-    module = providers._TUTORIAL["module"]
+    module = providers.tutorial_module()
     failures = []
     tuners = _autotuners(module)
     everything = {id(t): list(t.configs) for t in tuners}

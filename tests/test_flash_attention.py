@@ -21,7 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "lessons" / "06-flash-attention.qmd"
 KERNEL_CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq",
                 "exercise-skipped")
-HEADER = "import triton\nimport triton.language as tl\n\n\n"
 REJECTED = []
 
 
@@ -32,7 +31,7 @@ def student_module(*edits):
     """The lesson's kernels with textual edits applied (cells.edit: (old, new) matches
     once, (old, new, count) count times), imported from a real file (@triton.jit reads the
     source with inspect)."""
-    return cells.load(SOLUTION, edits, prelude=HEADER)
+    return cells.load(SOLUTION, edits, prelude=cells.TRITON_PRELUDE)
 
 
 @pytest.fixture(scope="module")
@@ -353,7 +352,7 @@ SAFE_DIVISION = "acc = acc / tl.where(has_key, l_i, 1.0)[:, None]"
 
 def scratch_kernel(*edits):
     """The lesson's from-scratch kernel with textual edits (see student_module)."""
-    return cells.load(SCRATCH, edits, prelude=HEADER).padded_flash_forward
+    return cells.load(SCRATCH, edits, prelude=cells.TRITON_PRELUDE).padded_flash_forward
 
 
 def test_scratch_kernel_passes_with_and_without_skipping_padding(capsys, monkeypatch):

@@ -25,6 +25,8 @@ import triton.language as tl
 from flashcourse import ______  # noqa: F401
 from flashcourse.models import roofline, traffic  # noqa: F401
 """
+# Just Triton: for the kernel cells the GPU scripts and the benchmark load on their own.
+TRITON_PRELUDE = "import triton\nimport triton.language as tl\n\n\n"
 _counter = itertools.count()
 _TMP = Path(tempfile.mkdtemp(prefix="flashcourse-cells-"))
 

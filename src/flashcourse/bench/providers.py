@@ -34,7 +34,7 @@ def lesson6_kernels():
 
         _LESSON6["kernels"] = cells.load_cells(
             COURSE_ROOT / "lessons" / "06-flash-attention.qmd", list(LESSON6_CELLS),
-            prelude="import triton\nimport triton.language as tl\n")
+            prelude=cells.TRITON_PRELUDE)
     return _LESSON6["kernels"]
 
 
@@ -74,6 +74,11 @@ def load_tutorial(path) -> None:
 
 def tutorial_loaded() -> bool:
     return "module" in _TUTORIAL
+
+
+def tutorial_module():
+    """The module load_tutorial imported (it must have run)."""
+    return _TUTORIAL["module"]
 
 
 def compiled_attention():
@@ -122,7 +127,7 @@ def make_call(provider: str, causal: bool, sm_scale: float):
         lesson6 = lesson6_attention()
         return lambda q, k, v: lesson6(q, k, v, causal, sm_scale)
     if provider == TUTORIAL:
-        attention = _TUTORIAL["module"].attention
+        attention = tutorial_module().attention
 
         def tutorial(q, k, v):
             # Its Hopper forward offsets a head by off_z + off_h * N rows, which is right only

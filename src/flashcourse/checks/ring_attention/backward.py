@@ -10,7 +10,6 @@ from .. import registry
 from .common import (
     BACKWARD_CASES,
     BACKWARD_HIDDEN,
-    WORLD_SIZES,
     case_arrays,
     describe,
     gather,
@@ -18,7 +17,7 @@ from .common import (
     reference_gradients,
     split_positions,
 )
-from .jobs import run_answer
+from .jobs import answers_by_case
 
 # ---------------------------------------------------------------- 4. the ring backward
 
@@ -56,27 +55,25 @@ def _name_backward_mistake(dq, dk, dv, expected, n, world) -> str:
             "V and bring them home at the end (section 6).")
 
 
+def _backward_input(n: int, d: int, causal: bool, seed: int) -> dict:
+    """A case's arrays with the forward's o and lse, which the backward is given."""
+    case = {"n": n, "causal": causal, **case_arrays(n, d, seed)}
+    case["o"], case["lse"] = ring.reference_attention(case["q"], case["k"], case["v"], causal)
+    return case
+
+
 def check_ring_backward(ring_attention_backward) -> str:
     cases = registry.with_hidden(BACKWARD_CASES, BACKWARD_HIDDEN)
-    for world in WORLD_SIZES:
-        inputs = []
-        for n, d, causal, seed in cases:
-            case = {"n": n, "causal": causal, **case_arrays(n, d, seed)}
-            case["o"], case["lse"] = ring.reference_attention(case["q"], case["k"], case["v"],
-                                                              causal)
-            inputs.append(case)
-        results = run_answer(ring_attention_backward, "backward", world, inputs)
-        for number, ((n, _, causal, seed), case, per_rank) in enumerate(
-                zip(cases, inputs, results, strict=True), 1):
-            label = f"case {number}/{len(cases)} ({describe(n, world, causal, seed=seed)})"
-            grads = gather(per_rank, split_positions(n, world, False), "dq", "dk", "dv")
-            expected = reference_gradients(case, causal)
-            for name, got, ref in zip(("dq", "dk", "dv"), grads, expected, strict=True):
-                try:
-                    registry.compare(got, ref, f"{label}, {name} against autograd",
-                                     atol=1e-9, rtol=1e-7)
-                except registry.WrongAnswer as err:
-                    raise registry.WrongAnswer(
-                        f"{err}\n{_name_backward_mistake(*grads, expected, n, world)}"
-                    ) from None
+    for world, number, (n, _, causal, seed), case, per_rank in answers_by_case(
+            ring_attention_backward, "backward", cases, _backward_input):
+        label = f"{number} ({describe(n, world, causal, seed=seed)})"
+        grads = gather(per_rank, split_positions(n, world, False), "dq", "dk", "dv")
+        expected = reference_gradients(case, causal)
+        for name, got, ref in zip(("dq", "dk", "dv"), grads, expected, strict=True):
+            try:
+                registry.compare(got, ref, f"{label}, {name} against autograd",
+                                 atol=1e-9, rtol=1e-7)
+            except registry.WrongAnswer as err:
+                raise registry.WrongAnswer(
+                    f"{err}\n{_name_backward_mistake(*grads, expected, n, world)}") from None
     return passed(len(cases), "match autograd of standard attention")

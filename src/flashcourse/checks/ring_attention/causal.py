@@ -12,7 +12,6 @@ from .common import (
     PLAN_HIDDEN,
     SPLIT_CASES,
     SPLIT_HIDDEN,
-    WORLD_SIZES,
     case_arrays,
     compare_attention,
     describe,
@@ -20,7 +19,7 @@ from .common import (
     passed,
     split_positions,
 )
-from .jobs import run_answer
+from .jobs import answers_by_case
 
 # ---------------------------------------------------------------- 2. the causal plan
 
@@ -70,26 +69,23 @@ def _plan_message(rank, step, world, zigzag, given: set, label: str) -> str | No
 
 def check_causal_plan(causal_step_plan) -> str:
     cases = registry.with_hidden(PLAN_CASES, PLAN_HIDDEN)
-    for world in WORLD_SIZES:
-        inputs = [{"n": n, "zigzag": zigzag, **case_arrays(n, d, seed)}
-                  for n, d, zigzag, seed in cases]
-        results = run_answer(causal_step_plan, "plan", world, inputs)
-        for number, ((n, _, zigzag, seed), case, per_rank) in enumerate(
-                zip(cases, inputs, results, strict=True), 1):
-            label = f"case {number}/{len(cases)} ({describe(n, world, True, zigzag, seed)})"
-            for rank in range(world):
-                rows = np.asarray(per_rank[rank]["plan"]).reshape(-1, 4)
-                for step in range(world):
-                    given = {(int(i), int(j), ring.KINDS[int(kind)])
-                             for s, i, j, kind in rows if s == step}
-                    if len(given) != int((rows[:, 0] == step).sum()):
-                        raise registry.WrongAnswer(f"{label}: rank {rank}, step {step}: the "
-                                                   "plan lists a pair twice.")
-                    message = _plan_message(rank, step, world, zigzag, given, label)
-                    if message:
-                        raise registry.WrongAnswer(message)
-            o, lse = gather(per_rank, split_positions(n, world, zigzag), "o", "lse")
-            compare_attention(o, lse, case, True, label)
+    for world, number, (n, _, zigzag, seed), case, per_rank in answers_by_case(
+            causal_step_plan, "plan", cases,
+            lambda n, d, zigzag, seed: {"n": n, "zigzag": zigzag, **case_arrays(n, d, seed)}):
+        label = f"{number} ({describe(n, world, True, zigzag, seed)})"
+        for rank in range(world):
+            rows = np.asarray(per_rank[rank]["plan"]).reshape(-1, 4)
+            for step in range(world):
+                given = {(int(i), int(j), ring.KINDS[int(kind)])
+                         for s, i, j, kind in rows if s == step}
+                if len(given) != int((rows[:, 0] == step).sum()):
+                    raise registry.WrongAnswer(f"{label}: rank {rank}, step {step}: the "
+                                               "plan lists a pair twice.")
+                message = _plan_message(rank, step, world, zigzag, given, label)
+                if message:
+                    raise registry.WrongAnswer(message)
+        o, lse = gather(per_rank, split_positions(n, world, zigzag), "o", "lse")
+        compare_attention(o, lse, case, True, label)
     return passed(len(cases), "plan every block right, under both splits")
 
 
@@ -125,16 +121,14 @@ def _split_message(given: list[np.ndarray], n: int, world: int, label: str) -> s
 
 def check_zigzag_split(zigzag_split) -> str:
     cases = registry.with_hidden(SPLIT_CASES, SPLIT_HIDDEN)
-    for world in WORLD_SIZES:
-        inputs = [{"n": n, **case_arrays(n, d, seed)} for n, d, seed in cases]
-        results = run_answer(zigzag_split, "split", world, inputs)
-        for number, ((n, _, seed), case, per_rank) in enumerate(
-                zip(cases, inputs, results, strict=True), 1):
-            label = f"case {number}/{len(cases)} ({describe(n, world, seed=seed)})"
-            given = [np.asarray(per_rank[r]["positions"]) for r in range(world)]
-            message = _split_message(given, n, world, label)
-            if message:
-                raise registry.WrongAnswer(message)
-            o, lse = gather(per_rank, given, "o", "lse")
-            compare_attention(o, lse, case, True, f"{label}, causal ring on your split")
+    for world, number, (n, _, seed), case, per_rank in answers_by_case(
+            zigzag_split, "split", cases,
+            lambda n, d, seed: {"n": n, **case_arrays(n, d, seed)}):
+        label = f"{number} ({describe(n, world, seed=seed)})"
+        given = [np.asarray(per_rank[r]["positions"]) for r in range(world)]
+        message = _split_message(given, n, world, label)
+        if message:
+            raise registry.WrongAnswer(message)
+        o, lse = gather(per_rank, given, "o", "lse")
+        compare_attention(o, lse, case, True, f"{label}, causal ring on your split")
     return passed(len(cases), "split every sequence as the zigzag does")

@@ -11,7 +11,6 @@ from .. import registry
 from .common import (
     FORWARD_CASES,
     FORWARD_HIDDEN,
-    WORLD_SIZES,
     case_arrays,
     compare_attention,
     describe,
@@ -19,7 +18,7 @@ from .common import (
     passed,
     split_positions,
 )
-from .jobs import run_answer
+from .jobs import answers_by_case
 
 # ---------------------------------------------------------------- 1. the ring forward
 
@@ -81,20 +80,16 @@ def _check_overlap(events: np.ndarray, world: int, label: str) -> None:
 
 def check_ring_forward(ring_attention_forward) -> str:
     cases = registry.with_hidden(FORWARD_CASES, FORWARD_HIDDEN)
-    for world in WORLD_SIZES:
-        inputs = [{"n": n, "causal": causal, **case_arrays(n, d, seed)}
-                  for n, d, causal, seed in cases]
-        results = run_answer(ring_attention_forward, "forward", world, inputs)
-        for number, ((n, _, causal, seed), case, per_rank) in enumerate(
-                zip(cases, inputs, results, strict=True), 1):
-            label = f"case {number}/{len(cases)} ({describe(n, world, causal, seed=seed)})"
-            o, lse = gather(per_rank, split_positions(n, world, False), "o", "lse")
-            try:
-                compare_attention(o, lse, case, causal, label)
-            except registry.WrongAnswer as err:
-                raise registry.WrongAnswer(
-                    f"{err}\n{_name_forward_mistake(o, lse, case, world)}") from None
-            for rank in range(world):
-                _check_overlap(np.asarray(per_rank[rank]["events"]), world,
-                               f"{label}, rank {rank}")
+    for world, number, (n, _, causal, seed), case, per_rank in answers_by_case(
+            ring_attention_forward, "forward", cases,
+            lambda n, d, causal, seed: {"n": n, "causal": causal, **case_arrays(n, d, seed)}):
+        label = f"{number} ({describe(n, world, causal, seed=seed)})"
+        o, lse = gather(per_rank, split_positions(n, world, False), "o", "lse")
+        try:
+            compare_attention(o, lse, case, causal, label)
+        except registry.WrongAnswer as err:
+            raise registry.WrongAnswer(
+                f"{err}\n{_name_forward_mistake(o, lse, case, world)}") from None
+        for rank in range(world):
+            _check_overlap(np.asarray(per_rank[rank]["events"]), world, f"{label}, rank {rank}")
     return passed(len(cases), "match standard attention, transfers overlapping compute")

@@ -1,7 +1,8 @@
 """What runs in each rank: one job per exercise that builds the rank's shard, calls the
 student's function and returns plain arrays; `run_job` starts the ranks (`distributed.run_ranks`)
-and `run_answer` does so as one call of student code (`registry.run_student`); `try_answer` runs
-an answer once for the notebook's try cells."""
+and `run_answer` does so as one call of student code (`registry.run_student`);
+`answers_by_case` runs an answer on every case at every ring size, for the checks; `try_answer`
+runs an answer once for the notebook's try cells."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ... import distributed as ring
 from ...blanks import refuse_blanks
 from .. import registry
 from .common import (
+    WORLD_SIZES,
     case_arrays,
     gather,
     padded_shard,
@@ -149,3 +151,14 @@ def try_answer(answer, job: str, world: int = 2, n: int = 16, d: int = 4,
 
 def run_answer(answer, job: str, world: int, cases: list) -> list:
     return registry.run_student(run_job, f"{job} on {world} ranks", answer, job, world, cases)
+
+
+def answers_by_case(answer, job: str, cases: list, make_input):
+    """Run the answer on every case in rings of each size in WORLD_SIZES; yield (world,
+    "case i/n", params, the case's input make_input(*params), each rank's results)."""
+    for world in WORLD_SIZES:
+        inputs = [make_input(*params) for params in cases]
+        results = run_answer(answer, job, world, inputs)
+        for number, (params, case, per_rank) in enumerate(
+                zip(cases, inputs, results, strict=True), 1):
+            yield world, f"case {number}/{len(cases)}", params, case, per_rank
