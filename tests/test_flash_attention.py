@@ -64,15 +64,19 @@ def test_solution_backward_passes(solution, capsys):
 
 ALPHA = "alpha = tl.exp2(m_i - m_new)"
 ACC = "acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)"
+WEIGHTS = "p = tl.exp2(s * qk_scale - m_new[:, None])"
 WRONG_FORWARD = {
     "missing rescale of the accumulator": (
         [(ALPHA, "alpha = tl.exp2(m_new - m_new)")], "not rescaled"),
     "causal mask off by one": (
         [("(offs_m[:, None] >= cols[None, :])", "(offs_m[:, None] > cols[None, :])")],
         "off by one"),
-    "no tail mask on the K/V loads": (
-        [(",\n                    mask=cols[:, None] < N, other=0.0)", ")", 4)],
-        "reads past N"),
+    "unmasked loop runs over the ragged tail": (
+        [("split = (N // BLOCK_N) * BLOCK_N", "split = N")], "Keys past N"),
+    "descriptor rows a head dim apart, not a row stride": (
+        [("strides=[skn, 1]", "strides=[D, 1]")], "not D: give each tensor descriptor"),
+    "running max of the unscaled scores": (
+        [("tl.max(s, 1) * qk_scale)", "tl.max(s, 1))")], "max of the *scaled* scores"),
     "padded keys not masked to -inf": (
         [("keep = cols[None, :] < N ", "keep = cols[None, :] >= 0 ")], "Keys past N"),
     "batch offset ignores the batch stride": (
@@ -94,11 +98,10 @@ WRONG_FORWARD = {
         [("l_i = l_i * alpha + tl.sum(p, 1)", "l_i = l_i + tl.sum(p, 1)")],
         "but the running sum l_i is not"),
     "exp instead of exp2": (
-        [(ALPHA, "alpha = tl.exp(m_i - m_new)"),
-         ("p = tl.exp2(s - m_new[:, None])", "p = tl.exp(s - m_new[:, None])")],
+        [(ALPHA, "alpha = tl.exp(m_i - m_new)"), (WEIGHTS, WEIGHTS.replace("exp2", "exp"))],
         "the kernel uses the natural exponential"),
     "exp instead of exp2 for the weights only": (
-        [("p = tl.exp2(s - m_new[:, None])", "p = tl.exp(s - m_new[:, None])")],
+        [(WEIGHTS, WEIGHTS.replace("exp2", "exp"))],
         "the weights p uses the natural exponential"),
     "no .to(dtype) before tl.dot": (
         [(ACC, "acc = acc * alpha[:, None] + tl.dot(p, v)")],

@@ -723,7 +723,8 @@ def test_backward_explorer_warms_configs_and_reports_failures(root, monkeypatch)
     failures = explore.warm([good, bad])
     assert list(failures) == [bad], failures
     pairs = explore.configs_for("pair", 128)
-    assert pairs[0] == explore.tiles.LADDER_BACKWARD[False] and len(pairs) == 4  # table first
+    assert pairs[0] == explore.tiles.LADDER_BACKWARD[False] and len(pairs) == 3  # table first
+    assert len(set(pairs)) == len(pairs)  # the table's own pair is not timed twice
     assert explore.config_name("pair", pairs[1]) == "32x64x4x3+128x64x8x3"
     assert explore.config_name("dq", pairs[1]) == "128x64x8x3"
     assert "power of 2" in failures[bad] or "arange" in failures[bad], failures[bad]
@@ -749,6 +750,28 @@ def test_explored_forward_variants_match_attention(root):
             torch.testing.assert_close(lse, ref_lse, atol=tol, rtol=tol, msg=variant)
             tried += 1
     assert tried == 2 * (len(explore.VARIANTS) - len(explore.COMPILED_ONLY))
+
+
+def test_lesson6_explorer_variants_match_attention_and_a_wrong_one_is_refused(root, monkeypatch):
+    # gpu/explore_lesson6.py: lesson 6's kernel with each optimisation switched on, in the
+    # interpreter, on ragged, batched and transposed inputs; a wrong launch is never timed
+    spec = importlib.util.spec_from_file_location("explore_lesson6",
+                                                  root / "gpu" / "explore_lesson6.py")
+    explore = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(explore)
+    monkeypatch.setattr(explore, "CHECK_DTYPES", (torch.float32,))  # fp16 dots: GPU only
+    monkeypatch.setattr(explore, "CHECK_SHAPES", ((2, 3, 37), (1, 2, 29)))
+    for variant in explore.VARIANTS:
+        for causal in (False, True):
+            assert explore.check((variant, (16, 16, 4, 1), 16), causal) == "", variant
+    assert len(explore.specs([64])) == len(explore.VARIANTS) * len(explore.CONFIGS[64]) + 1
+
+    def wrong_scale(variant, config, q, k, v, causal):  # scores scaled by 1/d, not 1/sqrt(d)
+        return explore_launch(variant, config, q / q.shape[-1] ** 0.5, k, v, causal)
+
+    explore_launch = explore.launch
+    monkeypatch.setattr(explore, "launch", wrong_scale)
+    assert explore.check(("all", (16, 16, 4, 1), 16), False).startswith("WRONG")
 
 
 def test_benchmark_flop_count_and_cases():

@@ -171,6 +171,33 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+TMA_ALIGN_BYTES = 16  # a tensor descriptor's base address and row strides: multiples of this
+
+
+def _descriptor_ready(x: torch.Tensor) -> torch.Tensor:
+    """x for a kernel that reads it through a tensor descriptor: last axis contiguous, first
+    element and every other stride on TMA_ALIGN_BYTES boundaries. Copy only if it is not."""
+    size = x.element_size()
+    aligned = x.data_ptr() % TMA_ALIGN_BYTES == 0 and all(
+        stride * size % TMA_ALIGN_BYTES == 0 for stride in x.stride()[:-1])
+    return x if x.stride(-1) == 1 and aligned else x.contiguous()
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device=runtime.current().device)
+
+
+def _allow_kernel_scratch() -> None:
+    """A kernel that builds tensor descriptors on the GPU needs a little global memory for them,
+    which Triton asks the host for: give it torch's caching allocator. Triton keeps it in a
+    context variable, which a notebook cell may not share with the one before: set it at every
+    launch. (The interpreter needs none.)"""
+    if not runtime.current().interpreter:
+        import triton
+
+        triton.set_allocator(_scratch)
+
+
 def _checked_blocks(bm: int, bn: int) -> tuple[int, int]:
     runtime.check_block_size("BLOCK_M", bm)
     runtime.check_block_size("BLOCK_N", bn)
@@ -199,7 +226,9 @@ def flash_forward(kernel, q, k, v, causal: bool = False, sm_scale: float | None 
     """
     refuse_unfinished(kernel, getattr(kernel, "__name__", "kernel"))
     check_qkv(q, k, v)
-    q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
+    q = _last_dim_contiguous(q)
+    k, v = _descriptor_ready(k), _descriptor_ready(v)  # the kernel reads them through TMA
+    _allow_kernel_scratch()
     B, H, N, D = q.shape
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
     bm, bn, warps, stages = forward_config(D, causal, block_m, block_n)

@@ -31,13 +31,15 @@ AUTOTUNE_TILES = [(64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 32, 4)]
 AUTOTUNE_STAGES = [2, 3, 4]
 AUTOTUNE_STEPS = (3, 5)  # the ladder steps autotune applies to
 
-# Backward, keyed on head dim <= 64: (dK/dV config, dQ config), tuned on an H200 with Triton 3.6
-# together with the ladder; `python -m flashcourse bench --modes fwdbwd` times them
-# (assets/results/07-attention-fwdbwd.csv). The dK/dV kernel keeps a key block resident and
-# walks query blocks, the dQ kernel the other way round.
+# Backward, keyed on head dim <= 64: (dK/dV config, dQ config). Measured as pairs on an H200
+# with Triton 3.9 (gpu/explore_bwd.py --kernels pair, fp16, N = 1k, 4k and 16k, round-robin beside
+# cuDNN): at d = 128 these ran 1.07-1.24x the earlier ((64, 128, 8, 2), (128, 64, 8, 2)); at
+# d = 64, 1.06-1.10x the earlier ((32, 128, 4, 3), (128, 32, 4, 3)) without a mask and
+# 0.98-1.02x with the causal one (assets/results/07-explore-bwd.csv). The dK/dV kernel keeps a
+# key block resident and walks query blocks, the dQ kernel the other way round.
 LADDER_BACKWARD = {
-    True: ((32, 128, 4, 3), (128, 32, 4, 3)),
-    False: ((64, 128, 8, 2), (128, 64, 8, 2)),
+    True: ((32, 128, 4, 4), (128, 64, 4, 3)),
+    False: ((64, 64, 4, 2), (128, 64, 8, 3)),
 }
 # Smaller tiles, tried when a GPU has too little shared memory for LADDER_BACKWARD.
 LADDER_BACKWARD_FALLBACK = ((32, 64, 4, 2), (64, 32, 4, 2))
@@ -45,15 +47,16 @@ DELTA_BLOCK_M = 64  # rows per program of the delta pre-pass (INTERPRETER's in t
 
 # ---------------------------------------------------------------- lesson 6 (the student's kernels)
 
-# Forward, keyed by (head dim, causal). d = 64 and 128: the best of nine candidates each on an
-# H200 with Triton 3.9, fp16, N = 4096 and 16384 (gpu/tune_lesson6.py,
-# assets/results/06-lesson6-tiles.csv); they beat the earlier (64, 64, 4, 3) by 1.04-1.11x at
-# d = 64 and 1.03-1.10x at d = 128 causal. d = 16 and 32: known good with Triton 3.6.
+# Forward, keyed by (head dim, causal), for the kernel that reads K and V through tensor
+# descriptors. d = 64: the best of nine candidates on an H200 with Triton 3.9, fp16, N = 4096
+# and 16384 (gpu/tune_lesson6.py, assets/results/06-lesson6-tiles.csv); d = 128: the best of
+# three beside the reference (gpu/explore_lesson6.py, assets/results/06-explore-lesson6.csv),
+# 4 warps and 2 stages as the reference's own. d = 16 and 32: known good with Triton 3.6.
 FORWARD_CONFIGS = {
     (16, False): (64, 64, 4, 3), (16, True): (64, 64, 4, 3),
     (32, False): (64, 64, 4, 3), (32, True): (64, 64, 4, 3),
     (64, False): (128, 64, 8, 3), (64, True): (128, 64, 8, 4),
-    (128, False): (128, 128, 8, 3), (128, True): (128, 128, 8, 3),
+    (128, False): (128, 64, 4, 2), (128, True): (128, 64, 4, 2),
 }
 FORWARD_DEFAULT = (64, 64, 4, 3)  # a (head dim, causal) not in the table
 # Backward, keyed by (kernel, head dim); tuned on an H200 (gpu/tune_flash_backward.py),

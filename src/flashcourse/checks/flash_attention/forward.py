@@ -103,14 +103,29 @@ FORWARD_MISTAKES = [
      "excluded, row 0 sees no key at all and comes out NaN. See \"Causal split\" in "
      f"{FORWARD_SECTION}."),
     (dict(key_mask=False),
-     "Keys past N take part in the softmax: the masked loads return 0, which gives a score of "
-     f"0, not \"no key\". See \"Masks\" in {FORWARD_SECTION}."),
+     "Keys past N take part in the softmax: a key past N reads as 0 (a tensor descriptor "
+     "fills rows past the shape with 0, as a masked load does), which gives a score of 0, not "
+     f"\"no key\". Mask the ragged last block. See \"Masks\" in {FORWARD_SECTION}."),
 ]
 GENERIC_FORWARD_HINT = (
     "None of the mistakes the grader knows matches this output. Compare each update of the "
     "online softmax (running max, rescale factor, weights, running sum, accumulator) and the "
     f"two lines after the loop with the recurrences of lesson 1, in base 2 ({FORWARD_SECTION}); "
     "the row block named above is where it first goes wrong.")
+STRIDE_HINT = (
+    "Likely mistake: every output is NaN, so K or V rows come from the NaN padding the grader "
+    "puts around the inputs. Rows of a head are a row stride apart, not D: give each tensor "
+    "descriptor the strides you are given (and each pointer the batch and head offsets). See "
+    f"\"Strides, not shapes\" and \"K and V through tensor descriptors\" in {FORWARD_SECTION}.")
+
+
+OVERFLOW_HINT = (
+    "Likely mistake: with large scores every output is NaN or inf, so the weights overflowed "
+    "or all underflowed to 0. exp2(s * qk_scale - m) stays in (0, 1] only if m is the running "
+    "max of the *scaled* scores, max(s) * qk_scale, the same scaling as in the exponent. See "
+    f"\"Base 2, with the scale in the FMA\" in {FORWARD_SECTION}.")
+
+
 def _diagnose_forward(out: np.ndarray, case: Case, q, k, v) -> str:
     if case.dtype == torch.float32:
         for switches, hint in FORWARD_MISTAKES:
@@ -120,6 +135,8 @@ def _diagnose_forward(out: np.ndarray, case: Case, q, k, v) -> str:
                                         case.block_n, **switches).numpy()
             if close_to(out, candidate):
                 return "Likely mistake: " + hint
+    if not np.isfinite(out).any():  # no tail read gives NaN: K and V come through descriptors
+        return OVERFLOW_HINT if case.large else STRIDE_HINT
     if np.isnan(out).any() and case.N % case.block_n:
         return NAN_TAIL_HINT
     return GENERIC_FORWARD_HINT
