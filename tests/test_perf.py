@@ -455,7 +455,7 @@ def test_benchmark_cli_explains_and_exits_0_without_cuda(capsys, tmp_path):
 
 @pytest.mark.parametrize("script", ["perf.py", "explore_fwd.py", "ncu_summary.py",
                                     "explore_bwd.py", "warm_tutorial.py tutorial.py",
-                                    "tune_lesson6.py"])
+                                    "tune_lesson6.py", "explore_lesson6.py"])
 def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script):
     import subprocess
 
@@ -464,6 +464,34 @@ def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "CUDA GPU" in result.stdout
+
+
+def test_ncu_profile_asks_for_the_backward_kernels_and_the_stall_metrics(monkeypatch):
+    # no ncu here: the command it would run is checked, and its script compiles
+    import shutil
+    import subprocess
+
+    from flashcourse.bench import report
+
+    calls = []
+
+    def fake_run(command, **kwargs):
+        calls.append(command)
+        return subprocess.CompletedProcess(command, 0, stdout="", stderr="no kernel profiled")
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    assert "no kernel profiled" in report.ncu_profile("bwd", 128, stalls=True)
+    command = calls[-1]
+    assert command[command.index("--kernel-name") + 1] == "regex:attn_bwd_d(kdv|q)_kernel"
+    assert command[command.index("--launch-count") + 1] == "2"
+    metrics = command[command.index("--metrics") + 1].split(",")
+    assert set(report.NCU_METRICS) | set(report.NCU_STALL_METRICS) == set(metrics)
+    script = command[-1]
+    compile(script, "ncu-script", "exec")
+    assert "o.backward(" in script and "requires_grad=True" in script
+    report.ncu_forward(64)
+    assert "o.backward(" not in calls[-1][-1] and "regex:attn_fwd" in calls[-1]
 
 
 def test_lesson6_provider_runs_the_solution_kernels_forward_and_backward():

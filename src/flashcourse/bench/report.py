@@ -148,24 +148,47 @@ NCU_METRICS = ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustain
                "launch__registers_per_thread", "launch__occupancy_limit_registers")
 
 
-def ncu_forward(d: int = 64, n: int = 4096, causal: bool = False, timeout: int = 300) -> str:
-    """Profile one forward launch of the course kernel with Nsight Compute; return its
-    metric lines (or why it could not run). Clocks are left alone (--clock-control none)."""
+# Where the warps' cycles go: issue slots used, and cycles per issued instruction spent waiting
+# on each reason (Nsight Compute's warp-state metrics).
+NCU_STALL_METRICS = (
+    "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    *(f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio" for reason in (
+        "long_scoreboard", "short_scoreboard", "wait", "barrier", "mio_throttle",
+        "math_pipe_throttle", "not_selected", "dispatch_stall")))
+# The kernels each profile looks at, as ncu's --kernel-name regex.
+NCU_KERNELS = {"fwd": "regex:attn_fwd", "bwd": "regex:attn_bwd_d(kdv|q)_kernel"}
+
+
+def ncu_profile(mode: str = "fwd", d: int = 64, n: int = 4096, causal: bool = False,
+                stalls: bool = False, timeout: int = 300) -> str:
+    """Profile the course kernel's forward ("fwd": one launch) or its backward ("bwd": the
+    dK/dV and dQ kernels, one launch each) with Nsight Compute; return the metric lines (or why
+    it could not run). stalls adds NCU_STALL_METRICS. Clocks are left alone."""
     import shutil
     import subprocess
 
     if shutil.which("ncu") is None:
         return "ncu not found: Nsight Compute is part of the CUDA toolkit."
     case = Case("fwd", "fp16", d, n, causal)
+    backward = mode == "bwd"
     script = ("import torch; import flashcourse as fc; fc.setup(verbose=False); "
               "from flashcourse.kernels import host; "
               f"q, k, v = (torch.randn({case.batch}, {case.heads}, {n}, {d}, device='cuda', "
-              "dtype=torch.float16) for _ in range(3)); "
-              f"host.flash_attention(q, k, v, {causal}); torch.cuda.synchronize()")
+              f"dtype=torch.float16, requires_grad={backward}) for _ in range(3)); "
+              f"o = host.flash_attention(q, k, v, {causal}); "
+              + ("o.backward(torch.randn_like(o)); " if backward else "")
+              + "torch.cuda.synchronize()")
+    metrics = NCU_METRICS + (NCU_STALL_METRICS if stalls else ())
     result = subprocess.run(
-        ["ncu", "--clock-control", "none", "--kernel-name", "regex:attn_fwd",
-         "--launch-count", "1", "--metrics", ",".join(NCU_METRICS), sys.executable, "-c",
-         script], capture_output=True, text=True, timeout=timeout)
+        ["ncu", "--clock-control", "none", "--kernel-name", NCU_KERNELS[mode],
+         "--launch-count", "2" if backward else "1", "--metrics", ",".join(metrics),
+         sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
     lines = [line.rstrip() for line in result.stdout.splitlines()
-             if "attn_fwd" in line or "__" in line]
-    return "\n".join(lines[-12:]) or (result.stdout + result.stderr)[-2000:]
+             if "attn_" in line or "__" in line]
+    keep = (len(metrics) + 1) * (2 if backward else 1)
+    return "\n".join(lines[-keep:]) or (result.stdout + result.stderr)[-2000:]
+
+
+def ncu_forward(d: int = 64, n: int = 4096, causal: bool = False, timeout: int = 300) -> str:
+    """ncu_profile of one forward launch (lesson 7's Nsight Compute cell)."""
+    return ncu_profile("fwd", d, n, causal, timeout=timeout)
