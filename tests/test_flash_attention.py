@@ -294,6 +294,26 @@ def test_a_kernel_with_the_wrong_signature_names_the_case(known_wrong):
         check("flash-triton/forward", module.flash_forward_kernel)
 
 
+def test_k_and_v_are_copied_only_when_a_descriptor_cannot_read_them(solution):
+    # TMA needs 16-byte aligned heads and rows: a misaligned view is copied (and the answer is
+    # still right); the grader's NaN-padded views are aligned and reach the kernel as they are,
+    # so a kernel that ignores their strides still reads the padding
+    from flashcourse.checks import buffers
+
+    q, k, v = attention.make_inputs(2, 2, 40, 16, seed=3)
+    storage = torch.empty(k.numel() + 1)
+    shifted = storage[1:].view(k.shape)  # first element 4 bytes past a 16-byte boundary
+    shifted.copy_(k)
+    assert attention._descriptor_ready(shifted) is not shifted
+    padded = buffers.poisoned_heads(k, "bnhd", 16)
+    assert attention._descriptor_ready(padded) is padded
+    out, lse = attention.flash_forward(solution.flash_forward_kernel, q, shifted, v, causal=True)
+    ref, ref_lse = attention.standard_attention(q.double(), k.double(), v.double(), causal=True,
+                                                return_lse=True)
+    assert (out.double() - ref).abs().max() < 1e-4
+    assert (lse.double() - ref_lse).abs().max() < 1e-4
+
+
 def test_autograd_function_matches_torch(solution):
     attn = attention.make_flash_attention(solution.flash_forward_kernel,
                                           solution.flash_delta_kernel,

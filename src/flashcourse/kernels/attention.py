@@ -180,7 +180,9 @@ def _descriptor_ready(x: torch.Tensor) -> torch.Tensor:
     size = x.element_size()
     aligned = x.data_ptr() % TMA_ALIGN_BYTES == 0 and all(
         stride * size % TMA_ALIGN_BYTES == 0 for stride in x.stride()[:-1])
-    return x if x.stride(-1) == 1 and aligned else x.contiguous()
+    if x.stride(-1) == 1 and aligned:
+        return x
+    return x.clone(memory_format=torch.contiguous_format)  # a fresh, aligned allocation
 
 
 def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
