@@ -176,18 +176,13 @@ def launch(variant: str, config, q, k, v, causal: bool):
     out = torch.empty_like(q)
     lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
     strides = [s for x in (q, k, v, out) for s in x.stride()[:3]]
+    attention.allow_kernel_scratch()  # descriptors built in the kernel need scratch memory
     lesson6_style_kernel[(triton.cdiv(N, bm), B * H)](
         q, k, v, out, lse, *strides, lse.stride(0), lse.stride(1), H, N,
         D ** -0.5 * LOG2E, D=D, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal,
         LAST_FIRST=last_first, FAST_PATH=fast_path, FMA=fma, DESCRIPTORS=descriptors,
         num_warps=warps, num_stages=stages)
     return out, lse
-
-
-def set_allocator():
-    """Scratch memory for descriptors built in a kernel (Triton asks the host for it)."""
-    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
-                                                                  device=runtime.current().device))
 
 
 def specs(ds):
@@ -215,7 +210,6 @@ def check(spec, causal: bool) -> str:
 def warm(jobs) -> dict:
     """Worker process: compile (and check) each (spec, causal); {key: problem} of failures."""
     runtime.setup()
-    set_allocator()
     problems = {}
     for spec, causal in jobs:
         problem = check(spec, causal)
@@ -269,7 +263,6 @@ def main(argv=None) -> int:
         print("explore_lesson6: no CUDA GPU here; this script times compiled kernels only.")
         return 0
     runtime.setup()
-    set_allocator()
     ds = [int(x) for x in args.d.split(",")]
     lengths = [int(x) for x in args.n.split(",")]
     print(torch.__version__, triton.__version__, torch.cuda.get_device_name(), flush=True)

@@ -304,9 +304,9 @@ def test_k_and_v_are_copied_only_when_a_descriptor_cannot_read_them(solution):
     storage = torch.empty(k.numel() + 1)
     shifted = storage[1:].view(k.shape)  # first element 4 bytes past a 16-byte boundary
     shifted.copy_(k)
-    assert attention._descriptor_ready(shifted) is not shifted
+    assert attention.descriptor_ready(shifted) is not shifted
     padded = buffers.poisoned_heads(k, "bnhd", 16)
-    assert attention._descriptor_ready(padded) is padded
+    assert attention.descriptor_ready(padded) is padded
     out, lse = attention.flash_forward(solution.flash_forward_kernel, q, shifted, v, causal=True)
     ref, ref_lse = attention.standard_attention(q.double(), k.double(), v.double(), causal=True,
                                                 return_lse=True)

@@ -174,7 +174,7 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
 TMA_ALIGN_BYTES = 16  # a tensor descriptor's base address and row strides: multiples of this
 
 
-def _descriptor_ready(x: torch.Tensor) -> torch.Tensor:
+def descriptor_ready(x: torch.Tensor) -> torch.Tensor:
     """x for a kernel that reads it through a tensor descriptor: last axis contiguous, first
     element and every other stride on TMA_ALIGN_BYTES boundaries. Copy only if it is not."""
     size = x.element_size()
@@ -189,7 +189,7 @@ def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device=runtime.current().device)
 
 
-def _allow_kernel_scratch() -> None:
+def allow_kernel_scratch() -> None:
     """A kernel that builds tensor descriptors on the GPU needs a little global memory for them,
     which Triton asks the host for: give it torch's caching allocator. Triton keeps it in a
     context variable, which a notebook cell may not share with the one before: set it at every
@@ -229,8 +229,8 @@ def flash_forward(kernel, q, k, v, causal: bool = False, sm_scale: float | None 
     refuse_unfinished(kernel, getattr(kernel, "__name__", "kernel"))
     check_qkv(q, k, v)
     q = _last_dim_contiguous(q)
-    k, v = _descriptor_ready(k), _descriptor_ready(v)  # the kernel reads them through TMA
-    _allow_kernel_scratch()
+    k, v = descriptor_ready(k), descriptor_ready(v)  # the kernel reads them through TMA
+    allow_kernel_scratch()
     B, H, N, D = q.shape
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
     bm, bn, warps, stages = forward_config(D, causal, block_m, block_n)
