@@ -425,6 +425,20 @@ def test_grading_leaves_the_environment_as_it_was(tmp_path, root, monkeypatch):
     assert registry.SECRET_ENV not in os.environ
 
 
+@needs_bwrap
+def test_a_course_under_tmp_is_bound_over_the_private_tmp(tmp_path):
+    # bwrap mounts in order: a course (and its .venv) cloned under /tmp must come after the
+    # sandbox's own /tmp, or the sandbox sees an empty /tmp and no course
+    from flashcourse.grader import sandbox
+
+    course = Path("/tmp") / tmp_path.name / "course"
+    argv = sandbox.command(course, tmp_path / "work", [], ["true"])
+    private_tmp = argv.index("--tmpfs")
+    assert argv[private_tmp + 1] == "/tmp"
+    bound = [i for i, a in enumerate(argv) if a == "--ro-bind" and argv[i + 1] == str(course)]
+    assert bound and bound[0] > private_tmp
+
+
 def test_submissions_inside_the_course_are_hidden_from_every_sandbox(root):
     from flashcourse.grader import cli, sandbox
 

@@ -84,8 +84,11 @@ def command(course: Path, work: Path, hidden: list[Path], inner: list[str]) -> l
     return [bwrap(), "--die-with-parent", "--new-session", *user,
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "grading",
+            # the private /tmp first: bwrap mounts in order, and a course or Python that lives
+            # under /tmp must be bound on top of it, not hidden by it
+            "--tmpfs", "/tmp",
             *_mounts(course, hidden),
-            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--dev", "/dev", "--proc", "/proc",
             *gpu_devices(),
             "--bind", str(work), MOUNT_POINT, "--chdir", f"{MOUNT_POINT}/run",
             "--", *inner]
