@@ -48,10 +48,11 @@ DELTA_BLOCK_M = 64  # rows per program of the delta pre-pass (INTERPRETER's in t
 # ---------------------------------------------------------------- lesson 6 (the student's kernels)
 
 # Forward, keyed by (head dim, causal), for the kernel that reads K and V through tensor
-# descriptors. d = 64: the best of nine candidates on an H200 with Triton 3.9, fp16, N = 4096
-# and 16384 (gpu/tune_lesson6.py, assets/results/06-lesson6-tiles.csv); d = 128: the best of
-# three beside the reference (gpu/explore_lesson6.py, assets/results/06-explore-lesson6.csv),
-# 4 warps and 2 stages as the reference's own. d = 16 and 32: known good with Triton 3.6.
+# descriptors. d = 64: the best of nine candidates for the pointer-load kernel before it, on an
+# H200 with Triton 3.9, fp16, N = 4096 and 16384 (gpu/tune_lesson6.py, 06-lesson6-tiles.csv),
+# and within 1% of the best of three for the descriptor kernel (gpu/explore_lesson6.py,
+# 06-explore-lesson6.csv); d = 128: the best of those three, 4 warps and 2 stages as the
+# reference's own. d = 16 and 32: known good with Triton 3.6.
 FORWARD_CONFIGS = {
     (16, False): (64, 64, 4, 3), (16, True): (64, 64, 4, 3),
     (32, False): (64, 64, 4, 3), (32, True): (64, 64, 4, 3),
