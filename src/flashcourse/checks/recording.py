@@ -2,17 +2,24 @@
 
 A check calls student code only through `student_call` (via `registry.run_student`,
 `guards.guarded` and the answer inspections). In a student's own notebook that is a
-plain call. When the grader runs a submission, it sets $FLASHCOURSE_RECORD_DIR inside the
-sandbox: each `check(...)` then writes one record file, holding the answer (when it is data)
-and, for every call of student code in order, a hash of the inputs the check handed over,
-what came back (or what was raised), and the bytes of every tensor the call could write.
+plain call. When the grader runs a submission, $FLASHCOURSE_RECORD_CHANNEL is set inside the
+sandbox: each `check(...)` then publishes one record as a display output of its grading cell
+(RECORD_MIME), holding the answer (when it is data) and, for every call of student code in
+order, a hash of the inputs the check handed over, what came back (or what was raised), and
+the bytes of every tensor the call could write. The sandbox's runner forwards each record to
+the grader with the id of the cell whose execution produced it; the grader keeps only a
+record produced by that exercise's own grading cell (`grader/channel.py`).
 
 The grader then runs the same check again in its own process, with nothing of the student's
 loaded: `replaying(...)` hands the check a stand-in answer, and every `student_call` returns
 the recorded result instead of calling anything, after confirming that the check built the
-same inputs. So the verdict is computed by the grader's code on plain data (JSON, base64
-bytes): nothing a notebook does to `check`, numpy, IPython or the environment reaches it.
-Hidden cases run in the replay whatever the notebook did; a record without them fails.
+same inputs (from the key the grader issued for that exercise, `cases.keyed`). So the verdict
+is computed by the grader's code on plain data (JSON, base64 bytes): nothing a notebook does to
+`check`, numpy, IPython or the environment reaches it. Hidden cases run in the replay whatever
+the notebook did; a record without them fails.
+
+(`$FLASHCOURSE_RECORD_DIR` writes records as files instead, for tests and GPU scripts that
+replay solutions; the grader never reads record files.)
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from ..blanks import BlankNotFilled, ______, is_blank
 from .errors import WrongAnswer
 
 RECORD_DIR_ENV = "FLASHCOURSE_RECORD_DIR"
+RECORD_CHANNEL_ENV = "FLASHCOURSE_RECORD_CHANNEL"  # "display": records go out as outputs
+RECORD_MIME = "application/vnd.flashcourse.record+json"
+TRIPWIRE_MIME = "application/vnd.flashcourse.tripwire+json"
 MAX_RECORD_BYTES = 256 * 2**20  # one record file larger than this is refused unread
 RAISABLE = ("BlankNotFilled", "NotImplementedError", "WrongAnswer")  # kept as themselves
 
@@ -64,11 +74,37 @@ class StandIn:
 
 _recording: dict | None = None  # the record being written (inside the sandbox)
 _replay: dict | None = None  # the record being replayed (in the grader)
+_student_depth = 0  # > 0 while student code runs inside a check (tripwires look at it)
 
 
 def record_dir() -> Path | None:
     folder = os.environ.get(RECORD_DIR_ENV)
     return Path(folder) if folder else None
+
+
+def _channel() -> bool:
+    return os.environ.get(RECORD_CHANNEL_ENV) == "display"
+
+
+def publish(mime: str, data: dict) -> None:
+    """Send `data` out as a display output of the running cell (the grading sandbox's channel;
+    the runner takes it out of the executed notebook)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import publish_display_data
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        publish_display_data({mime: data})
+
+
+def in_student_code() -> bool:
+    """True while a check is running student code (inside `student_call`)."""
+    return _student_depth > 0
+
+
+def current_exercise() -> str | None:
+    return None if _recording is None else _recording.get("exercise")
 
 
 def replaying_now() -> bool:
@@ -84,8 +120,8 @@ def recording(exercise_id: str, answer):
     """Around one `check(...)` inside the sandbox: write the record file at the end, whatever
     the check raised."""
     global _recording
-    folder = record_dir()
-    if folder is None or _replay is not None:
+    folder, channel = record_dir(), _channel()
+    if (folder is None and not channel) or _replay is not None:
         yield
         return
     _recording = {"exercise": exercise_id, "answer": describe_answer(answer), "events": []}
@@ -93,8 +129,16 @@ def recording(exercise_id: str, answer):
         yield
     finally:
         record, _recording = _recording, None
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / record_name(exercise_id)).write_text(json.dumps(record), encoding="utf-8")
+        if channel:
+            from . import tripwires
+
+            record["tripwires_removed"] = tripwires.intact() if tripwires.installed() else \
+                ["all of them (never installed)"]
+            publish(RECORD_MIME, record)
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / record_name(exercise_id)).write_text(json.dumps(record),
+                                                           encoding="utf-8")
 
 
 @contextlib.contextmanager
@@ -123,12 +167,18 @@ def student_call(label: str, run: Callable[[], object], inputs=(), tensors=()):
     same case). `tensors`: torch tensors the call may write (kernel outputs and inputs); their
     whole storage is hashed before and recorded after, and restored from the record on replay.
     """
+    global _student_depth
     if _replay is not None:
         return _replay_call(label, inputs, tensors)
     if _recording is None:
-        return run()
+        _student_depth += 1
+        try:
+            return run()
+        finally:
+            _student_depth -= 1
     event = {"label": label, "inputs": digest(inputs, tensors)}
     _recording["events"].append(event)
+    _student_depth += 1
     try:
         result = run()
     except BaseException as err:
@@ -136,6 +186,7 @@ def student_call(label: str, run: Callable[[], object], inputs=(), tensors=()):
         event["message"] = str(err)[:4000]
         raise
     finally:  # what the call wrote, whether it returned or raised
+        _student_depth -= 1
         event["tensors"] = [encode_storage(t) for t in tensors]
     try:
         event["result"] = encode(result)

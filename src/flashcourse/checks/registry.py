@@ -17,7 +17,7 @@ from .. import blanks
 from ..blanks import BlankNotFilled, is_blank, refuse_blanks
 from ..messages import install_message_handler  # noqa: F401
 from ..runtime import current
-from . import recording
+from . import cases, recording
 
 # Checks reach these through `registry.`: each has its one home in the module named.
 from .cases import (  # noqa: F401
@@ -149,7 +149,8 @@ def check(exercise_id: str, answer) -> None:
     item = get(exercise_id)
     RESULTS.pop(exercise_id, None)
     try:
-        with recording.recording(exercise_id, answer):
+        with cases.keyed(cases.issued_key(exercise_id)), \
+                recording.recording(exercise_id, answer):
             summary = _run_check(item, answer)
     except BaseException as err:
         ATTEMPTS[exercise_id] = ("veto" if isinstance(err, VetoMisconception) else
@@ -179,10 +180,11 @@ def _run_check(item: Exercise, answer) -> str:
         ) from err
 
 
-def replay(exercise_id: str, record: dict) -> str:
+def replay(exercise_id: str, record: dict, key: str | None = None) -> str:
     """Run the check of `exercise_id` again in the grader, on what a submission recorded
     (see `recording`): return the success summary or raise like `check`. No student code
-    runs here: a function answer is a stand-in whose calls return the recorded results."""
+    runs here: a function answer is a stand-in whose calls return the recorded results.
+    `key`: the key the grader issued for this exercise's cases (`cases.issue_key`)."""
     item = get(exercise_id)
     described = record.get("answer") if isinstance(record, dict) else None
     if not isinstance(described, dict):
@@ -197,7 +199,7 @@ def replay(exercise_id: str, record: dict) -> str:
         raise WrongAnswer(f"{exercise_id}: the answer is not plain data "
                           f"({described.get('unsupported', 'unknown')}): answer with numbers, "
                           "strings, booleans and arrays.")
-    with recording.replaying(record):
+    with cases.keyed(key), recording.replaying(record):
         summary = _run_check(item, answer)
         left = recording.replay_left()
     if left:

@@ -32,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import bench, runtime
-from ..checks import registry
-from . import collect, report, sandbox, score
+from ..checks import recording, registry
+from . import channel, collect, report, sandbox, score
 from .score import read_untrusted
 from .submission import TIMEOUT, Submission
 
@@ -43,21 +43,20 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 EXECUTED_LIMIT = 64 * 2**20  # largest executed notebook copied into the reports
 
 
-def _sandbox_env(paths: dict[str, str], interpreter: bool) -> dict[str, str]:
+def _sandbox_env(home: str, interpreter: bool) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
-    home = paths["home"]
     env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": home,
            "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": f"{home}/runtime",
            "JUPYTER_CONFIG_DIR": f"{home}/jupyter", "IPYTHONDIR": f"{home}/ipython",
            "MPLCONFIGDIR": f"{home}/matplotlib", "TRITON_CACHE_DIR": f"{home}/triton",
            registry.GRADING_MODE_ENV: "1", bench.SKIP_ENV: "1",
-           "FLASHCOURSE_RECORD_DIR": paths["records"]}
+           recording.RECORD_CHANNEL_ENV: "display"}
     for name in THREAD_VARIABLES:  # one thread per kernel: parallel sandboxes must not
         env[name] = "1"  # oversubscribe the cores
     if interpreter:
         env[runtime.FORCE_INTERPRETER_ENV] = "1"
-    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TRITON_PTXAS_PATH", registry.SECRET_ENV):
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TRITON_PTXAS_PATH"):
         if name in os.environ:
             env[name] = os.environ[name]
     return env
@@ -65,7 +64,7 @@ def _sandbox_env(paths: dict[str, str], interpreter: bool) -> dict[str, str]:
 
 class Grader:
     def __init__(self, root: Path, timeout: float, jobs: int, sandboxed: bool,
-                 hidden: list[Path]):
+                 hidden: list[Path], secret: bytes | None = None):
         self.root, self.timeout, self.jobs, self.sandboxed = root, timeout, jobs, sandboxed
         self.hidden = hidden
         self.slots: queue.Queue[int] = queue.Queue()
@@ -73,6 +72,7 @@ class Grader:
             self.slots.put(slot)
         self.replay_lock = threading.Lock()  # replays share the check registry's state
         self.work = Path(tempfile.mkdtemp(prefix="fcgrade-"))
+        self.secret = secret or os.urandom(32)  # the run's own: never enters a sandbox
         self.interpreter = runtime.current().interpreter
         self.gpu = not self.interpreter
         self.home = self._home_template()
@@ -87,46 +87,49 @@ class Grader:
         return home
 
     def run_one(self, number: int, job: collect.Job) -> Path:
-        """Run one submission in its sandbox and score it; its work folder."""
+        """Run one submission in its sandbox and score it; its work folder (on the host,
+        written by the grader only: the executed notebook)."""
         work = self.work / f"s{number:04d}"
-        shutil.copytree(self.home, work / "home")
-        for name in ("run", "out", "records"):
-            (work / name).mkdir(parents=True)
-        (work / "run" / "run.ipynb").write_text(json.dumps(job.notebook), encoding="utf-8")
+        (work / "out").mkdir(parents=True)
+        keys = {ex.id: channel.exercise_key(self.secret, job.sub.label, ex.id)
+                for ex in job.lesson.exercises}
+        talk = channel.Conversation(
+            notebook=job.notebook, keys=keys,
+            grading_cells={cell: exercise for exercise, (cell, _) in job.checks.items()})
         inside = Path(__file__).with_name("inside.py")
-        cells = sum(1 for c in job.notebook["cells"] if c["cell_type"] == "code")
-        wall = self.timeout * cells + STARTUP_ALLOWANCE
+        # the budget of the lesson's own cells: a submission's extra cells buy it no time
+        wall = self.timeout * job.budget_cells + STARTUP_ALLOWANCE
         slot = self.slots.get()
         try:
             if self.sandboxed:
                 prefix = []
                 if os.geteuid() == 0:  # a user of its own per slot; else the caller's own
-                    uid = sandbox.SANDBOX_UID_BASE + slot
-                    for path in [work, *work.rglob("*")]:
-                        os.chown(path, uid, uid)
-                    prefix = sandbox.drop_privileges(uid)
-                base = sandbox.MOUNT_POINT
-                paths = {n: f"{base}/{n}" for n in ("run", "out", "records", "home")}
-                inner = [sys.executable, str(inside), f"{base}/run/run.ipynb", f"{base}/out",
-                         f"--timeout={self.timeout:g}"]
-                argv = sandbox.limits(self.gpu) + sandbox.command(self.root, work, self.hidden,
-                                                                   prefix + inner)
+                    prefix = sandbox.drop_privileges(sandbox.SANDBOX_UID_BASE + slot)
+                inner = [sys.executable, str(inside), f"--timeout={self.timeout:g}"]
+                argv = sandbox.limits(self.gpu) + sandbox.command(
+                    self.root, self.hidden, prefix + inner, self.home, sandbox.WORK_LIMIT,
+                    sandbox.TMP_LIMIT)
+                home = f"{sandbox.MOUNT_POINT}/home"
             else:
-                paths = {n: str(work / n) for n in ("run", "out", "records", "home")}
-                argv = [sys.executable, str(inside), paths["run"] + "/run.ipynb", paths["out"],
-                        f"--timeout={self.timeout:g}"]
-            env = _sandbox_env(paths, self.interpreter)
-            status, seconds = sandbox.run(argv, env, wall, work / "sandbox.log")
+                folder = work / "unsandboxed"
+                folder.mkdir()
+                shutil.copytree(self.home, folder / "home-template")
+                argv = [sys.executable, str(inside), f"--timeout={self.timeout:g}",
+                        f"--work={folder}"]
+                home = str(folder / "home")
+            env = _sandbox_env(home, self.interpreter)
+            status, seconds, log = sandbox.run(argv, env, wall, talk.talk)
         finally:
             self.slots.put(slot)
         sub = job.sub
         sub.seconds = round(seconds, 2)
         if not self.sandboxed:
             sub.sandbox = "none"
+        if talk.executed is not None:
+            (work / "out" / "executed.ipynb").write_bytes(talk.executed)
         with self.replay_lock:
-            score.score(sub, job, work, self.timeout, wall_killed=status is None)
+            score.score(sub, job, talk, self.timeout, wall_killed=status is None)
         if status not in (0, None) and not sub.problems:
-            log = (read_untrusted(work / "sandbox.log", 4000) or b"").decode(errors="replace")
             sub.notes.append(f"the sandbox exited with status {status}: "
                              f"{collect.printable(log.strip()[-300:], 300)}")
         return work
@@ -179,10 +182,7 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
     registry._load_checks()
     runtime.setup(verbose=False)
     os.environ[registry.GRADING_MODE_ENV] = "1"  # the replay runs the hidden cases
-    if secret:
-        os.environ[registry.SECRET_ENV] = secret
-    else:
-        os.environ.pop(registry.SECRET_ENV, None)
+    os.environ.pop(registry.SECRET_ENV, None)  # the replay's inputs come from the run's keys
     jobs = max(1, jobs or min(len(found) or 1, os.cpu_count() or 1))
     hidden = hidden_folders(root, [item.path for item in found], out)
     subs: list[Submission] = []
@@ -192,7 +192,8 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
         subs.append(sub)
         if job is not None:
             prepared.append((number, job))
-    grader = Grader(root, timeout, jobs, sandboxed, hidden)
+    grader = Grader(root, timeout, jobs, sandboxed, hidden,
+                    secret.encode("utf-8", "surrogatepass") if secret else None)
     executed: dict[int, Path] = {}
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -206,21 +207,11 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
             subs.append(Submission(label=name, path=name, status="MALFORMED",
                                    problems=["no such file or folder"]))
         if out is not None:  # every sandbox has ended: only now are reports written
+            report.copy_executed(subs, executed, out, EXECUTED_LIMIT)  # notes a copy not kept
             report.write_all(subs, out, timeout=timeout, jobs=jobs)
-            _copy_executed(subs, executed, out)
     finally:
         grader.close()
     return subs
-
-
-def _copy_executed(subs: list[Submission], executed: dict[int, Path], out: Path) -> None:
-    folder = out / "executed"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    for number, work in executed.items():
-        data = read_untrusted(work / "out" / "executed.ipynb", EXECUTED_LIMIT)
-        if data is not None:
-            (folder / report.executed_name(subs[number])).write_bytes(data)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,21 +7,24 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import scan
+from . import answers, scan
 from .submission import MALFORMED, REFUSED, UNMATCHED, Submission
 
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # a submission larger than this is refused unread
 CHECK_CALL = re.compile(r"""check\(\s*["']([^"']+)["']\s*,\s*([A-Za-z_]\w*)\s*\)""")
 
 
+LABEL_CHARS = 400  # a label's length, escapes included, before it is cut
+
+
 @dataclass
 class Found:
     """One path found under the graded folders: a notebook to grade, or one refused."""
     path: Path
-    label: str
+    label: str  # unique among those found: see collect()
     refused: str = ""  # why it is not read (a link, outside the folder)
 
 
@@ -43,14 +46,20 @@ def course_root(start: Path | None = None) -> Path:
 
 
 def collect(paths: list[Path]) -> tuple[list[Found], list[str]]:
-    """The notebooks under `paths` (files or folders, searched without following links), and the
-    paths that do not exist. A link, or a file that resolves outside its folder, is refused."""
+    """The notebooks under `paths` (files or folders, searched without following links), sorted
+    by label, and the paths that do not exist. A link, or a file that resolves outside its
+    folder, is refused.
+
+    A label is the path relative to the folder given; files given directly are labelled
+    relative to their common parent folder (subs/alice/x.ipynb and subs/bob/x.ipynb given
+    together are alice/x.ipynb and bob/x.ipynb). Labels that still coincide (the same path
+    under two folders given, or names that print alike) are numbered, saying so."""
     found: list[Found] = []
     missing: list[str] = []
+    direct: list[Path] = []
     for given in paths:
-        if os.path.islink(given):
-            found.append(Found(Path(given), printable(str(given)),
-                               "a symbolic link: submit the notebook itself"))
+        if os.path.islink(given) or given.is_file():  # its folder resolved, as a walk's are
+            direct.append(Path(os.path.realpath(given.parent)) / given.name)
         elif given.is_dir():
             base = given.resolve()
             for folder, dirs, files in os.walk(base, followlinks=False):
@@ -58,26 +67,61 @@ def collect(paths: list[Path]) -> tuple[list[Found], list[str]]:
                 for name in sorted(files):
                     if name.endswith(".ipynb"):
                         path = Path(folder) / name
-                        label = printable(str(path.relative_to(base)))
-                        found.append(Found(path, label, _refusal(path, base)))
+                        found.append(Found(path, _label(path, base), _refusal(path, base)))
                 for name in list(dirs):  # links to folders are not followed; say so
                     if os.path.islink(Path(folder) / name):
                         path = Path(folder) / name
-                        found.append(Found(path, printable(str(path.relative_to(base))),
+                        found.append(Found(path, _label(path, base),
                                            "a symbolic link to a folder: not followed"))
                         dirs.remove(name)
-        elif given.is_file():
-            found.append(Found(given.absolute(), printable(given.name)))
         else:
             missing.append(printable(str(given)))
+    top = _common_folder(direct)
+    for path in direct:
+        refused = "a symbolic link: submit the notebook itself" if os.path.islink(path) else ""
+        found.append(Found(path, _label(path, top), refused))
     seen: set[Path] = set()
     unique = []
-    for item in found:
-        key = item.path.absolute()
+    for item in found:  # the same file given twice (or inside a folder given) is graded once
+        key = Path(os.path.realpath(item.path.parent)) / item.path.name
         if key not in seen:
             seen.add(key)
             unique.append(item)
-    return unique, missing
+    return _distinct_labels(unique), missing
+
+
+def _label(path: Path, base: Path | None) -> str:
+    return printable(str(path if base is None else path.relative_to(base)), LABEL_CHARS)
+
+
+def _common_folder(files: list[Path]) -> Path | None:
+    """The deepest folder holding every one of `files` (absolute paths), None if none does."""
+    if not files:
+        return None
+    try:
+        return Path(os.path.commonpath([path.parent for path in files]))
+    except ValueError:  # on different drives
+        return None
+
+
+def _distinct_labels(found: list[Found]) -> list[Found]:
+    """`found` sorted by label, every label unique: those that coincide become
+    `LABEL (duplicate label N of M)`, numbered in the order of their paths."""
+    groups: dict[str, list[Found]] = {}
+    for item in sorted(found, key=lambda item: (item.label, str(item.path))):
+        groups.setdefault(item.label, []).append(item)
+    taken = set(groups)
+    for label, items in groups.items():
+        if len(items) == 1:
+            continue
+        for number, item in enumerate(items, 1):
+            item.label = candidate = f"{label} (duplicate label {number} of {len(items)})"
+            again = 1
+            while item.label in taken:  # a real name could read like that too
+                again += 1
+                item.label = f"{candidate} ({again})"
+            taken.add(item.label)
+    return sorted(found, key=lambda item: item.label)
 
 
 def _refusal(path: Path, base: Path) -> str:
@@ -213,6 +257,9 @@ class Job:
     checks: dict[str, tuple[str, str]]  # exercise id -> (grading cell id, answer name)
     notebook: dict  # the notebook the sandbox runs
     refused: dict[str, str]  # exercise id -> why its answer earns nothing (not a real kernel)
+    answer_cells: dict[str, list[str]] = field(default_factory=dict)  # exercise -> its cells
+    blank: dict[str, str] = field(default_factory=dict)  # exercise -> why it is unanswered
+    budget_cells: int = 1  # code cells of the exercise notebook: the run's time budget
 
 
 def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | None]:
@@ -258,7 +305,10 @@ def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | 
     for cell_id in sorted(answer_ids(pristine) - submitted_ids):
         sub.problems.append(f"answer cell `{cell_id}` is missing (deleted?)")
     sub.open_answers = open_answers(pristine, cells)
-    return sub, Job(sub, lesson, checks, build_run_notebook(submitted, pristine), refused)
+    answer_cells = answers.answer_cells(pristine, checks)
+    return sub, Job(sub, lesson, checks, build_run_notebook(submitted, pristine), refused,
+                    answer_cells, answers.blank_answers(pristine, cells, answer_cells),
+                    sum(c.get("cell_type") == "code" for c in pristine["cells"]))
 
 
 def open_answers(pristine: dict, cells: list[dict]) -> dict[str, str]:

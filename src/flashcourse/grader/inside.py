@@ -1,21 +1,35 @@
-"""Runs INSIDE the sandbox, beside the student's code: execute the run notebook cell by cell.
+"""Runs INSIDE the sandbox, beside the student's code: execute the notebook the grader sends.
 
-`python -m flashcourse.grader.inside RUN.ipynb OUT_DIR --timeout S` starts one Jupyter kernel,
-runs every cell (an error does not stop the run; a cell past S seconds is interrupted), keeps at
-most OUTPUT_LIMIT characters of each cell's output, and writes OUT_DIR/cells.json (one entry per
-cell: status, error name and message, seconds; rewritten after every cell, so a run killed at the
-wall-clock limit still says where it was) and OUT_DIR/executed.ipynb.
+`python inside.py --timeout S` talks to the grader over its standard input and output, which
+the grader holds outside the sandbox (the channel; `channel.py` is the grader's end):
 
-Everything it writes is for the instructor's reports only: the student's code runs in the same
-sandbox and could rewrite it. Points come from the grader replaying the checks
-(`flashcourse.checks.recording`), never from these files. This module imports no part of the
-course.
+1. it makes itself non-dumpable (so the student's processes, which run as the same user,
+   cannot open its file descriptors, read its memory or trace it), moves the channel to
+   private descriptors closed on exec, and points its standard input and output at
+   /dev/null, so that no process it starts inherits the channel;
+2. it reads the notebook to run from the grader, starts one Jupyter kernel, and puts the
+   references' tripwires in place there before any cell (`checks/tripwires.py`);
+3. before each cell it tells the grader which cell comes next, and waits for its answer: for
+   a grading cell, the key of that exercise's inputs, which it hands to the kernel just before
+   the cell runs (`checks/cases.py`);
+4. after each cell it takes the records and tripwire outputs out of the cell's outputs and
+   sends them to the grader with the id of that cell, then that cell's account (status, error,
+   seconds, characters dropped: at most OUTPUT_LIMIT characters of output are kept per cell);
+5. at the end it sends the executed notebook and stops.
+
+The student's code can kill this process (the grader then sees the channel close, and takes
+nothing more) but cannot write to the channel. Points come from the grader replaying the
+records (`flashcourse.checks.recording`); this module imports no part of the course.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import os
+import shutil
+import struct
 import sys
 import time
 from pathlib import Path
@@ -24,6 +38,78 @@ OUTPUT_LIMIT = 100_000  # characters of output kept per cell
 # Seconds a notebook kernel may take to start (nbclient's default is 60): on a loaded machine
 # a start can take longer, and that is no fault of the notebook.
 KERNEL_STARTUP_TIMEOUT = 600
+RECORD_MIME = "application/vnd.flashcourse.record+json"  # as in checks/recording.py
+TRIPWIRE_MIME = "application/vnd.flashcourse.tripwire+json"
+TRIPWIRES_PER_CELL = 20  # tripwire outputs forwarded per cell (one is enough to flag it)
+FRAME_HEADER = struct.Struct(">Q")
+WORK = Path("/grading")
+PR_SET_DUMPABLE = 4
+
+TRIPWIRE_SETUP = ("import flashcourse.checks.tripwires as _fc_tripwires\n"
+                  "_fc_tripwires.install()\ndel _fc_tripwires")
+KEY_SETUP = ("import flashcourse.checks.cases as _fc_cases\n"
+             "_fc_cases.issue_key({exercise!r}, {key!r})\ndel _fc_cases")
+
+
+# ---------------------------------------------------------------- frames (both ends use these)
+
+
+def write_frame(stream, message: dict) -> None:
+    data = json.dumps(message).encode("utf-8")
+    stream.write(FRAME_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+class FrameError(ValueError):
+    """The other end sent something that is not a frame within the limit."""
+
+
+def read_frame(stream, limit: int) -> dict | None:
+    """The next message, None at the end of the stream; a frame over `limit` bytes is read
+    past and comes back as {"type": "too large", "bytes": N}. FrameError when the stream
+    breaks off inside a frame or a frame is not a JSON object."""
+    header = stream.read(FRAME_HEADER.size)
+    if not header:
+        return None
+    if len(header) < FRAME_HEADER.size:
+        raise FrameError("the channel ended inside a frame")
+    (size,) = FRAME_HEADER.unpack(header)
+    if size > limit:
+        left = size
+        while left:
+            chunk = stream.read(min(left, 2**20))
+            if not chunk:
+                raise FrameError("the channel ended inside a frame")
+            left -= len(chunk)
+        return {"type": "too large", "bytes": size}
+    data = stream.read(size)
+    if len(data) < size:
+        raise FrameError("the channel ended inside a frame")
+    try:
+        message = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise FrameError(f"a frame that is not JSON ({type(err).__name__})") from None
+    if not isinstance(message, dict):
+        raise FrameError("a frame that is not a JSON object")
+    return message
+
+
+# ---------------------------------------------------------------- the runner
+
+
+def _private_channel():
+    """The grader's channel on private descriptors; 0 and 1 become /dev/null."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the grader runs without a sandbox there anyway
+    incoming, outgoing = os.dup(0), os.dup(1)  # dup'd descriptors are closed on exec
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    sys.stdout = sys.stderr  # a stray print must not reach the channel (it is /dev/null)
+    return os.fdopen(incoming, "rb"), os.fdopen(outgoing, "wb")
 
 
 def _cap(outputs: list) -> tuple[list, int]:
@@ -48,28 +134,71 @@ def _error(outputs: list) -> tuple[str, str]:
     return "", ""
 
 
-def run(notebook_path: Path, out: Path, timeout: float) -> int:
+def _take_channel_outputs(outputs: list) -> tuple[list, list, list]:
+    """(the other outputs, records, tripwire hits) of one cell's outputs."""
+    rest, records, hits = [], [], []
+    for output in outputs:
+        data = output.get("data") if isinstance(output, dict) else None
+        if isinstance(data, dict) and RECORD_MIME in data:
+            records.append(data[RECORD_MIME])
+        elif isinstance(data, dict) and TRIPWIRE_MIME in data:
+            hits.append(data[TRIPWIRE_MIME])
+        else:
+            rest.append(output)
+    return rest, records, hits
+
+
+def _prepare_home(work: Path) -> None:
+    template, home = work / "home-template", work / "home"
+    if template.is_dir() and not home.exists():
+        shutil.copytree(template, home, symlinks=True)
+    home.mkdir(exist_ok=True)
+    for name in ("runtime", "jupyter", "ipython"):
+        (home / name).mkdir(exist_ok=True)
+
+
+def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-    notebook = nbformat.read(notebook_path, as_version=4)
+    start = read_frame(incoming, 256 * 2**20)
+    if start is None or not isinstance(start.get("notebook"), dict):
+        return 3
+    _prepare_home(work)
+    folder = work / "run"
+    folder.mkdir(exist_ok=True)
+    notebook = nbformat.from_dict(start["notebook"])
     client = NotebookClient(notebook, timeout=timeout, allow_errors=True, kernel_name="python3",
                             startup_timeout=KERNEL_STARTUP_TIMEOUT,
                             interrupt_on_timeout=True, record_timing=False,
                             shutdown_kernel="immediate",  # a graceful stop costs seconds
-                            resources={"metadata": {"path": str(notebook_path.parent)}})
-    cells: list[dict] = []
+                            resources={"metadata": {"path": str(folder)}})
 
-    def save(running: str | None = None) -> None:
-        state = {"cells": cells, "running": running}
-        (out / "cells.json").write_text(json.dumps(state), encoding="utf-8")
+    def setup_cell(source: str) -> None:
+        # nbclient writes an executed cell back at its index: the grader's own cells run at
+        # the end of the notebook for a moment, not in a student's cell's place
+        cell = nbformat.v4.new_code_cell(source)
+        notebook.cells.append(cell)
+        try:
+            client.execute_cell(cell, len(notebook.cells) - 1, store_history=False)
+        finally:
+            notebook.cells.pop()
+        write_frame(outgoing, {"type": "setup", "ok": not _error(cell.outputs)[0],
+                               "error": " ".join(_error(cell.outputs))[:2000]})
 
     with client.setup_kernel():
-        for index, cell in enumerate(notebook.cells):
+        setup_cell(TRIPWIRE_SETUP)
+        for index, cell in enumerate(list(notebook.cells)):
             if cell.cell_type != "code":
                 continue
-            save(running=cell.get("id"))
+            write_frame(outgoing, {"type": "cell", "id": cell.get("id"), "index": index})
+            answer = read_frame(incoming, 2**16)
+            if answer is None:
+                break
+            if answer.get("key"):
+                setup_cell(KEY_SETUP.format(exercise=str(answer.get("exercise")),
+                                            key=str(answer["key"])))
             started = time.monotonic()
             entry = {"id": cell.get("id"), "status": "ok", "ename": "", "evalue": "",
                      "dropped": 0}
@@ -80,26 +209,37 @@ def run(notebook_path: Path, out: Path, timeout: float) -> int:
             except DeadKernelError:
                 entry["status"] = "kernel died"
             entry["seconds"] = round(time.monotonic() - started, 2)
-            cell.outputs, entry["dropped"] = _cap(list(cell.get("outputs", [])))
+            outputs, records, hits = _take_channel_outputs(list(cell.get("outputs", [])))
+            for record in records[:2]:  # a second one is the grader's to flag
+                write_frame(outgoing, {"type": "record", "cell": cell.get("id"),
+                                       "record": record})
+            for hit in hits[:TRIPWIRES_PER_CELL]:
+                write_frame(outgoing, {"type": "tripwire", "cell": cell.get("id"),
+                                       "hit": hit})
+            cell.outputs, entry["dropped"] = _cap(outputs)
             entry["ename"], entry["evalue"] = _error(cell.outputs)
             if entry["status"] == "ok" and entry["ename"]:
                 entry["status"] = "timeout" if entry["seconds"] >= timeout and \
                     entry["ename"] == "KeyboardInterrupt" else "error"
-            cells.append(entry)
+            write_frame(outgoing, {"type": "ran", "entry": entry})
             if entry["status"] == "kernel died":
                 break
-    save()
-    nbformat.write(notebook, out / "executed.ipynb")
+    write_frame(outgoing, {"type": "executed", "notebook": nbformat.writes(notebook)})
+    write_frame(outgoing, {"type": "done"})
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flashcourse.grader.inside")
-    parser.add_argument("notebook", type=Path)
-    parser.add_argument("out", type=Path)
     parser.add_argument("--timeout", type=float, required=True)
+    parser.add_argument("--work", type=Path, default=WORK,
+                        help="the work folder (the sandbox's /grading; another without one)")
     args = parser.parse_args(argv)
-    return run(args.notebook, args.out, args.timeout)
+    incoming, outgoing = _private_channel()
+    try:
+        return run(incoming, outgoing, args.timeout, args.work)
+    except BrokenPipeError:
+        return 4
 
 
 if __name__ == "__main__":

@@ -1,20 +1,41 @@
 """Reports of `python -m flashcourse grade`: the printed scorecard, results.csv, junit.xml,
-a standalone progress.html, and results.json."""
+a standalone progress.html, students.csv, results.json and the executed notebooks (executed/).
+
+A submission's label is its path relative to the folder given (collect.collect); a submission
+belongs to student X only when it lies under a folder X, the first folder of its label
+(alice/01-gpu-flash.ipynb is alice's). A notebook directly at the top belongs to nobody: it has
+a row of its own in students.csv and progress.html, named by its file name, never merged with a
+student folder of the same name.
+
+Every text that reaches a report may hold any character: the CSV files write control
+characters (newlines too) as escapes and quote a leading formula character; XML and HTML write
+what XML 1.0 forbids (controls, lone surrogates, U+FFFE, U+FFFF) as visible escapes.
+"""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import html
 import json
+import os
 import re
+import shutil
+import stat
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .collect import printable
+from .collect import printable, read_regular
+from .score import read_untrusted
 from .submission import PASS, Submission, as_dict
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+EXECUTED_NAME_CHARS = 150  # a longer name ends in a hash (file names stop at 255 bytes)
+# What XML 1.0 forbids even as a reference (controls, lone surrogates, U+FFFE, U+FFFF), what
+# HTML calls a parse error (C1 controls, noncharacters), and CR, which a parser reads as LF.
+MARKUP_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]")
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # not text: JSON readers differ on them
 
 
 def csv_safe(value) -> str:
@@ -24,10 +45,54 @@ def csv_safe(value) -> str:
     return "'" + text if text.startswith(FORMULA_START) else text
 
 
+def markup_safe(value) -> str:
+    """`value` as text that XML and HTML can hold: every character they forbid (see
+    MARKUP_UNSAFE) written as a visible escape such as \\x07 or \\ud800."""
+    return MARKUP_UNSAFE.sub(lambda match: repr(match.group())[1:-1], str(value))
+
+
+def html_text(value) -> str:
+    return html.escape(markup_safe(value))
+
+
+def json_safe(value):
+    """`value` (JSON data) with every lone surrogate in its strings written as an escape such
+    as \\ud800: a strict reader would refuse it, a lenient one pair two of them into one."""
+    if isinstance(value, str):
+        return LONE_SURROGATE.sub(lambda match: repr(match.group())[1:-1], value)
+    if isinstance(value, dict):
+        return {json_safe(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def executed_name(sub: Submission) -> str:
-    """The file name of a submission's executed copy under executed/."""
-    stem = sub.label[:-6] if sub.label.endswith(".ipynb") else sub.label
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem.replace("/", "__"))[:120] + ".ipynb"
+    """The file name of a submission's executed copy under executed/, different for every
+    label: `/` is written `__`, and `_` and every character outside [A-Za-z0-9.-] as `_` and its
+    code (`_5f`, `_u00e9`), so alice/x.ipynb and alice__x.ipynb get different names. A leading
+    `.` or `-` is escaped too: no copy is hidden or reads like an option."""
+    label = sub.label
+    # a label not ending in .ipynb gets a trailing `_`, which no escape ends with
+    stem, marker = (label[:-6], "") if label.endswith(".ipynb") and len(label) > 6 \
+        else (label, "_")
+    name = "".join(_name_part(char) for char in stem) + marker
+    if name[0] in ".-":
+        name = _name_part(name[0], escape=True) + name[1:]
+    if len(name) > EXECUTED_NAME_CHARS:  # longer than any name written in full
+        digest = hashlib.sha256(label.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+        name = f"{name[:EXECUTED_NAME_CHARS - 16]}-{digest}"
+    return name + ".ipynb"
+
+
+def _name_part(char: str, escape: bool = False) -> str:
+    if char == "/":
+        return "__"
+    if char.isascii() and (char.isalnum() or char in ".-") and not escape:
+        return char
+    code = ord(char)
+    return (f"_{code:02x}" if code < 0x100 else f"_u{code:04x}" if code < 0x10000
+            else f"_U{code:08x}")
 
 
 def _item_line(item) -> str:
@@ -102,9 +167,9 @@ def write_csv(subs: list[Submission], path: Path) -> None:
     columns = _exercise_columns(subs)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["submission", "lesson", "status", "passed", "points", "out_of",
-                         "pass_line", *columns, "vetoes", "tampering", "problems", "sandbox",
-                         "seconds"])
+        writer.writerow([csv_safe(v) for v in [
+            "submission", "lesson", "status", "passed", "points", "out_of", "pass_line",
+            *columns, "vetoes", "tampering", "problems", "sandbox", "seconds"]])
         for sub in subs:
             by_id = {item.id: item for item in sub.exercises}
             cells = []
@@ -147,6 +212,11 @@ def write_junit(subs: list[Submission], path: Path) -> None:
         suite.extend(cases)
         suite.set("tests", str(len(cases)))
         suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+    for element in suites.iter():  # every attribute and text, whatever its origin
+        if element.text:
+            element.text = markup_safe(element.text)
+        for key, value in list(element.attrib.items()):
+            element.set(key, markup_safe(value))
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
 
 
@@ -170,21 +240,29 @@ pre { white-space: pre-wrap; max-width: 60rem; margin: .2rem 0; }
 # ---------------------------------------------------------------- one row per student
 
 
-def student_of(sub: Submission) -> str:
-    """Whose submission this is: the first folder of its label (submissions/alice/01-....ipynb
-    -> alice), else the file name without .ipynb."""
+def student_of(sub: Submission) -> str | None:
+    """Whose submission this is: the first folder of its label (alice/01-gpu-flash.ipynb ->
+    alice); None for a notebook directly at the top, which is nobody's."""
     first, sep, _ = sub.label.partition("/")
-    if sep:
-        return first
-    return sub.label[:-6] if sub.label.endswith(".ipynb") else sub.label
+    return first if sep else None
 
 
-def by_student(subs: list[Submission]) -> tuple[dict[str, dict[str, list[Submission]]],
+Row = tuple[str, str]  # ("student", folder name) or ("file", label of a notebook at the top)
+
+
+def row_of(sub: Submission) -> Row:
+    """The row of students.csv and progress.html a submission is in: its student's, or for a
+    notebook at the top its own, never a student's whose folder has the same name."""
+    student = student_of(sub)
+    return ("file", sub.label) if student is None else ("student", student)
+
+
+def by_student(subs: list[Submission]) -> tuple[dict[Row, dict[str, list[Submission]]],
                                                 list[str]]:
-    """{student: {lesson: [submissions]}} in label order, and the lessons in course order."""
-    table: dict[str, dict[str, list[Submission]]] = {}
+    """{row: {lesson: [submissions]}} in label order, and the lessons in course order."""
+    table: dict[Row, dict[str, list[Submission]]] = {}
     for sub in subs:
-        table.setdefault(student_of(sub), {}).setdefault(sub.lesson or "?", []).append(sub)
+        table.setdefault(row_of(sub), {}).setdefault(sub.lesson or "?", []).append(sub)
     lessons = sorted({lesson for row in table.values() for lesson in row},
                      key=lambda name: (name == "?", name))
     return table, lessons
@@ -198,8 +276,9 @@ def write_students_csv(subs: list[Submission], path: Path) -> None:
     table, lessons = by_student(subs)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "submissions", "lessons_passed", *lessons])
-        for student, row in table.items():
+        writer.writerow([csv_safe(v) for v in ["student", "submissions", "lessons_passed",
+                                               *lessons]])
+        for (_, student), row in table.items():
             passed = sum(all(s.passed for s in row[lesson]) for lesson in row)
             writer.writerow([csv_safe(v) for v in [
                 student, sum(len(v) for v in row.values()), passed,
@@ -207,7 +286,7 @@ def write_students_csv(subs: list[Submission], path: Path) -> None:
 
 
 def _submission_details(sub: Submission) -> str:
-    esc = html.escape
+    esc = html_text
     items = []
     for item in sub.exercises:
         good = item.status == "pass"
@@ -237,11 +316,14 @@ def _submission_details(sub: Submission) -> str:
 def write_html(subs: list[Submission], path: Path) -> None:
     """progress.html: one row per student, one column per lesson; each cell opens (details)
     onto every item's reason, the executed notebook and the open answers."""
-    esc = html.escape
+    esc = html_text
     table, lessons = by_student(subs)
     passed = sum(s.passed for s in subs)
+    students = sum(kind == "student" for kind, _ in table)
+    at_top = "" if students == len(table) else \
+        f" and {len(table) - students} notebooks outside a student folder (a row each)"
     rows = []
-    for number, (student, row) in enumerate(table.items()):
+    for number, ((_, student), row) in enumerate(table.items()):
         cells = []
         for lesson in lessons:
             if lesson not in row:
@@ -260,8 +342,8 @@ def write_html(subs: list[Submission], path: Path) -> None:
 <style>{STYLE}</style></head><body>
 <h1>Grading progress</h1>
 <p>{passed} of {len(subs)} submissions passed (pass line 8 of 10, no veto misconception, no
-tampering), from {len(table)} students. Click a lesson's cell for each item's reason, the
-executed notebook and the open answers. The same rows: <a href="students.csv">students.csv</a>.
+tampering), from {students} students{at_top}. Click a lesson's cell for each item's reason,
+the executed notebook and the open answers. The same rows: <a href="students.csv">students.csv</a>.
 Generated {esc(time.strftime("%Y-%m-%d %H:%M"))}.</p>
 <table id="progress"><thead><tr><th>student</th>{header}</tr></thead>
 <tbody>
@@ -280,4 +362,54 @@ def write_all(subs: list[Submission], out: Path, timeout: float, jobs: int) -> N
     write_students_csv(subs, out / "students.csv")
     (out / "results.json").write_text(json.dumps(
         {"timeout": timeout, "jobs": jobs, "passed": sum(s.status == PASS for s in subs),
-         "submissions": [as_dict(s) for s in subs]}, indent=1), encoding="utf-8")
+         "submissions": [json_safe(as_dict(s)) for s in subs]}, indent=1), encoding="utf-8")
+
+
+def copy_executed(subs: list[Submission], executed: dict[int, Path], out: Path,
+                  limit: int) -> None:
+    """Copy the executed notebook each run left (`executed[number]` is the work folder of
+    `subs[number]`) into out/executed/, named by executed_name, if at most `limit` bytes. A copy
+    that cannot be kept adds a note to its submission saying why: call this before the reports
+    are written."""
+    folder = out / "executed"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for number, work in sorted(executed.items()):
+        sub = subs[number]
+        source = work / "out" / "executed.ipynb"
+        try:
+            data = read_untrusted(source, limit)
+        except OSError:  # a folder of that name gets past the opening: it fails on reading
+            data = None
+        if data is None:
+            sub.notes.append(f"executed copy not kept: {_why_unread(source, limit)}")
+            continue
+        try:
+            with (folder / executed_name(sub)).open("xb") as handle:  # never over another's
+                handle.write(data)
+        except FileExistsError:
+            sub.notes.append("executed copy not kept: another submission's copy has its name "
+                             f"({executed_name(sub)})")
+        except OSError as err:
+            sub.notes.append(f"executed copy not kept: cannot write it ({err.strerror})")
+
+
+def _why_unread(path: Path, limit: int) -> str:
+    """Why read_untrusted gave nothing for `path`, in words."""
+    if any(os.path.islink(p) for p in (path, *list(path.parents)[:3])):
+        return "it is a symbolic link"
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return "the run left no executed notebook"
+    except OSError as err:
+        return f"cannot read it ({err.strerror})"
+    if not stat.S_ISREG(info.st_mode):
+        return "it is not a regular file"
+    if info.st_size > limit:
+        return f"it is {info.st_size / 2**20:.1f} MiB (limit {limit / 2**20:.0f} MiB)"
+    try:
+        read_regular(path, limit)
+    except ValueError as err:
+        return str(err)
+    return "it could not be read"

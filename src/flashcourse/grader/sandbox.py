@@ -24,14 +24,19 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 SANDBOX_UID_BASE = 61000  # slot n runs as uid/gid SANDBOX_UID_BASE + n
 MOUNT_POINT = "/grading"
 MEMORY_LIMIT = 12 * 2**30  # address space per process on a CPU
 FILE_LIMIT = 256 * 2**20  # largest file the sandbox may write
 PROCESS_LIMIT = 512  # processes and threads of the sandbox user
+WORK_LIMIT = 1 * 2**30  # bytes the sandbox may keep in its work folder (a tmpfs)
+TMP_LIMIT = 1 * 2**30  # bytes in its private /tmp (a tmpfs)
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt")
 
 
@@ -78,19 +83,25 @@ def _mounts(course: Path, hidden: list[Path]) -> list[str]:
     return args
 
 
-def command(course: Path, work: Path, hidden: list[Path], inner: list[str]) -> list[str]:
-    """The bwrap command line running `inner` with `work` mounted at /grading."""
+def command(course: Path, hidden: list[Path], inner: list[str], home_template: Path,
+            work_limit: int, tmp_limit: int) -> list[str]:
+    """The bwrap command line running `inner`. Its only writable places are two tmpfs of
+    bounded size, /grading (its work folder, with the home template read-only inside) and
+    /tmp; nothing it writes reaches the host's disk, and what it reports goes over the
+    channel (`run`)."""
     user = ["--unshare-user"] if os.geteuid() != 0 else []  # root drops to a uid instead
     return [bwrap(), "--die-with-parent", "--new-session", *user,
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "grading",
             # the private /tmp first: bwrap mounts in order, and a course or Python that lives
             # under /tmp must be bound on top of it, not hidden by it
-            "--tmpfs", "/tmp",
+            "--perms", "1777", "--size", str(tmp_limit), "--tmpfs", "/tmp",
             *_mounts(course, hidden),
             "--dev", "/dev", "--proc", "/proc",
             *gpu_devices(),
-            "--bind", str(work), MOUNT_POINT, "--chdir", f"{MOUNT_POINT}/run",
+            "--perms", "1777", "--size", str(work_limit), "--tmpfs", MOUNT_POINT,
+            "--ro-bind", str(home_template), f"{MOUNT_POINT}/home-template",
+            "--chdir", MOUNT_POINT,
             "--", *inner]
 
 
@@ -117,21 +128,58 @@ def limits(gpu: bool) -> list[str]:
     return prefix + ["--"]
 
 
-def run(argv: list[str], env: dict, wall: float, log: Path) -> tuple[int | None, float]:
-    """Run `argv` (`limits(...)` + `command(...)`), kill its process group at `wall` seconds;
-    (exit status or None when killed, seconds)."""
+LOG_TAIL = 64 * 1024  # bytes of the sandbox's own error output kept
+
+
+def run(argv: list[str], env: dict, wall: float,
+        talk: Callable[[BinaryIO, BinaryIO], None]) -> tuple[int | None, float, str]:
+    """Run `argv` (`limits(...)` + `command(...)`) with the channel on its standard input and
+    output, conducted by `talk(to_sandbox, from_sandbox)` in this thread; kill its process
+    group at `wall` seconds. (exit status or None when killed, seconds, the end of its error
+    output)."""
     started = time.monotonic()
-    with log.open("wb") as handle:
-        process = subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        try:  # bwrap's own process group; the PID namespace dies with its first process
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    tail = bytearray()
+
+    def drain() -> None:  # the error output, bounded: the last LOG_TAIL bytes
+        for chunk in iter(lambda: process.stderr.read(65536), b""):
+            tail.extend(chunk)
+            del tail[:-LOG_TAIL]
+
+    def stop_at_wall() -> None:
+        timed_out.set()
+        kill()
+
+    timer = threading.Timer(wall, stop_at_wall)
+    timer.daemon = True
+    timer.start()
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        talk(process.stdin, process.stdout)
         try:
-            status = process.wait(timeout=wall)
+            status = process.wait(timeout=max(1.0, wall - (time.monotonic() - started)))
         except subprocess.TimeoutExpired:
             status = None
-        finally:
-            try:  # bwrap's own process group; the PID namespace dies with its first process
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
+    finally:
+        timer.cancel()
+        kill()
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            try:
+                stream.close()
+            except OSError:
                 pass
-            process.wait()
-    return status, time.monotonic() - started
+        reader.join(timeout=5)
+    if timed_out.is_set():
+        status = None
+    return status, time.monotonic() - started, bytes(tail).decode(errors="replace")

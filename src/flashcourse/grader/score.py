@@ -10,11 +10,13 @@ report.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
 from ..blanks import BlankNotFilled
 from ..checks import recording, registry
+from .channel import Conversation
 from .collect import Job, printable, read_regular
 from .submission import CRASHED, FAIL, PASS, TAMPERED, TIMEOUT, ExerciseResult, Submission
 
@@ -48,23 +50,45 @@ def message(text: str, limit: int = MESSAGE_CHARS) -> str:
     return printable(line, limit)
 
 
-def cell_runs(work: Path) -> tuple[dict[str, dict], str | None, bool]:
-    """The runner's account: cell id -> its entry, the cell running when it stopped, and whether
-    the account exists at all."""
-    state = read_json(work / "out" / "cells.json", 8 * 2**20)
+RUN_STATUSES = ("ok", "error", "timeout", "kernel died")
+
+
+def _entry(raw) -> dict | None:
+    """One cell's account from the runner, checked field by field as data (None if unusable)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
+        return None
+    seconds = raw.get("seconds")
+    dropped = raw.get("dropped")
+    return {"id": raw["id"][:200],
+            "status": raw.get("status") if raw.get("status") in RUN_STATUSES else "error",
+            "ename": raw["ename"][:200] if isinstance(raw.get("ename"), str) else "",
+            "evalue": raw["evalue"][:4000] if isinstance(raw.get("evalue"), str) else "",
+            "seconds": float(seconds) if type(seconds) in (int, float) and
+            math.isfinite(seconds) else 0.0,
+            "dropped": dropped if type(dropped) is int and 0 <= dropped < 2**53 else 0}
+
+
+def cell_runs(state) -> tuple[dict[str, dict], str | None, bool]:
+    """The runner's account (`channel.Conversation.state()`): cell id -> its entry, the cell
+    running when it stopped, and whether the account exists at all."""
     if not isinstance(state, dict) or not isinstance(state.get("cells"), list):
         return {}, None, False
-    runs = {str(c.get("id")): c for c in state["cells"] if isinstance(c, dict)}
+    runs = {}
+    for raw in state["cells"]:
+        entry = _entry(raw)
+        if entry is not None:
+            runs[entry["id"]] = entry
     running = state.get("running")
-    return runs, (str(running) if running else None), True
+    return runs, (running[:200] if isinstance(running, str) and running else None), True
 
 
-def replay_item(ex, record) -> tuple[str, str]:
-    """(status, message) of one exercise, decided by replaying its check on `record`."""
+def replay_item(ex, record, key: str | None = None) -> tuple[str, str]:
+    """(status, message) of one exercise, decided by replaying its check on `record` with the
+    key its inputs were built from."""
     if record is None:
         return "not run", ""
     try:
-        summary = registry.replay(ex.id, record)
+        summary = registry.replay(ex.id, record, key=key)
     except registry.VetoMisconception as err:
         return "veto", message(err)
     except registry.WrongAnswer as err:
@@ -82,8 +106,44 @@ def replay_item(ex, record) -> tuple[str, str]:
     return "pass", message(summary, 240)
 
 
-def score(sub: Submission, job: Job, work: Path, timeout: float, wall_killed: bool) -> None:
-    runs, running, accounted = cell_runs(work)
+def _ran_before(talk: Conversation, cells: list[str], grading_cell: str) -> list[str]:
+    """The answer cells that had not started when the grading cell started."""
+    order = talk.order
+    if grading_cell not in order:
+        return list(cells)
+    before = set(order[:order.index(grading_cell)])
+    return [cell for cell in cells if cell not in before]
+
+
+def _judge_record(ex, job: Job, talk: Conversation, sub: Submission) -> tuple[str, str]:
+    """(status, message) of one exercise from what its grading cell sent over the channel."""
+    record = talk.records.get(ex.id)
+    if record is None:
+        return "not run", ""
+    if record.get("duplicate"):
+        return "error", "its grading cell produced more than one record"
+    grading_cell = job.checks.get(ex.id, ("", ""))[0]
+    unrun = _ran_before(talk, job.answer_cells.get(ex.id, []), grading_cell)
+    if ex.id in job.blank:
+        return "blank", printable(f"{job.blank[ex.id]}: it earns nothing until it is "
+                                  "answered", 300)
+    if unrun:
+        return "not run", printable(f"its answer cell `{unrun[0]}` did not run before its "
+                                    "check", 300)
+    removed = record.get("tripwires_removed")
+    if not isinstance(removed, list) or removed:
+        gone = ", ".join(str(r)[:80] for r in removed[:5]) if isinstance(removed, list) \
+            else "the record does not say"
+        sub.tampering.append(f"{ex.id}: the references' tripwires were taken away ({gone})")
+        return "error", "the references' tripwires were taken away while it ran"
+    return replay_item(ex, record, talk.keys.get(ex.id))
+
+
+def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
+          wall_killed: bool) -> None:
+    runs, running, accounted = cell_runs(talk.state())
+    sub.tampering += talk.flags
+    sub.notes += talk.notes
     if wall_killed:
         sub.status = TIMEOUT
         where = f" while `{printable(running, 80)}` ran" if running else ""
@@ -93,8 +153,12 @@ def score(sub: Submission, job: Job, work: Path, timeout: float, wall_killed: bo
     if died:
         sub.problems.append(f"the kernel died (crashed) while running `{printable(died[0], 80)}`;"
                             " later cells did not run")
-    elif not accounted and not wall_killed:
+    elif not accounted or (not talk.finished and not wall_killed and not runs):
         sub.problems.append("the notebook could not be run (its sandbox left no account)")
+    elif not talk.finished and not wall_killed:
+        where = f" while `{printable(running, 80)}` ran" if running else ""
+        sub.problems.append(f"the notebook's run ended early{where} (its runner was stopped); "
+                            "later cells earn nothing")
     grading_cells = {cell for cell, _ in job.checks.values()}
     for cell_id, run in runs.items():
         if run.get("status") == "timeout" and cell_id not in grading_cells:
@@ -106,14 +170,16 @@ def score(sub: Submission, job: Job, work: Path, timeout: float, wall_killed: bo
     for ex in job.lesson.exercises:
         item = ExerciseResult(ex.id, ex.title, ex.kind, ex.points)
         sub.exercises.append(item)
-        path = work / "records" / recording.record_name(ex.id)
-        record = read_json(path, recording.MAX_RECORD_BYTES)
-        if record is None and (path.exists() or path.is_symlink()):
-            item.status, item.message = "error", "its record could not be read"
-            continue
-        item.status, item.message = replay_item(ex, record)
+        item.status, item.message = _judge_record(ex, job, talk, sub)
+        hits = talk.hits.get(ex.id)
+        if hits:
+            names = ", ".join(sorted(set(hits))[:5])
+            sub.tampering.append(f"{ex.id}: the answer called the reference {names} while "
+                                 "its check ran")
+            item.status, item.message = "refused", printable(
+                f"the answer called the reference {names}: write it yourself", 300)
         run = runs.get(job.checks.get(ex.id, ("", ""))[0])
-        if item.status == "not run":
+        if item.status == "not run" and not item.message:
             item.message = _why_not_run(run, timeout)
         if item.status == "mismatch":
             item.status = "error"

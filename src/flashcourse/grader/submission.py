@@ -22,7 +22,7 @@ class ExerciseResult:
 
 @dataclass
 class Submission:
-    label: str  # path relative to the graded folder, escaped for printing
+    label: str  # unique: the path relative to the folder given, escaped (collect.collect)
     path: str
     status: str = FAIL
     lesson: str = ""  # the lesson's file name, e.g. 01-gpu-flash

@@ -1,0 +1,136 @@
+"""Tripwires on the references, installed in the grading sandbox before any student code runs.
+
+The static scan (`grader/scan.py`) flags answer cells that name a reference; a reference can
+still be reached in ways no scan follows (a name built at run time, source decoded and run).
+So the grading sandbox's runner calls `install()` in the notebook's kernel before the first
+cell: every reference below is replaced by a wrapper that, when it is called from student code
+while a check runs that code (`recording.in_student_code()`), publishes a tripwire output at
+once. The runner forwards it to the grader with the cell that produced it, outside the
+student's reach; the exercise being checked then earns nothing and the submission is flagged.
+
+A call from the package or from torch itself (a launcher the check hands the student's kernel
+to, torch's own layers) is not a hit: only a call whose caller is student code. Each record
+also says whether every tripwire was still in place when its check ended (`intact`), so a
+notebook that put the originals back is flagged too. What remains: a reference reached
+beneath these names (torch's internal operators) is not seen.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+from pathlib import Path
+
+from . import recording
+
+# (module, attribute) of every reference an answer must not call.
+REFERENCES = (
+    ("torch", "softmax"),
+    ("torch", "log_softmax"),
+    ("torch.special", "softmax"),
+    ("torch.special", "log_softmax"),
+    ("torch.nn.functional", "softmax"),
+    ("torch.nn.functional", "log_softmax"),
+    ("torch.nn.functional", "scaled_dot_product_attention"),
+    ("torch.nn.functional", "multi_head_attention_forward"),
+    ("torch._C._nn", "scaled_dot_product_attention"),
+    ("torch.Tensor", "softmax"),
+    ("torch.Tensor", "log_softmax"),
+    ("flashcourse.reference", "softmax"),
+    ("flashcourse.reference", "standard_attention"),
+    ("flashcourse.kernels.host", "forward"),
+    ("flashcourse.kernels.host", "backward"),
+    ("flashcourse.kernels.host", "flash_attention"),
+    ("flashcourse.kernels.modern_attention", "masked_reference"),
+    ("flashcourse.kernels.modern_attention", "gqa_reference"),
+    ("flashcourse.distributed.model", "reference_attention"),
+    ("flashcourse.distributed.rings", "ring_forward"),
+    ("flashcourse.distributed.rings", "ring_backward"),
+)
+
+_installed: dict[tuple[str, str], object] = {}  # (module, attribute) -> its tripwire
+_LIBRARY_ROOTS: tuple[str, ...] = ()
+
+
+def _library_roots() -> tuple[str, ...]:
+    """Folders whose code is not the student's: Python, the environment, the course package."""
+    package = Path(__file__).resolve().parents[1]
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(package)}
+    return tuple(str(Path(r).resolve()) + "/" for r in roots)
+
+
+def _called_by_student(depth: int = 2) -> bool:
+    frame = sys._getframe(depth)
+    filename = frame.f_code.co_filename
+    if filename.startswith("<frozen"):
+        return False
+    try:
+        filename = str(Path(filename).resolve())
+    except (OSError, ValueError):
+        return True
+    return not filename.startswith(_LIBRARY_ROOTS)
+
+
+def _resolve(module_name: str):
+    try:
+        return importlib.import_module(module_name)
+    except ImportError:
+        parent, _, attribute = module_name.rpartition(".")
+        return getattr(importlib.import_module(parent), attribute)
+
+
+def _tripwire(name: str, original):
+    @functools.wraps(original)
+    def tripwire(*args, **kwargs):
+        if recording.in_student_code() and _called_by_student():
+            recording.publish(recording.TRIPWIRE_MIME,
+                              {"name": name, "exercise": recording.current_exercise()})
+        return original(*args, **kwargs)
+
+    tripwire.__flashcourse_tripwire__ = name
+    return tripwire
+
+
+def install() -> list[str]:
+    """Put a tripwire on every reference (and on the names other loaded modules of the package
+    bound it to); the names it covers."""
+    global _LIBRARY_ROOTS
+    from .. import runtime
+
+    runtime.current()  # the runtime before any module of the package defines a kernel
+    _LIBRARY_ROOTS = _library_roots()
+    replaced: dict[int, object] = {}
+    for module_name, attribute in REFERENCES:
+        owner = _resolve(module_name)
+        original = getattr(owner, attribute, None)
+        if original is None or getattr(original, "__flashcourse_tripwire__", None):
+            continue
+        wire = _tripwire(f"{module_name}.{attribute}", original)
+        setattr(owner, attribute, wire)
+        _installed[(module_name, attribute)] = wire
+        replaced[id(original)] = (original, wire)
+    for name, module in list(sys.modules.items()):  # `from .reference import softmax` copies
+        if not name.startswith("flashcourse") or module is None:
+            continue
+        for key, value in list(vars(module).items()):
+            hit = replaced.get(id(value))
+            if hit is not None and hit[0] is value:
+                setattr(module, key, hit[1])
+    return [f"{m}.{a}" for m, a in _installed]
+
+
+def intact() -> list[str]:
+    """The tripwires no longer in place (empty when every one is)."""
+    gone = []
+    for (module_name, attribute), wire in _installed.items():
+        try:
+            if getattr(_resolve(module_name), attribute, None) is not wire:
+                gone.append(f"{module_name}.{attribute}")
+        except ImportError:
+            gone.append(f"{module_name}.{attribute}")
+    return gone
+
+
+def installed() -> bool:
+    return bool(_installed)

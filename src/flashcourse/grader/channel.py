@@ -1,0 +1,141 @@
+"""The grader's end of the channel to one sandbox (grader side; `inside.py` is the other end).
+
+The grader sends the notebook to run, then answers the runner before each cell: for the
+grading cell of an exercise, the key of that exercise's inputs (derived from the grader's own
+secret, different for every submission and exercise, never known to the sandbox before that
+cell). It keeps, for each exercise, only the record that exercise's own grading cell produced
+while it ran, once; a record from any other cell, a second one, one for another exercise, or
+anything after the run's end is not taken, and the odd ones are flagged. Every message is read
+as untrusted data, within size limits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+
+from ..checks import recording
+from .inside import FrameError, read_frame, write_frame
+
+FRAME_LIMIT = recording.MAX_RECORD_BYTES + 2**20  # a record, base64 and JSON included
+EXECUTED_LIMIT = 64 * 2**20  # largest executed notebook kept for the reports
+MAX_TRIPWIRES = 200  # hits kept per submission
+
+
+def exercise_key(secret: bytes, label: str, exercise_id: str) -> str:
+    """The key of one exercise's inputs for one submission."""
+    message = f"{label}\0{exercise_id}".encode("utf-8", "surrogatepass")
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+@dataclass
+class Conversation:
+    """What one sandbox's run told the grader."""
+    notebook: dict
+    grading_cells: dict[str, str]  # grading cell id -> exercise id
+    keys: dict[str, str]  # exercise id -> key issued for its cases
+    order: list[str] = field(default_factory=list)  # cells in the order they started
+    records: dict[str, dict] = field(default_factory=dict)  # exercise id -> its record
+    hits: dict[str, list[str]] = field(default_factory=dict)  # exercise id -> references hit
+    account: list[dict] = field(default_factory=list)  # the runner's entry of each cell
+    running: str | None = None  # the cell that had started and not ended
+    executed: bytes | None = None  # the executed notebook
+    executed_problem: str = ""  # why there is no executed notebook
+    flags: list[str] = field(default_factory=list)  # odd messages: tampering to report
+    notes: list[str] = field(default_factory=list)
+    finished: bool = False  # the runner reached the end and said so
+    issued: set[str] = field(default_factory=set)
+
+    def talk(self, to_sandbox, from_sandbox) -> None:
+        """Conduct the whole run; returns when the sandbox's end of the channel closes."""
+        try:
+            write_frame(to_sandbox, {"notebook": self.notebook})
+        except (BrokenPipeError, OSError):
+            return
+        while True:
+            try:
+                message = read_frame(from_sandbox, FRAME_LIMIT)
+            except FrameError as err:
+                self.notes.append(f"the sandbox's channel broke off: {err}")
+                return
+            except OSError:
+                return
+            if message is None:
+                return
+            if self.finished:
+                self.flags.append("the sandbox sent more after the end of its run")
+                return
+            reply = self._handle(message)
+            if reply is not None:
+                try:
+                    write_frame(to_sandbox, reply)
+                except (BrokenPipeError, OSError):
+                    return
+
+    def _handle(self, message: dict) -> dict | None:
+        kind = message.get("type")
+        if kind == "cell":
+            cell_id = message.get("id")
+            cell_id = cell_id if isinstance(cell_id, str) else ""
+            self.order.append(cell_id)
+            self.running = cell_id
+            exercise = self.grading_cells.get(cell_id)
+            if exercise is None or exercise in self.issued:
+                return {"key": None}
+            self.issued.add(exercise)
+            return {"key": self.keys[exercise], "exercise": exercise}
+        if kind == "record":
+            self._take_record(message.get("cell"), message.get("record"))
+        elif kind == "tripwire":
+            self._take_hit(message.get("cell"), message.get("hit"))
+        elif kind == "ran":
+            entry = message.get("entry")
+            if isinstance(entry, dict) and len(self.account) < 10_000:
+                self.account.append(entry)
+            self.running = None
+        elif kind == "setup":
+            if message.get("ok") is not True:
+                self.notes.append("the grader's setup in the kernel failed: "
+                                  f"{str(message.get('error', ''))[:300]}")
+        elif kind == "executed":
+            text = message.get("notebook")
+            if isinstance(text, str) and len(text) <= EXECUTED_LIMIT:
+                self.executed = text.encode("utf-8", "replace")
+            elif isinstance(text, str):
+                self.executed_problem = (f"it is {len(text) / 2**20:.0f} MiB (limit "
+                                         f"{EXECUTED_LIMIT / 2**20:.0f} MiB)")
+        elif kind == "too large":
+            size = message.get("bytes", 0)
+            self.executed_problem = self.executed_problem or "a message was too large"
+            self.notes.append(f"the sandbox sent a message of {int(size) / 2**20:.0f} MiB, over "
+                              "the limit; it was not read (a record or the executed notebook)")
+        elif kind == "done":
+            self.finished = True
+        return None
+
+    def _take_record(self, cell, record) -> None:
+        exercise = self.grading_cells.get(cell) if isinstance(cell, str) else None
+        if exercise is None:
+            return  # a check the student ran in a cell of their own: not the grading cell
+        if not isinstance(record, dict) or record.get("exercise") != exercise:
+            self.flags.append(f"{exercise}: its grading cell produced a record that is not "
+                              "this exercise's")
+            return
+        if exercise in self.records:
+            self.flags.append(f"{exercise}: its grading cell produced more than one record")
+            self.records[exercise] = {"duplicate": True}
+            return
+        self.records[exercise] = record
+
+    def _take_hit(self, cell, hit) -> None:
+        exercise = self.grading_cells.get(cell) if isinstance(cell, str) else None
+        if exercise is None or not isinstance(hit, dict):
+            return
+        hits = self.hits.setdefault(exercise, [])
+        if sum(len(h) for h in self.hits.values()) < MAX_TRIPWIRES:
+            hits.append(str(hit.get("name", "?"))[:120])
+
+    def state(self) -> dict:
+        """The runner's account, in the form `score.cell_runs` reads."""
+        return {"cells": list(self.account), "running": self.running}
