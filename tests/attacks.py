@@ -9,6 +9,8 @@ get is a hole. Run `python tests/attacks.py FOLDER` to write them for a manual `
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 from pathlib import Path
@@ -242,11 +244,250 @@ def build(root: Path, folder: Path) -> dict[str, Path]:
     return written
 
 
+# ---------------------------------------------------------------- the second round
+# Each class of hole an adversarial review found in the record-and-replay design, as a
+# submission: full marks from records the notebook wrote itself, a notebook that stops or slows
+# the class, shared resources, reports, leaks and disguised reference calls.
+
+
+def public_records(root: Path) -> dict:
+    """The records a right lesson 1 submission makes with the public seeds, computed here as a
+    forger would at home: exercise id -> record."""
+    import os
+    import tempfile
+
+    from flashcourse.authoring import cells
+    from flashcourse.checks import recording, registry
+
+    registry._load_checks()
+    answers = {ex.id: dict(ex.answers) for ex in registry.LESSONS["gpu-flash"].exercises
+               if ex.answers}
+    answers["gpu-flash/flash-attention"] = cells.load_name(
+        root / "lessons" / f"{LESSON}.qmd", "exercise-flash-attention", "flash_attention")
+    saved = {name: os.environ.get(name) for name in (recording.RECORD_DIR_ENV,
+                                                     registry.GRADING_MODE_ENV)}
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ[recording.RECORD_DIR_ENV] = folder
+        os.environ[registry.GRADING_MODE_ENV] = "1"
+        try:
+            for exercise_id, answer in answers.items():
+                with contextlib.redirect_stdout(io.StringIO()):
+                    registry.check(exercise_id, answer)
+            records = {exercise_id: json.loads((Path(folder) / recording.record_name(
+                exercise_id)).read_text()) for exercise_id in answers}
+            for record in records.values():  # as a record made in the sandbox would say
+                record["tripwires_removed"] = []
+            return records
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+PUBLISH = """
+import json
+from IPython.display import publish_display_data
+FORGED = json.loads(''.join(BLOB_PARTS))
+MIME = 'application/vnd.flashcourse.record+json'
+def publish_forged(exercise_id=None):
+    for key, record in FORGED.items():
+        if exercise_id in (None, key):
+            publish_display_data({{MIME: record}})
+"""
+
+# name -> the cell inserted after `setup`; {blob} is the public records as JSON
+FORGERS = {
+    # every check replaced by one that sends the forged record of its exercise
+    "forged-records": PUBLISH + (
+        "def check(exercise_id, answer):\n    publish_forged(exercise_id)\n"
+        "import flashcourse\nflashcourse.check = check\n"),
+    # a thread that keeps sending forged records, whatever cell runs
+    "background-publisher": PUBLISH + (
+        "import threading, time\n"
+        "def keep_sending():\n    while True:\n        publish_forged()\n"
+        "        time.sleep(0.05)\n"
+        "threading.Thread(target=keep_sending, daemon=True).start()\n"),
+    # records sent when the kernel shuts down, after its last cell
+    "after-last-cell": PUBLISH + "import atexit\natexit.register(publish_forged)\n",
+    # the records dropped as files wherever a grader might read them, and sent in its own cell
+    "record-files": PUBLISH + (
+        "import os, pathlib\n"
+        "for folder in ['/grading', '/grading/records', '/grading/out', '/tmp', os.getcwd()]:\n"
+        "    try:\n        pathlib.Path(folder).mkdir(parents=True, exist_ok=True)\n"
+        "        for key, record in FORGED.items():\n"
+        "            name = key.replace('/', '_') + '.json'\n"
+        "            (pathlib.Path(folder) / name).write_text(json.dumps(record))\n"
+        "    except OSError:\n        pass\npublish_forged()\n"),
+}
+
+# name -> flash_attention's body in an otherwise right submission: the reference in disguise
+DISGUISED = {
+    "resolve-name": (
+        "    import pkgutil\n    name = 'flashcourse.' + 'reference:standard_' + 'attention'\n"
+        "    return pkgutil.resolve_name(name)(Q, K, V)\n"),
+    "import-alias": (
+        "    load = __import__\n    module = load('flashcourse.' + 'reference', fromlist=['x'])\n"
+        "    return getattr(module, 'standard_' + 'attention')(Q, K, V)\n"),
+    "getattr-sdpa": (
+        "    import torch\n    F = torch.nn.functional\n"
+        "    attend = getattr(F, 'scaled_dot_' + 'product_attention')\n"
+        "    q, k, v = (torch.from_numpy(x)[None] for x in (Q, K, V))\n"
+        "    return attend(q, k, v)[0].numpy()\n"),
+    "helper-elsewhere": "    return attend_helper(Q, K, V)\n",
+    "base64-interpreter": "    return decoded_helper(Q, K, V)\n",
+}
+HELPERS = {  # a cell of its own (not the answer cell) defining the helper
+    "helper-elsewhere": (
+        "import torch\n\ndef attend_helper(Q, K, V):\n"
+        "    q, k, v = (torch.from_numpy(x)[None] for x in (Q, K, V))\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)[0].numpy()\n"),
+    "base64-interpreter": (
+        "import base64, code\nsource = base64.b64decode({encoded!r}).decode()\n"
+        "code.InteractiveInterpreter(globals()).runsource(source, '<x>', 'exec')\n"),
+}
+HIDDEN_SOURCE = ("from flashcourse import reference as r\n"
+                 "def decoded_helper(Q, K, V):\n    return r.standard_attention(Q, K, V)\n")
+
+# name -> a cell inserted after `setup` of a RIGHT submission: it must still score 10/10,
+# and what it prints must not hold ATTACK-MARKER
+RESOURCES = {
+    # more than the work folder and /tmp may hold, in files under the per-file limit
+    "disk-filler": (
+        "import os\nwritten = 0\nchunk = b'x' * 2**20\n"
+        "for folder in ['/grading', '/tmp']:\n    for number in range(12):\n"
+        "        try:\n            with open(f'{folder}/fill{number}', 'wb') as f:\n"
+        "                for _ in range(128):\n                    f.write(chunk)\n"
+        "                    written += len(chunk)\n"
+        "        except OSError:\n            break\n"
+        "    for number in range(12):\n        try:\n"
+        "            os.remove(f'{folder}/fill{number}')\n        except OSError:\n"
+        "            pass\n"
+        "print('ATTACK-MARKER wrote' if written > 2.5 * 2**30 else 'stopped at', written)\n"),
+    # a FIFO and a device where a grader once read records: nothing is read from the sandbox
+    "fifo-records": (
+        "import os\nfor folder in ['/grading/records', '/grading/out']:\n"
+        "    os.makedirs(folder, exist_ok=True)\n"
+        "    for name in ['gpu-flash_q1-memory.json', 'cells.json', 'executed.ipynb']:\n"
+        "        try:\n            os.mkfifo(os.path.join(folder, name))\n"
+        "        except OSError:\n            pass\n"),
+    # what the sandbox can learn of classmates and old reports
+    "mount-names": (
+        "import os, time\nfound = []\nwords = ('alice', 'bob', 'carol', 'grading-output')\n"
+        "for path in ['/proc/self/mountinfo', '/proc/1/cmdline', '/proc/self/cmdline']:\n"
+        "    try:\n        text = open(path, 'rb').read().decode(errors='replace')\n"
+        "    except OSError:\n        continue\n"
+        "    found += [word for word in words if word in text]\n"
+        "skip = ('/usr', '/proc', '/sys', '/dev', '/etc', '/lib')\n"
+        "deadline = time.monotonic() + 20\n"
+        "for folder, dirs, files in os.walk('/'):\n"
+        "    dirs[:] = [d for d in dirs if not os.path.join(folder, d).startswith(skip)\n"
+        "               and 'site-packages' not in d]\n"
+        "    found += [os.path.join(folder, f) for f in files if f in\n"
+        "              ('scorecard.txt', 'results.json', 'junit.xml', 'progress.html')]\n"
+        "    if time.monotonic() > deadline:\n        break\n"
+        "print('ATTACK-MARKER' if found else 'nothing found', found[:5])\n"),
+    # a key kept in the kernel's keyrings, for the next sandbox with the same user
+    "keyring-plant": (
+        "import ctypes, platform\n"
+        "numbers = {'x86_64': 248, 'aarch64': 217}\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "number = numbers.get(platform.machine())\n"
+        "if number:\n"
+        "    for ring in (-3, -4, -5):  # the session, user and user-session keyrings\n"
+        "        libc.syscall(number, b'user', b'ATTACK-KEY', b'secret', 6, ring)\n"),
+}
+
+# processes each under the per-process limit, together over the sandbox's memory (the test
+# grades with --memory 4): the sandbox is stopped, the class goes on
+FORK_HOG = (
+    "import multiprocessing, time\n"
+    "def hold():\n    block = bytearray(2 * 2**30)\n"
+    "    for at in range(0, len(block), 4096):\n        block[at] = 1\n    time.sleep(60)\n"
+    "workers = [multiprocessing.Process(target=hold) for _ in range(3)]\n"
+    "for worker in workers:\n    worker.start()\n"
+    "for worker in workers:\n    worker.join()\n"
+    "print('ATTACK-MARKER held 6 GiB')\n")
+
+
+# name -> notebook JSON text: malformed in a way that once stopped everybody's grading
+def _malformed(root: Path) -> dict[str, str]:
+    base = json.loads((root / "exercises" / f"{LESSON}.ipynb").read_text())
+    numeric_id = json.loads(json.dumps(base))
+    numeric_id["cells"][3]["id"] = 12345
+    list_source = json.loads(json.dumps(base))
+    list_source["cells"][3]["source"] = [1, 2, 3]
+    deep = samples.filled_notebook(root)
+    _cell(deep, "answer-q1")["source"] += "\nx = " + "+".join(["1"] * 5000) + "\n"
+    big = json.loads(json.dumps(base))
+    for number in range(50):
+        _insert_after(big, "setup", "x = '" + "y" * 100_000 + "'\n", new_id=f"big-{number}")
+    control_id = samples.filled_notebook(root)
+    _insert_after(control_id, "setup", "pass", new_id="bell\x07id\x1b[31m")
+    return {"numeric-id": json.dumps(numeric_id), "list-source": json.dumps(list_source),
+            "deep-expression": json.dumps(deep), "five-megabytes": json.dumps(big),
+            "nested-json": "[" * 100_000 + "]" * 100_000,
+            "control-char-id": json.dumps(control_id)}
+
+
+def _insert_forger(nb: dict, source: str, blob: str) -> None:
+    """The forger's cell after `setup`, the records it sends in cells of their own before it
+    (each under the grader's limit on a cell's size)."""
+    _insert_after(nb, "setup", source.replace("{{", "{").replace("}}", "}"))
+    parts = [blob[at:at + 90_000] for at in range(0, len(blob), 90_000)]
+    for number, part in reversed(list(enumerate(parts))):
+        start = "BLOB_PARTS = []\n" if number == 0 else ""
+        _insert_after(nb, "setup", f"{start}BLOB_PARTS.append({part!r})\n",
+                      new_id=f"blob-{number}")
+
+
+def build_round_two(root: Path, folder: Path) -> dict[str, Path]:
+    """Write the second round's attacks under `folder`; name -> the submitted path."""
+    import base64
+
+    written: dict[str, Path] = {}
+    blob = json.dumps(public_records(root))
+    untouched = json.loads((root / "exercises" / f"{LESSON}.ipynb").read_text())
+    for name, source in FORGERS.items():  # nothing answered: any point is a hole
+        nb = json.loads(json.dumps(untouched))
+        _insert_forger(nb, source, blob)
+        written[name] = samples.write(nb, folder / name / f"{LESSON}.ipynb")
+    nb = samples.filled_notebook(root)  # answered, but the records sent are forged
+    _insert_forger(nb, FORGERS["forged-records"], blob)
+    written["forged-records-answered"] = samples.write(
+        nb, folder / "forged-records-answered" / f"{LESSON}.ipynb")
+    for name, body in DISGUISED.items():
+        nb = samples.filled_notebook(root)
+        _cell(nb, "exercise-flash-attention")["source"] = _flash_body(root, body)
+        if name in HELPERS:
+            encoded = base64.b64encode(HIDDEN_SOURCE.encode()).decode()
+            _insert_after(nb, "setup", HELPERS[name].format(encoded=encoded))
+        written[name] = samples.write(nb, folder / name / f"{LESSON}.ipynb")
+    for name, source in RESOURCES.items():
+        nb = samples.filled_notebook(root)
+        _insert_after(nb, "setup", source)
+        written[name] = samples.write(nb, folder / name / f"{LESSON}.ipynb")
+    nb = samples.filled_notebook(root)
+    _insert_after(nb, "setup", FORK_HOG)
+    written["memory-fork-hog"] = samples.write(nb, folder / "memory-fork-hog" / f"{LESSON}.ipynb")
+    for name, text in _malformed(root).items():
+        path = folder / name / f"{LESSON}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written[name] = path
+    return written
+
+
+ROUND_TWO = [*FORGERS, "forged-records-answered", *DISGUISED, *RESOURCES, "memory-fork-hog",
+             "numeric-id",
+             "list-source", "deep-expression", "five-megabytes", "nested-json",
+             "control-char-id"]
 NAMES = [*PATCHES, *ANSWERS, *ODD]
 FOLDERS = {"csv-formula-name": '=HYPERLINK("evil")'}  # attack -> its folder's name
 
 
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "attacks")
-    for name, path in build(ROOT, out).items():
+    for name, path in {**build(ROOT, out), **build_round_two(ROOT, out)}.items():
         print(f"{name}: {path}")

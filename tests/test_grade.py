@@ -24,6 +24,7 @@ from flashcourse.__main__ import main
 from flashcourse.grader import collect, samples, scan
 
 TIMEOUT = 600  # seconds per cell: generous, so a loaded machine cannot fail a right answer
+MEMORY_GIB = 4  # per sandbox in the graded class: the fork hog holds 6 GiB in three processes
 LOOP_TIMEOUT = 20  # per cell in the looping submission's own run (its other cells are instant)
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
@@ -88,17 +89,19 @@ def graded(tmp_path_factory, root):
     samples.write(crash, folder / "frank" / "01-gpu-flash.ipynb")
 
     attacks.build(root, folder)
+    attacks.build_round_two(root, folder)
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*.ipynb")
               if not p.is_symlink()}
     course_before = _course_digest(root)
-    status, stdout, subs = _grade(folder, out, root, TIMEOUT)
+    status, stdout, subs = _grade(folder, out, root, TIMEOUT, "--memory", str(MEMORY_GIB))
     after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*.ipynb")
              if not p.is_symlink()}
     daemons = [p.parent.name for p in Path("/proc").glob("[0-9]*/cmdline")
                if b"ATTACK-DAEMON" in _read_or_empty(p)]
+    keys = Path("/proc/keys").read_text() if Path("/proc/keys").exists() else ""
     return {"status": status, "stdout": stdout, "out": out, "subs": subs,
-            "unchanged": before == after, "course_unchanged": course_before ==
-            _course_digest(root), "daemons": daemons}
+            "keys_left": "ATTACK-KEY" in keys, "unchanged": before == after,
+            "course_unchanged": course_before == _course_digest(root), "daemons": daemons}
 
 
 def _read_or_empty(path: Path) -> bytes:
@@ -206,6 +209,87 @@ def test_attack_gets_no_unearned_points(graded, name, record_rejection):
         assert sub["vetoes"] and "misconception" in sub["vetoes"][0], sub
         assert sub["earned"] >= 8  # everything else right: the veto alone fails it
     record_rejection("grade/attack", name)
+
+
+# ---------------------------------------------------------------- the second round
+
+
+@pytest.mark.parametrize("name", [*attacks.FORGERS, "forged-records-answered"])
+def test_records_the_notebook_made_itself_earn_nothing(graded, name, record_rejection):
+    """Forged records: sent by a replaced check, by a thread whatever cell runs, after the last
+    cell, or left as files. Only a grading cell's own record counts, made on the inputs the
+    grader issued for it in this run: none of these earns a point."""
+    sub = graded["subs"][name]
+    assert sub["earned"] == 0 and sub["status"] != "PASS", (name, sub)
+    if name == "forged-records-answered":  # right answers, records made on public inputs
+        assert sub["status"] == "TAMPERED"
+    if name == "background-publisher":
+        assert any("record" in t for t in sub["tampering"]), sub
+    record_rejection("grade/attack", name)
+
+
+def test_forged_records_on_public_inputs_are_refused_by_the_replay(root, record_rejection,
+                                                                   monkeypatch):
+    """The replay with this run's key refuses a record made with the public seeds."""
+    from flashcourse.checks import recording, registry
+    from flashcourse.grader import channel
+
+    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")  # as in the grader: hidden cases run
+    record = attacks.public_records(root)["gpu-flash/flash-attention"]
+    key = channel.exercise_key(b"run secret", "alice/01-gpu-flash.ipynb",
+                               "gpu-flash/flash-attention")
+    with pytest.raises(recording.RecordMismatch, match="inputs"):
+        registry.replay("gpu-flash/flash-attention", record, key=key)
+    assert "10 cases match" in registry.replay("gpu-flash/flash-attention", record)
+    record_rejection("grade/replay", "a record made on the public inputs, replayed with a key")
+
+
+@pytest.mark.parametrize("name", list(attacks.DISGUISED))
+def test_a_disguised_reference_is_caught(graded, name, record_rejection):
+    sub = graded["subs"][name]
+    item = _items(sub)["gpu-flash/flash-attention"]
+    assert sub["status"] == "TAMPERED" and item["earned"] == 0, (name, item)
+    # the tripwire in the sandbox saw the call, whatever the static scan made of it
+    assert any("called the reference" in t for t in sub["tampering"]), sub["tampering"]
+    record_rejection("grade/attack", name)
+
+
+@pytest.mark.parametrize("name", list(attacks.RESOURCES))
+def test_an_attack_on_shared_resources_is_isolated(graded, name):
+    """Each is a right submission besides its attack: its points stand, the attack found or
+    kept nothing."""
+    sub = graded["subs"][name]
+    assert sub["earned"] == 10, (name, sub)
+    printed = _executed_outputs(graded["out"], name)
+    assert attacks.MARKER not in printed, (name, printed[:2000])
+    if name == "disk-filler":
+        assert "stopped at" in printed
+    if name == "mount-names":
+        assert "nothing found" in printed
+    if name == "keyring-plant":
+        assert not graded["keys_left"], "a key the sandbox stored outlived it"
+
+
+def test_the_whole_sandbox_has_one_memory_bound(graded, record_rejection):
+    sub = graded["subs"]["memory-fork-hog"]
+    assert sub["status"] != "PASS" and sub["earned"] == 0
+    assert any(f"more than {MEMORY_GIB:g} GiB" in p for p in sub["problems"]), sub
+    record_rejection("grade/attack", "memory-fork-hog")
+
+
+@pytest.mark.parametrize("name", ["numeric-id", "list-source", "five-megabytes", "nested-json"])
+def test_a_malformed_notebook_gets_its_own_line(graded, name, record_rejection):
+    sub = graded["subs"][name]
+    assert sub["status"] == "MALFORMED" and sub["problems"], sub
+    record_rejection("grade/attack", name)
+
+
+def test_a_notebook_that_hangs_its_kernel_stops_only_itself(graded):
+    sub = graded["subs"]["deep-expression"]
+    assert sub["status"] in ("TAMPERED", "CRASHED") and sub["earned"] < 8, sub
+    assert graded["subs"]["control-char-id"]["earned"] == 10
+    suites = ET.parse(graded["out"] / "junit.xml").getroot().findall("testsuite")
+    assert len(suites) == len(graded["subs"])  # well-formed, one suite each
 
 
 def test_attacks_reach_nothing_outside_their_sandbox(graded):
@@ -429,13 +513,19 @@ def test_grading_leaves_the_environment_as_it_was(tmp_path, root, monkeypatch):
 def test_a_course_under_tmp_is_bound_over_the_private_tmp(tmp_path):
     # bwrap mounts in order: a course (and its .venv) cloned under /tmp must come after the
     # sandbox's own /tmp, or the sandbox sees an empty /tmp and no course
+    import tempfile
+
     from flashcourse.grader import sandbox
 
-    course = Path("/tmp") / tmp_path.name / "course"
-    argv = sandbox.command(course, tmp_path / "work", [], ["true"])
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+        course = Path(folder).resolve() / "course"
+        (course / "src").mkdir(parents=True)
+        argv = sandbox.command(course, [], ["true"], home_template=tmp_path,
+                               work_limit=sandbox.WORK_LIMIT, tmp_limit=sandbox.TMP_LIMIT)
     private_tmp = argv.index("--tmpfs")
     assert argv[private_tmp + 1] == "/tmp"
-    bound = [i for i, a in enumerate(argv) if a == "--ro-bind" and argv[i + 1] == str(course)]
+    package = str(course / "src")
+    bound = [i for i, a in enumerate(argv) if a == "--ro-bind" and argv[i + 1] == package]
     assert bound and bound[0] > private_tmp
 
 
@@ -446,7 +536,13 @@ def test_submissions_inside_the_course_are_hidden_from_every_sandbox(root):
     folders = cli.hidden_folders(root, submitted, root / "reports")
     assert root / "submissions" in folders and root / "submissions" / "alice" in folders
     assert root not in folders and root.parent not in folders
-    argv = sandbox.command(root, Path("/tmp/x"), folders, ["true"])
-    mounted = [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
-    assert str(root / ".git") in mounted  # existing folders inside the course are covered
-    assert str(root) not in mounted
+    argv = sandbox.command(root, folders, ["true"], home_template=Path("/tmp/x"),
+                           work_limit=sandbox.WORK_LIMIT, tmp_limit=sandbox.TMP_LIMIT)
+    # only the parts of the course a run reads are bound: the rest (.git included) is absent,
+    # and no argument, so no mount point, names a hidden folder
+    triples = [argv[i:i + 3] for i in range(len(argv))]
+    package = str(root / "src")
+    assert ["--ro-bind", package, package] in triples
+    assert ["--ro-bind", str(root), str(root)] not in triples
+    paths = [Path(a) for a in argv if a.startswith("/")]
+    assert not [path for path in paths for folder in folders if path.is_relative_to(folder)]

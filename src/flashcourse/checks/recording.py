@@ -29,6 +29,7 @@ import builtins
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -88,7 +89,9 @@ def _channel() -> bool:
 
 def publish(mime: str, data: dict) -> None:
     """Send `data` out as a display output of the running cell (the grading sandbox's channel;
-    the runner takes it out of the executed notebook)."""
+    the runner takes it out of the executed notebook). Nothing elsewhere."""
+    if not _channel():
+        return
     try:
         from IPython import get_ipython
         from IPython.display import publish_display_data
@@ -299,9 +302,48 @@ def encode(value, depth: int = 0):
     raise TypeError(f"a {type(value).__name__}")
 
 
-def decode(data):
-    """The inverse of `encode`, for data read from a record: builds only plain values."""
+# Bounds on what one decoded value may build: a record is read as untrusted data, and the
+# grader's memory for it must stay within a small multiple of the record's own size.
+MAX_DECODED_BYTES = 256 * 2**20  # array and tensor bytes, text and list slots, of one value
+MAX_DECODE_DEPTH = 16  # `encode` nests at most 9 deep
+MAX_DIMENSIONS = 8
+MAX_ITEMS = 1_000_000  # of one list, tuple or dict
+MAX_TEXT_CHARS = 1_000_000  # of one string
+ARRAY_DTYPES = frozenset(np.dtype(name).newbyteorder(order).str for order in "<>" for name in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128"))
+TENSOR_DTYPES = {name: getattr(torch, name) for name in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16", "float32",
+    "float64", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2")
+    if isinstance(getattr(torch, name, None), torch.dtype)}
+NON_FINITE = ("inf", "-inf", "nan")  # what `encode` writes for a float that is not finite
 
+
+class _Budget:
+    """What is left of MAX_DECODED_BYTES while one value is decoded; taken before allocating."""
+
+    def __init__(self):
+        self.left = MAX_DECODED_BYTES
+
+    def take(self, size: int) -> None:
+        if size > self.left:
+            raise RecordMismatch(f"a recorded value is larger than the grader reads "
+                                 f"({MAX_DECODED_BYTES // 2**20} MiB)")
+        self.left -= size
+
+
+def decode(data, depth: int = 0, budget: _Budget | None = None):
+    """The inverse of `encode`, for data read from a record: builds only plain values, each
+    checked as data (kinds, dtypes, shapes against the bytes they describe, sizes) before
+    anything is allocated for it. RecordMismatch when the record does not hold such a value."""
+    budget = _Budget() if budget is None else budget
+    if depth > MAX_DECODE_DEPTH:
+        raise RecordMismatch("a recorded value is nested too deeply")
+    if type(data) is str:
+        if len(data) > MAX_TEXT_CHARS:
+            raise RecordMismatch("a recorded text is too long")
+        budget.take(len(data))
+        return data
     if type(data) in _SCALARS:
         return data
     if type(data) is not dict or len(data) < 1:
@@ -309,34 +351,82 @@ def decode(data):
     if data.get("blank") is True:
         return ______
     if "float" in data:
-        return float(str(data["float"]))
+        if data["float"] not in NON_FINITE:
+            raise RecordMismatch("unreadable number in the record")
+        return float(data["float"])
     if "list" in data or "tuple" in data:
-        items = [decode(v) for v in _as_list(data.get("list", data.get("tuple")))]
+        items = _as_list(data.get("list", data.get("tuple")), budget)
+        items = [decode(v, depth + 1, budget) for v in items]
         return items if "list" in data else tuple(items)
     if "dict" in data and type(data["dict"]) is dict:
-        return {str(k): decode(v) for k, v in data["dict"].items()}
-    shape = tuple(int(n) for n in _as_list(data.get("shape")))
-    raw = base64.b64decode(str(data.get("data", "")), validate=True)
+        budget.take(16 * _bounded_length(data["dict"]))
+        return {decode(k, depth + 1, budget): decode(v, depth + 1, budget)
+                for k, v in data["dict"].items()}
     if "array" in data:
-        dtype = np.dtype(str(data["array"]))
-        if dtype.hasobject:
-            raise RecordMismatch("object array in the record")
+        if type(data["array"]) is not str or data["array"] not in ARRAY_DTYPES:
+            raise RecordMismatch("a recorded array has a dtype the grader does not read")
+        dtype = np.dtype(data["array"])
+        shape = _shape(data.get("shape"))
+        raw = _data_bytes(data.get("data"), math.prod(shape) * dtype.itemsize, budget)
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
     if "tensor" in data:
-        dtype = getattr(torch, str(data["tensor"]), None)
-        if not isinstance(dtype, torch.dtype):
+        dtype = TENSOR_DTYPES.get(data["tensor"]) if type(data["tensor"]) is str else None
+        if dtype is None:
             raise RecordMismatch("unknown tensor dtype in the record")
-        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else \
-            torch.empty(0, dtype=torch.uint8)
-        tensor = flat.view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
-        return tensor.to(runtime.current().device)
+        shape = _shape(data.get("shape"))
+        size = math.prod(shape) * _item_size(dtype)
+        raw = _data_bytes(data.get("data"), size, budget)
+        if not size:
+            return torch.empty(shape, dtype=dtype).to(runtime.current().device)
+        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        return flat.view(dtype).reshape(shape).to(runtime.current().device)
     raise RecordMismatch("unreadable value in the record")
 
 
-def _as_list(value) -> list:
+def _bounded_length(value: list | dict) -> int:
+    if len(value) > MAX_ITEMS:
+        raise RecordMismatch(f"a recorded list holds more than {MAX_ITEMS:,} items")
+    return len(value)
+
+
+def _as_list(value, budget: _Budget | None = None) -> list:
     if type(value) is not list:
         raise RecordMismatch("unreadable value in the record")
+    if budget is not None:
+        budget.take(8 * _bounded_length(value))  # one slot per item
     return value
+
+
+def _shape(value) -> tuple[int, ...]:
+    """A recorded shape: at most MAX_DIMENSIONS non-negative ints whose non-zero ones multiply
+    to no more than MAX_DECODED_BYTES (an empty array's other sizes too: numpy and torch must
+    be able to hold its strides). That it fits the data is checked with the data."""
+    if type(value) is not list or len(value) > MAX_DIMENSIONS or any(
+            type(n) is not int or not 0 <= n < 2**63 for n in value):
+        raise RecordMismatch(f"a recorded array's shape is not a list of at most "
+                             f"{MAX_DIMENSIONS} sizes")
+    if math.prod(n for n in value if n) > MAX_DECODED_BYTES:
+        raise RecordMismatch("a recorded array's shape does not match its data")
+    return tuple(value)
+
+
+def _item_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _data_bytes(text, size: int, budget: _Budget) -> bytes:
+    """The `size` bytes that base64 `text` holds, checked against `size` (from the recorded
+    shape) before decoding; RecordMismatch when they differ."""
+    if type(text) is not str or len(text) != 4 * -(-size // 3):  # padded base64 of `size`
+        raise RecordMismatch("a recorded array's shape does not match its data")
+    budget.take(size)
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except ValueError:
+        raise RecordMismatch("a recorded array's data is not base64") from None
+    if len(raw) != size:
+        raise RecordMismatch("a recorded array's shape does not match its data")
+    return raw
 
 
 def _storage_bytes(tensor):
@@ -351,11 +441,20 @@ def encode_storage(tensor) -> str:
 
 
 def restore_storage(tensor, data) -> None:
-    raw = base64.b64decode(str(data), validate=True)
+    """Write the recorded bytes `data` (base64) over the whole storage of `tensor`; the record
+    must hold exactly as many bytes as the storage, checked before decoding."""
     view = _storage_bytes(tensor)
-    if len(raw) != view.numel():
+    size = view.numel()
+    if type(data) is not str or len(data) != 4 * -(-size // 3):
         raise RecordMismatch("a recorded tensor has the wrong size")
-    view.copy_(torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(view.device))
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:
+        raise RecordMismatch("a recorded tensor's data is not base64") from None
+    if len(raw) != size:
+        raise RecordMismatch("a recorded tensor has the wrong size")
+    if size:
+        view.copy_(torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(view.device))
 
 
 def digest(inputs, tensors=()) -> str:

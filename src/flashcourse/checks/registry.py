@@ -165,6 +165,10 @@ def check(exercise_id: str, answer) -> None:
 def _run_check(item: Exercise, answer) -> str:
     if is_blank(answer):
         raise BlankNotFilled(f"Fill in the blank: the answer to {item.id} is still ______.")
+    if callable(answer) and recording.current_exercise() is not None:
+        from . import tripwires
+
+        tripwires.flag_answer(answer)
     if callable(answer):
         recording.inspected("the answer holds no blank",
                             lambda: refuse_blanks(answer, getattr(answer, "__name__", item.id)))

@@ -19,7 +19,7 @@ submission passed, 1 otherwise, 2 when there was nothing to grade or no sandbox 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
 import queue
 import shutil
@@ -33,9 +33,8 @@ from pathlib import Path
 
 from .. import bench, runtime
 from ..checks import recording, registry
-from . import channel, collect, report, sandbox, score
-from .score import read_untrusted
-from .submission import TIMEOUT, Submission
+from . import channel, collect, limits, report, sandbox, score
+from .submission import CRASHED, MALFORMED, TIMEOUT, Submission
 
 DEFAULT_TIMEOUT = 120  # seconds per cell
 STARTUP_ALLOWANCE = 120  # seconds of a run that are not any cell's (kernel start, imports)
@@ -64,7 +63,8 @@ def _sandbox_env(home: str, interpreter: bool) -> dict[str, str]:
 
 class Grader:
     def __init__(self, root: Path, timeout: float, jobs: int, sandboxed: bool,
-                 hidden: list[Path], secret: bytes | None = None):
+                 hidden: list[Path], secret: bytes | None = None,
+                 memory: int = sandbox.SANDBOX_MEMORY_LIMIT):
         self.root, self.timeout, self.jobs, self.sandboxed = root, timeout, jobs, sandboxed
         self.hidden = hidden
         self.slots: queue.Queue[int] = queue.Queue()
@@ -72,6 +72,7 @@ class Grader:
             self.slots.put(slot)
         self.replay_lock = threading.Lock()  # replays share the check registry's state
         self.work = Path(tempfile.mkdtemp(prefix="fcgrade-"))
+        self.memory = memory  # bytes: every process of one sandbox together
         self.secret = secret or os.urandom(32)  # the run's own: never enters a sandbox
         self.interpreter = runtime.current().interpreter
         self.gpu = not self.interpreter
@@ -96,29 +97,12 @@ class Grader:
         talk = channel.Conversation(
             notebook=job.notebook, keys=keys,
             grading_cells={cell: exercise for exercise, (cell, _) in job.checks.items()})
-        inside = Path(__file__).with_name("inside.py")
         # the budget of the lesson's own cells: a submission's extra cells buy it no time
         wall = self.timeout * job.budget_cells + STARTUP_ALLOWANCE
         slot = self.slots.get()
         try:
-            if self.sandboxed:
-                prefix = []
-                if os.geteuid() == 0:  # a user of its own per slot; else the caller's own
-                    prefix = sandbox.drop_privileges(sandbox.SANDBOX_UID_BASE + slot)
-                inner = [sys.executable, str(inside), f"--timeout={self.timeout:g}"]
-                argv = sandbox.limits(self.gpu) + sandbox.command(
-                    self.root, self.hidden, prefix + inner, self.home, sandbox.WORK_LIMIT,
-                    sandbox.TMP_LIMIT)
-                home = f"{sandbox.MOUNT_POINT}/home"
-            else:
-                folder = work / "unsandboxed"
-                folder.mkdir()
-                shutil.copytree(self.home, folder / "home-template")
-                argv = [sys.executable, str(inside), f"--timeout={self.timeout:g}",
-                        f"--work={folder}"]
-                home = str(folder / "home")
-            env = _sandbox_env(home, self.interpreter)
-            status, seconds, log = sandbox.run(argv, env, wall, talk.talk)
+            with contextlib.ExitStack() as stack:
+                status, seconds, log, cap = self._run_sandbox(stack, work, talk, wall)
         finally:
             self.slots.put(slot)
         sub = job.sub
@@ -127,12 +111,38 @@ class Grader:
             sub.sandbox = "none"
         if talk.executed is not None:
             (work / "out" / "executed.ipynb").write_bytes(talk.executed)
+        if cap is not None and cap.hit:
+            sub.problems.append(cap.message())
         with self.replay_lock:
             score.score(sub, job, talk, self.timeout, wall_killed=status is None)
         if status not in (0, None) and not sub.problems:
             sub.notes.append(f"the sandbox exited with status {status}: "
                              f"{collect.printable(log.strip()[-300:], 300)}")
         return work
+
+    def _run_sandbox(self, stack: contextlib.ExitStack, work: Path,
+                     talk: channel.Conversation, wall: float):
+        """Run one sandbox (or, unsandboxed, the runner alone): (status, seconds, the end of
+        its error output, its memory cap or None)."""
+        inside = Path(__file__).with_name("inside.py")
+        runner = [sys.executable, str(inside), f"--timeout={self.timeout:g}"]
+        if not self.sandboxed:
+            folder = work / "unsandboxed"
+            folder.mkdir()
+            shutil.copytree(self.home, folder / "home-template")
+            env = _sandbox_env(str(folder / "home"), self.interpreter)
+            return (*sandbox.run(runner + [f"--work={folder}"], env, wall, talk.talk), None)
+        uid = None
+        prefix: list[str] = []
+        if os.geteuid() == 0:  # a user of its own, held by no other sandbox on this machine
+            uid = stack.enter_context(limits.UidLease()).uid
+            prefix = sandbox.drop_privileges(uid)
+        cap = stack.enter_context(limits.memory_cap(self.memory, uid=uid))
+        argv = (cap.prefix + limits.fresh_keyring_prefix() + sandbox.limits(self.gpu)
+                + sandbox.command(self.root, self.hidden, prefix + runner, self.home,
+                                  sandbox.WORK_LIMIT, sandbox.TMP_LIMIT))
+        env = _sandbox_env(f"{sandbox.MOUNT_POINT}/home", self.interpreter)
+        return (*sandbox.run(argv, env, wall, talk.talk, on_start=cap.watch), cap)
 
     def close(self) -> None:
         if not os.environ.get("FLASHCOURSE_KEEP_GRADING_WORK"):
@@ -156,14 +166,16 @@ def hidden_folders(root: Path, submitted: list[Path], out: Path | None) -> list[
 
 def grade(found: list[collect.Found], missing: list[str], out: Path | None = None,
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
-          sandboxed: bool = True, progress=None, secret: str | None = None) -> list[Submission]:
+          sandboxed: bool = True, progress=None, secret: str | None = None,
+          memory: int | None = None) -> list[Submission]:
     """Grade every found notebook; write the reports under `out` when given. `secret` reseeds
     every case the checks build (the same secret gives the same inputs). The replays need
     grading mode (and the secret) in this process's environment: it is restored afterwards."""
     saved = {name: os.environ.get(name) for name in (registry.GRADING_MODE_ENV,
                                                      registry.SECRET_ENV)}
     try:
-        return _grade(found, missing, out, jobs, timeout, root, sandboxed, progress, secret)
+        return _grade(found, missing, out, jobs, timeout, root, sandboxed, progress, secret,
+                      memory)
     finally:
         for name, value in saved.items():
             if value is None:
@@ -174,7 +186,8 @@ def grade(found: list[collect.Found], missing: list[str], out: Path | None = Non
 
 def _grade(found: list[collect.Found], missing: list[str], out: Path | None = None,
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
-          sandboxed: bool = True, progress=None, secret: str | None = None) -> list[Submission]:
+          sandboxed: bool = True, progress=None, secret: str | None = None,
+          memory: int | None = None) -> list[Submission]:
     if sandboxed:
         sandbox.bwrap()  # raises SandboxUnavailable with what to do
     root = (root or collect.course_root()).resolve()
@@ -185,22 +198,37 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
     os.environ.pop(registry.SECRET_ENV, None)  # the replay's inputs come from the run's keys
     jobs = max(1, jobs or min(len(found) or 1, os.cpu_count() or 1))
     hidden = hidden_folders(root, [item.path for item in found], out)
+    if sandboxed:
+        sandbox.check_hidden(root, hidden)  # before any sandbox: raises saying what to move
     subs: list[Submission] = []
     prepared: list[tuple[int, collect.Job]] = []
     for number, item in enumerate(found):
-        sub, job = collect.prepare(item, exercises)
+        try:
+            sub, job = collect.prepare(item, exercises)
+        except Exception as err:  # noqa: BLE001  (one bad notebook must not stop the class)
+            sub, job = Submission(label=item.label, path=str(item.path), status=MALFORMED,
+                                  problems=[f"malformed notebook: it could not be read "
+                                            f"({type(err).__name__})"]), None
         subs.append(sub)
         if job is not None:
             prepared.append((number, job))
+    collect.stop_scanner()  # every submission is scanned: its helper process can go
     grader = Grader(root, timeout, jobs, sandboxed, hidden,
-                    secret.encode("utf-8", "surrogatepass") if secret else None)
+                    secret.encode("utf-8", "surrogatepass") if secret else None,
+                    memory or sandbox.SANDBOX_MEMORY_LIMIT)
     executed: dict[int, Path] = {}
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = {number: pool.submit(grader.run_one, number, job)
                        for number, job in prepared}
             for number, future in futures.items():
-                executed[number] = future.result()
+                try:
+                    executed[number] = future.result()
+                except Exception as err:  # noqa: BLE001  (the others are still graded)
+                    subs[number].status = CRASHED
+                    subs[number].problems.append(
+                        f"the grader could not finish this submission ({type(err).__name__}: "
+                        f"{collect.printable(str(err), 200)})")
                 if progress:
                     progress(subs[number])
         for name in missing:
@@ -227,8 +255,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, default=None,
                         help="course folder with exercises/ (default: found from here)")
     parser.add_argument("--secret", default=None,
-                        help="derive the seed of every case from this text, so that inputs "
-                             "cannot be known in advance (keep it out of the repository)")
+                        help="derive every case's inputs from this text instead of a random "
+                             "secret of the run, to grade again with the same inputs (it never "
+                             "enters a sandbox; keep it out of the repository)")
+    parser.add_argument("--memory", type=float, default=None, metavar="GIB",
+                        help="memory of one sandbox, all its processes together, in GiB "
+                             f"(default {sandbox.SANDBOX_MEMORY_LIMIT / 2**30:g})")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run submissions without bubblewrap (unsafe; every report line "
                              "says so)")
@@ -243,7 +275,8 @@ def run_cli(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         subs = grade(found, missing, out=args.out, jobs=args.jobs, timeout=args.timeout,
-                     root=args.root, sandboxed=not args.no_sandbox, secret=args.secret)
+                     root=args.root, sandboxed=not args.no_sandbox, secret=args.secret,
+                     memory=int(args.memory * 2**30) if args.memory else None)
     except sandbox.SandboxUnavailable as err:
         print(f"cannot grade: {err}", file=sys.stderr)
         return 2

@@ -3,14 +3,21 @@ sandbox runs (grader side; nothing here runs student code)."""
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
 import json
 import os
 import re
+import select
 import stat
+import subprocess
+import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import answers, scan
+from . import answers, scan, validate
 from .submission import MALFORMED, REFUSED, UNMATCHED, Submission
 
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024  # a submission larger than this is refused unread
@@ -132,37 +139,48 @@ def _refusal(path: Path, base: Path) -> str:
     return ""
 
 
+_OTHER_FILES = ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
+                (stat.S_ISFIFO, "a FIFO, a named pipe"), (stat.S_ISSOCK, "a socket"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+# Opening never blocks (a FIFO), follows a link, or makes a terminal the controlling one.
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+
+
+def _not_regular(mode: int) -> str:
+    kind = next((name for test, name in _OTHER_FILES if test(mode)), "of another kind")
+    return f"not a regular file: {kind}"
+
+
 def read_regular(path: Path, limit: int) -> bytes:
     """The bytes of a regular file read once, never through a link, refused above `limit`
-    bytes; ValueError saying why otherwise. Submissions and what a sandbox left are read so."""
+    bytes; ValueError saying why otherwise. Submissions and what a sandbox left are read so.
+    Nothing else is opened (a FIFO would block the grader, a device would never end): its kind
+    is checked before opening, and again on what was opened, in case it was swapped."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        if not stat.S_ISREG(mode := os.lstat(path).st_mode):
+            raise ValueError(_not_regular(mode))
+        fd = os.open(path, _OPEN_FLAGS)
     except OSError as err:
         raise ValueError(f"cannot open it ({err.strerror})") from None
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file")
+            raise ValueError(_not_regular(info.st_mode))
         if info.st_size > limit:
             raise ValueError(f"the file is {info.st_size / 2**20:.0f} MiB (limit "
                              f"{limit / 2**20:.0f} MiB)")
-        return handle.read(limit + 1)
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # it grew while it was read
+        raise ValueError(f"the file is over {limit / 2**20:.0f} MiB (its limit)")
+    return data
 
 
 def read_notebook(path: Path) -> dict:
-    """The submission as JSON, read once without following a link; ValueError when it is not a
-    notebook."""
-    raw = read_regular(path, MAX_NOTEBOOK_BYTES)
-    try:
-        notebook = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"not valid JSON: {err}") from None
-    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list) \
-            or not all(isinstance(c, dict) for c in notebook["cells"]):
-        raise ValueError("JSON without a list of notebook cells")
-    if notebook.get("nbformat") != 4:
-        raise ValueError(f"nbformat {notebook.get('nbformat')!r}, expected 4")
-    return notebook
+    """The submission read once without following a link, parsed under a bound on its nesting
+    and checked as data (`validate.notebook`): only cells with text ids and sources come back.
+    ValueError saying why when it is not a notebook."""
+    return validate.notebook(validate.parse_json(read_regular(path, MAX_NOTEBOOK_BYTES)))
 
 
 def load_exercises(root: Path) -> dict[str, dict]:
@@ -263,9 +281,9 @@ class Job:
 
 
 def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | None]:
-    """Read, match and scan one submission; no job when it cannot run."""
-    from ..checks import registry
-
+    """Read, match and scan one submission; no job when it cannot run. Whatever the notebook
+    holds, this returns: one that cannot be read, or whose scan fails or runs past
+    SCAN_SECONDS, gets a MALFORMED line of its own and the class goes on."""
     sub = Submission(label=item.label, path=str(item.path))
     if item.refused:
         sub.status = REFUSED
@@ -277,6 +295,21 @@ def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | 
         sub.status = MALFORMED
         sub.problems.append(f"malformed notebook: {printable(str(err))}")
         return sub, None
+    try:
+        return _prepare_notebook(sub, item, submitted, exercises)
+    except Exception as err:  # noqa: BLE001  (a RecursionError, a MemoryError, a bug: this one)
+        why = str(err) if isinstance(err, ScanFailed) else f"{type(err).__name__}: {err}"
+        failed = Submission(label=item.label, path=str(item.path), status=MALFORMED)
+        failed.problems.append(f"malformed notebook: it could not be scanned ("
+                               f"{printable(why, 300)}); nothing of it was run. Split very "
+                               "long expressions or cells, then submit it again")
+        return failed, None
+
+
+def _prepare_notebook(sub: Submission, item: Found, submitted: dict,
+                      exercises: dict[str, dict]) -> tuple[Submission, Job | None]:
+    from ..checks import registry
+
     cells = submitted["cells"]
     slug = match_exercise(item.path.name, cells, exercises)
     checks = check_cells(exercises[slug]) if slug else {}
@@ -291,13 +324,13 @@ def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | 
     sub.lesson, sub.lesson_title = slug, lesson.title
     sub.total, sub.pass_line = lesson.total_points, lesson.pass_line
 
-    sub.tampering += scan.compare_grading_cells(pristine["cells"], cells)
-    sub.tampering += [str(f) for f in scan.scan_student_cells(cells)]
-    sub.tampering += [str(f) for f in scan.reference_calls(cells, answer_ids(pristine))]
     kernels = {ex.id: checks[ex.id][1] for ex in lesson.exercises
                if ex.kernel and ex.id in checks}
+    answer_cells = answers.answer_cells(pristine, checks)
+    scanned = scan_isolated(pristine, cells, kernels, answer_cells)
+    sub.tampering += scanned.tampering
     refused = {}
-    for problem in scan.kernel_problems(cells, kernels):
+    for problem in scanned.kernel_problems:
         exercise_id = problem.split(":", 1)[0]
         refused[exercise_id] = problem.split(": ", 1)[1]
         sub.tampering.append(problem)
@@ -305,10 +338,157 @@ def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | 
     for cell_id in sorted(answer_ids(pristine) - submitted_ids):
         sub.problems.append(f"answer cell `{cell_id}` is missing (deleted?)")
     sub.open_answers = open_answers(pristine, cells)
-    answer_cells = answers.answer_cells(pristine, checks)
     return sub, Job(sub, lesson, checks, build_run_notebook(submitted, pristine), refused,
-                    answer_cells, answers.blank_answers(pristine, cells, answer_cells),
+                    answer_cells, scanned.blank,
                     sum(c.get("cell_type") == "code" for c in pristine["cells"]))
+
+
+# ---------------------------------------------------------------- the scan, in its own process
+# Parsing and walking a submission's cells takes time and memory that grow with what they hold
+# (a cell of magics took minutes; a long expression exhausts the recursion limit). So the scan
+# runs in a process of its own, under a memory cap, one submission at a time, and a scan past
+# SCAN_SECONDS is killed with its process: that submission gets a line, the class goes on. The
+# process is started once (it imports the course) and again only after one was killed.
+
+SCAN_SECONDS = 30.0  # per submission; the lessons' notebooks scan in a fraction of a second
+SCANNER_START_SECONDS = 600.0  # for the scanning process to import the course (not a scan's)
+SCAN_MEMORY_BYTES = 2 * 2**30  # address space the scan may take beyond the imports
+SCAN_ANSWER_BYTES = 16 * 2**20  # the most the scanning process may answer about one notebook
+MAX_FINDINGS = 200  # tampering lines kept from one scan; the rest are counted
+_SCANNER_START = "from flashcourse.grader.collect import _scan_server; _scan_server()"
+
+
+class ScanFailed(Exception):
+    """The static scan of one submission raised, ran out of memory, or ran out of time."""
+
+
+@dataclass
+class Scanned:
+    """What the static scan found in one submission's cells."""
+    tampering: list[str]  # edited grading cells, patching, reference calls
+    kernel_problems: list[str]  # "exercise id: why its answer is not a @triton.jit kernel"
+    blank: dict[str, str]  # exercise id -> why its answer earns nothing (still blank)
+
+
+def scan_sources(pristine: dict, cells: list[dict], kernels: dict[str, str],
+                 answer_cells: dict[str, list[str]]) -> Scanned:
+    """Every check that parses or tokenises the student's cells (`scan`, `answers`)."""
+    tampering = scan.compare_grading_cells(pristine["cells"], cells)
+    tampering += [str(f) for f in scan.scan_student_cells(cells)]
+    tampering += [str(f) for f in scan.reference_calls(cells, answer_ids(pristine),
+                                                       pristine["cells"])]
+    if len(tampering) > MAX_FINDINGS:
+        tampering[MAX_FINDINGS:] = [f"... and {len(tampering) - MAX_FINDINGS:,} more findings "
+                                    "of the scan"]
+    return Scanned(tampering, scan.kernel_problems(cells, kernels),
+                   answers.blank_answers(pristine, cells, answer_cells))
+
+
+_scanner: subprocess.Popen | None = None
+_scanner_lock = threading.Lock()
+
+
+def scan_isolated(pristine: dict, cells: list[dict], kernels: dict[str, str],
+                  answer_cells: dict[str, list[str]],
+                  seconds: float = SCAN_SECONDS) -> Scanned:
+    """`scan_sources(...)` run in the scanning process; ScanFailed when it raises, runs out of
+    memory, or runs past `seconds` (the process is then killed, and started again next time)."""
+    request = json.dumps({"pristine": pristine, "cells": cells, "kernels": kernels,
+                          "answer_cells": answer_cells}).encode() + b"\n"
+    with _scanner_lock:
+        process = _scanner_process()
+        try:  # the scanning process reads all of it before it scans, so this cannot block
+            process.stdin.write(request)
+            process.stdin.flush()
+            line = _read_line(process.stdout.fileno(), seconds)
+        except (OSError, ScanFailed) as err:
+            stop_scanner()
+            why = err if isinstance(err, ScanFailed) else "its scan ended without a result"
+            raise ScanFailed(str(why)) from None
+    answer = json.loads(line)
+    if "failed" in answer:
+        raise ScanFailed(answer["failed"])
+    return Scanned(**answer["done"])
+
+
+def _scanner_process() -> subprocess.Popen:
+    global _scanner
+    if _scanner is None or _scanner.poll() is not None:
+        package_root = str(Path(__file__).resolve().parents[2])
+        path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+        _scanner = subprocess.Popen(  # stderr dropped: parsing student code may warn
+            [sys.executable, "-c", _SCANNER_START], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
+            env={**os.environ, "PYTHONPATH": path})
+        try:  # its imports take seconds on a busy machine: they are not the scan's time
+            _read_line(_scanner.stdout.fileno(), SCANNER_START_SECONDS)
+        except (OSError, ScanFailed):
+            stop_scanner()
+            raise ScanFailed("the scanning process did not start") from None
+    return _scanner
+
+
+def stop_scanner() -> None:
+    """End the scanning process (it is started again when a scan needs it)."""
+    global _scanner
+    if _scanner is not None:
+        _scanner.kill()
+        _scanner.wait()
+        _scanner = None
+
+
+atexit.register(stop_scanner)
+
+
+def _read_line(fd: int, seconds: float) -> bytes:
+    """One line from `fd` within `seconds`: ScanFailed past them, OSError at the end of the
+    stream."""
+    deadline, data = time.monotonic() + seconds, b""
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise ScanFailed(f"its scan ran past {seconds:g} s")
+        chunk = os.read(fd, 2**20)
+        if not chunk:
+            raise OSError("the scanning process ended")
+        data += chunk
+        if len(data) > SCAN_ANSWER_BYTES:
+            raise ScanFailed("its scan found too much to report")
+    return data
+
+
+def _scan_server() -> None:
+    """The scanning process: one JSON request a line on stdin, one JSON answer a line on
+    stdout; it ends with its stdin, or after running out of memory."""
+    answers_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # whatever else prints goes where stderr goes (nowhere)
+    _limit_memory(SCAN_MEMORY_BYTES)
+    answers_out.write('{"ready": true}\n')
+    answers_out.flush()
+    for line in sys.stdin:
+        try:
+            answer = {"done": dataclasses.asdict(scan_sources(**json.loads(line)))}
+        except Exception as err:  # noqa: BLE001  (RecursionError, MemoryError: the grader says)
+            answer = {"failed": f"{type(err).__name__}: {str(err)[:300]}"}
+        answers_out.write(json.dumps(answer) + "\n")
+        answers_out.flush()
+        if "failed" in answer and answer["failed"].startswith("MemoryError"):
+            return  # a fresh process for the next submission
+
+
+def _limit_memory(extra: int) -> None:
+    """Cap this process's address space at what it maps now plus `extra` bytes (Linux; where
+    that cannot be read, the time limit alone holds)."""
+    try:
+        import resource
+
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = mapped + extra if hard == resource.RLIM_INFINITY else min(hard, mapped + extra)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ImportError, OSError, ValueError):
+        pass
 
 
 def open_answers(pristine: dict, cells: list[dict]) -> dict[str, str]:

@@ -29,8 +29,10 @@ import ctypes
 import json
 import os
 import shutil
+import signal
 import struct
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +42,8 @@ OUTPUT_LIMIT = 100_000  # characters of output kept per cell
 KERNEL_STARTUP_TIMEOUT = 600
 RECORD_MIME = "application/vnd.flashcourse.record+json"  # as in checks/recording.py
 TRIPWIRE_MIME = "application/vnd.flashcourse.tripwire+json"
+# Seconds past the per-cell limit (and its interrupt) after which a cell's kernel is killed.
+STUCK_GRACE = 60
 TRIPWIRES_PER_CELL = 20  # tripwire outputs forwarded per cell (one is enough to flag it)
 FRAME_HEADER = struct.Struct(">Q")
 WORK = Path("/grading")
@@ -148,6 +152,18 @@ def _take_channel_outputs(outputs: list) -> tuple[list, list, list]:
     return rest, records, hits
 
 
+def _stop_kernel(client, stuck: threading.Event) -> None:
+    """A cell still running STUCK_GRACE seconds after its interrupt: the kernel answers
+    nothing any more (nbclient would wait for it forever), so it is killed."""
+    stuck.set()
+    process = getattr(getattr(client.km, "provisioner", None), "process", None)
+    if process is not None:
+        try:
+            os.kill(process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def _prepare_home(work: Path) -> None:
     template, home = work / "home-template", work / "home"
     if template.is_dir() and not home.exists():
@@ -202,12 +218,20 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
             started = time.monotonic()
             entry = {"id": cell.get("id"), "status": "ok", "ename": "", "evalue": "",
                      "dropped": 0}
+            stuck = threading.Event()
+            watchdog = threading.Timer(timeout + STUCK_GRACE, _stop_kernel, (client, stuck))
+            watchdog.daemon = True
+            watchdog.start()
             try:
                 client.execute_cell(cell, index)
             except CellTimeoutError:
                 entry["status"] = "timeout"
             except DeadKernelError:
                 entry["status"] = "kernel died"
+            finally:
+                watchdog.cancel()
+            if stuck.is_set():
+                entry["status"] = "stuck"
             entry["seconds"] = round(time.monotonic() - started, 2)
             outputs, records, hits = _take_channel_outputs(list(cell.get("outputs", [])))
             for record in records[:2]:  # a second one is the grader's to flag
@@ -222,7 +246,7 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
                 entry["status"] = "timeout" if entry["seconds"] >= timeout and \
                     entry["ename"] == "KeyboardInterrupt" else "error"
             write_frame(outgoing, {"type": "ran", "entry": entry})
-            if entry["status"] == "kernel died":
+            if entry["status"] in ("kernel died", "stuck"):
                 break
     write_frame(outgoing, {"type": "executed", "notebook": nbformat.writes(notebook)})
     write_frame(outgoing, {"type": "done"})

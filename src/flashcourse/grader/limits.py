@@ -4,13 +4,15 @@
   at the same time, of this grader run or of any other on the machine: one lock file per uid,
   taken with an exclusive flock. Before and after, that uid's kernel keyrings are cleared and
   its leftover processes killed, so nothing one sandbox left behind reaches the next.
+- `fresh_keyring_prefix`: a session keyring of the sandbox's own, not the grader's (which every
+  sandbox would otherwise share).
 - `memory_cap`: a bound on the memory of a whole sandbox, all its processes together: a memory
   cgroup of its own where the host lets the grader make one (cgroup v2 or v1), else a watchdog
   that sums the memory of the sandbox's processes and kills them all above the bound. Either
   way `MemoryCap.hit` says afterwards whether the sandbox was stopped for it.
 
-Both work fully only for a grader started by root; started by another user, a lease only
-reserves the number (the sandbox runs as that user) and the cap is the watchdog.
+A grader started by another user than root runs its sandboxes as that user: a lease then only
+reserves the number, and the cap is a cgroup only where the host delegates one to that user.
 """
 
 from __future__ import annotations
@@ -42,12 +44,11 @@ CGROUP_NAME = "flashcourse-grade"  # the folder of the sandboxes' cgroups, under
 POLL_SECONDS = 0.2  # how often the cap looks at a running sandbox
 KILL_WAIT_SECONDS = 5.0  # how long to wait for killed processes to go
 
+KEYCTL_JOIN_SESSION_KEYRING = 1
 KEYCTL_CLEAR = 7
-KEYCTL_READ = 11
 KEY_SPEC_USER_KEYRING = -4
 KEY_SPEC_USER_SESSION_KEYRING = -5
-KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219}
-ADD_KEY_SYSCALL = {"x86_64": 248, "aarch64": 217}
+KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219}  # the syscall's number, per machine
 
 # Runs as root in a fresh, single-threaded interpreter, then becomes the uid (a grader thread
 # must not change its own uid, and the uid may not be able to read Python's files).
@@ -62,6 +63,18 @@ for keyring in ({KEY_SPEC_USER_KEYRING}, {KEY_SPEC_USER_SESSION_KEYRING}):
     args = [ctypes.c_long(a) for a in (number, {KEYCTL_CLEAR}, keyring)]
     if libc.syscall(*args) == -1:
         sys.exit(os.strerror(ctypes.get_errno()))
+"""
+
+# Joins a new, empty session keyring, then runs the rest of the command line in its place.
+_JOIN_FRESH_KEYRING = f"""
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+number = ctypes.c_long(int(sys.argv[1]))
+if libc.syscall(number, ctypes.c_long({KEYCTL_JOIN_SESSION_KEYRING}), None) == -1:
+    if ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):  # no keyrings: nothing to share
+        sys.exit("cannot give the sandbox a keyring of its own: "
+                 + os.strerror(ctypes.get_errno()))
+os.execvp(sys.argv[2], sys.argv[2:])
 """
 
 _said: set[str] = set()
@@ -121,7 +134,7 @@ class UidLease:
                 continue
             lock = os.open(folder / f"uid-{uid}.lock",
                            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:  # an flock is held until its file is closed, even when the grader dies
+            try:  # held until the file is closed: a grader that dies frees its uids
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(lock)
@@ -199,6 +212,17 @@ def clear_keyrings(uid: int) -> None:
     if result.returncode != 0:
         reason = result.stderr.strip().splitlines()[-1:] or [f"status {result.returncode}"]
         _say_once(f"cannot clear the sandbox users' keyrings ({reason[0]}); going on")
+
+
+def fresh_keyring_prefix() -> list[str]:
+    """The command prefix that runs the rest in a new, empty session keyring. Without it a
+    sandbox inherits the grader's session keyring (systemd gives services one, PAM gives logins
+    one), possesses it whatever its uid, and can leave keys in it for the next sandbox."""
+    number = KEYCTL_SYSCALL.get(platform.machine())
+    if number is None:
+        _say_once(f"sandboxes share the grader's session keyring on {platform.machine()}")
+        return []
+    return [sys.executable, "-I", "-S", "-c", _JOIN_FRESH_KEYRING, str(number)]
 
 
 class MemoryCap:
@@ -288,29 +312,7 @@ def memory_cap(limit_bytes: int, uid: int | None = None,
 
 
 def _descendants(root: int) -> set[int]:
-    """`root` and every process under it: from the kernel's lists of each thread's children
-    where it keeps them (reading only the tree), else from every process's parent."""
-    children = None if _KEEPS_CHILDREN else _children_by_parent()
-    tree, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid in tree:
-            continue
-        tree.add(pid)
-        if children is not None:
-            todo += children.get(pid, [])
-            continue
-        with contextlib.suppress(OSError):  # gone meanwhile
-            for task in os.scandir(f"/proc/{pid}/task"):
-                with contextlib.suppress(OSError):
-                    todo += [int(c) for c in Path(task.path, "children").read_text().split()]
-    return tree
-
-
-_KEEPS_CHILDREN = Path(f"/proc/self/task/{os.getpid()}/children").exists()
-
-
-def _children_by_parent() -> dict[int, list[int]]:
+    """`root` and every process under it, from every process's parent."""
     children: dict[int, list[int]] = {}
     for pid in _pids():
         try:
@@ -319,7 +321,13 @@ def _children_by_parent() -> dict[int, list[int]]:
             continue  # gone
         parent = int(text[text.rindex(")") + 2:].split()[1])  # the name may hold ')' too
         children.setdefault(parent, []).append(pid)
-    return children
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.add(pid)
+            todo += children.get(pid, [])
+    return tree
 
 
 def _owner_of(pid: int) -> int | None:
@@ -357,11 +365,9 @@ class _Cgroup:
         for version, parent in _cgroup_parents():
             path = parent / CGROUP_NAME / f"sandbox-{os.getpid()}-{secrets.token_hex(4)}"
             try:
-                if version == 2:  # children get the memory controller only when asked for it
-                    path.parent.mkdir(exist_ok=True)
+                path.parent.mkdir(exist_ok=True)
+                if version == 2:  # its children get the memory controller only when asked
                     (path.parent / "cgroup.subtree_control").write_text("+memory")
-                else:
-                    path.parent.mkdir(exist_ok=True)
                 path.mkdir()
             except OSError:
                 continue

@@ -30,14 +30,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-SANDBOX_UID_BASE = 61000  # slot n runs as uid/gid SANDBOX_UID_BASE + n
+from .limits import SANDBOX_UID_BASE  # noqa: F401  (cli.py's, until each sandbox leases a uid)
+
 MOUNT_POINT = "/grading"
-MEMORY_LIMIT = 12 * 2**30  # address space per process on a CPU
+SANDBOX_MEMORY_LIMIT = 8 * 2**30  # all processes of a sandbox together (limits.memory_cap)
+ADDRESS_SPACE_LIMIT = 12 * 2**30  # address space per process on a CPU
 FILE_LIMIT = 256 * 2**20  # largest file the sandbox may write
 PROCESS_LIMIT = 512  # processes and threads of the sandbox user
+# Its tmpfs. In a memory cgroup their files count towards SANDBOX_MEMORY_LIMIT; not for the
+# watchdog, which sees only what processes map.
 WORK_LIMIT = 1 * 2**30  # bytes the sandbox may keep in its work folder (a tmpfs)
 TMP_LIMIT = 1 * 2**30  # bytes in its private /tmp (a tmpfs)
+SHM_LIMIT = 256 * 2**20  # bytes in /dev/shm (inside bwrap's /dev, an unbounded tmpfs)
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt")
+# What running a notebook reads from the course; nothing else of it enters a sandbox.
+COURSE_PARTS = ("src", "exercises", "lessons", "assets", "pyproject.toml")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -54,7 +61,52 @@ def bwrap() -> str:
     return path
 
 
+def _system_folders() -> list[Path]:
+    return [Path("/") / name for name in SYSTEM_DIRS
+            if (Path("/") / name).is_dir() and not (Path("/") / name).is_symlink()]
+
+
+def _python_roots() -> set[Path]:
+    """Python's installation and the virtual environment (sys.prefix), wherever they are."""
+    return {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
+            Path(sys.executable).resolve().parent.parent}
+
+
+def _course_parts(course: Path) -> list[Path]:
+    course = course.resolve()
+    return [course / name for name in COURSE_PARTS if (course / name).exists()]
+
+
+def check_hidden(course: Path, hidden: list[Path]) -> None:
+    """Raise SandboxUnavailable when a folder every sandbox must not see (`hidden`: submissions,
+    reports, workspaces) lies inside one every sandbox sees: hiding it there would name it in
+    the sandbox's mount table and in bwrap's command line."""
+    seen = [*_system_folders(), *sorted(_python_roots()), *_course_parts(course)]
+    for path in hidden:
+        path = path.resolve()
+        if not path.exists() or course.resolve().is_relative_to(path):
+            continue  # nothing to see there; the course's own ancestors are never hidden
+        for folder in seen:
+            if path.is_relative_to(folder.resolve()):
+                raise SandboxUnavailable(
+                    f"{path} holds submissions or reports, which no sandbox may see, but "
+                    f"every sandbox sees {folder} (read-only). Move the submissions and "
+                    f"reports out of {folder} (keep them outside the course's "
+                    f"{', '.join(COURSE_PARTS)} and Python's folders) and grade again.")
+
+
+def sized_tmpfs(dest: str, limit: int, perms: str | None = None) -> list[str]:
+    """bwrap arguments mounting a tmpfs of at most `limit` bytes at `dest` (writing past it
+    fails with ENOSPC), with mode `perms` ("1777" for a /tmp) when given."""
+    return [*(["--perms", perms] if perms else []), "--size", str(limit), "--tmpfs", dest]
+
+
 def _mounts(course: Path, hidden: list[Path]) -> list[str]:
+    """Read-only binds of the system, Python (with its virtual environment) and the course's
+    COURSE_PARTS. The rest of the course (submissions, reports, workspaces, .git) is absent,
+    so no bind or mount point names it; a folder of `hidden` inside what is bound is refused
+    (check_hidden)."""
+    check_hidden(course, hidden)
     args: list[str] = []
     for name in SYSTEM_DIRS:
         path = Path("/") / name
@@ -62,9 +114,7 @@ def _mounts(course: Path, hidden: list[Path]) -> list[str]:
             args += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             args += ["--ro-bind", str(path), str(path)]
-    python_roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
-                    Path(sys.executable).resolve().parent.parent}
-    roots = python_roots | {course.resolve()}
+    roots = _python_roots() | set(_course_parts(course))
     made: set[Path] = set()
     for root in sorted(roots):
         if any(root.is_relative_to(other) and root != other for other in roots):
@@ -74,12 +124,6 @@ def _mounts(course: Path, hidden: list[Path]) -> list[str]:
                 made.add(parent)
                 args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", str(root), str(root)]
-    for path in hidden:  # inside the read-only course: submissions, reports, workspaces
-        path = path.resolve()
-        if course.resolve().is_relative_to(path):
-            continue  # never hide the course itself
-        if path.is_dir() and any(path.is_relative_to(r) for r in python_roots | {course}):
-            args += ["--tmpfs", str(path)]
     return args
 
 
@@ -95,11 +139,14 @@ def command(course: Path, hidden: list[Path], inner: list[str], home_template: P
             "--unshare-cgroup-try", "--hostname", "grading",
             # the private /tmp first: bwrap mounts in order, and a course or Python that lives
             # under /tmp must be bound on top of it, not hidden by it
-            "--perms", "1777", "--size", str(tmp_limit), "--tmpfs", "/tmp",
+            *sized_tmpfs("/tmp", tmp_limit, "1777"),
             *_mounts(course, hidden),
             "--dev", "/dev", "--proc", "/proc",
             *gpu_devices(),
-            "--perms", "1777", "--size", str(work_limit), "--tmpfs", MOUNT_POINT,
+            # bwrap's /dev is a tmpfs without a size: shared memory gets a bounded one of its
+            # own, and the rest of /dev turns read-only
+            *sized_tmpfs("/dev/shm", SHM_LIMIT, "1777"), "--remount-ro", "/dev",
+            *sized_tmpfs(MOUNT_POINT, work_limit, "1777"),
             "--ro-bind", str(home_template), f"{MOUNT_POINT}/home-template",
             "--chdir", MOUNT_POINT,
             "--", *inner]
@@ -124,23 +171,25 @@ def limits(gpu: bool) -> list[str]:
     prefix = ["prlimit", f"--nproc={PROCESS_LIMIT}", "--nofile=4096", f"--fsize={FILE_LIMIT}",
               "--core=0"]
     if not gpu:
-        prefix.append(f"--as={MEMORY_LIMIT}")
+        prefix.append(f"--as={ADDRESS_SPACE_LIMIT}")
     return prefix + ["--"]
 
 
 LOG_TAIL = 64 * 1024  # bytes of the sandbox's own error output kept
 
 
-def run(argv: list[str], env: dict, wall: float,
-        talk: Callable[[BinaryIO, BinaryIO], None]) -> tuple[int | None, float, str]:
+def run(argv: list[str], env: dict, wall: float, talk: Callable[[BinaryIO, BinaryIO], None],
+        on_start: Callable[[int], None] | None = None) -> tuple[int | None, float, str]:
     """Run `argv` (`limits(...)` + `command(...)`) with the channel on its standard input and
-    output, conducted by `talk(to_sandbox, from_sandbox)` in this thread; kill its process
-    group at `wall` seconds. (exit status or None when killed, seconds, the end of its error
-    output)."""
+    output, conducted by `talk(to_sandbox, from_sandbox)` in this thread (`on_start(pid)`
+    first: the memory cap's watch); kill its process group at `wall` seconds.
+    (exit status or None when killed, seconds, the end of its error output)."""
     started = time.monotonic()
     process = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, start_new_session=True)
     timed_out = threading.Event()
+    if on_start is not None:
+        on_start(process.pid)
 
     def kill() -> None:
         try:  # bwrap's own process group; the PID namespace dies with its first process

@@ -3,7 +3,8 @@ generated exercise notebook, and scan the student's own cells for code that rebi
 what grading relies on (the check, the reference, numpy/torch functions, builtins).
 
 The scan is static and deliberately strict: lesson answers never need to assign to a module
-attribute, import `builtins`, or call `setattr`/`exec`. A runtime snapshot taken inside the kernel
+attribute, import `builtins`, call `setattr`/`exec`, or look an attribute up by a computed name.
+A cell too deeply nested to follow is a finding too. A runtime snapshot taken inside the kernel
 is no longer needed for verdicts: every point is decided outside the student's process
 (`flashcourse.checks.recording`), so the scan's findings say what a submission tried, and the
 reference and kernel checks below say whether its answers do the work themselves.
@@ -12,7 +13,10 @@ reference and kernel checks below say whether its answers do the work themselves
 from __future__ import annotations
 
 import ast
+import functools
+from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 GRADING_IDS = ("setup", "scorecard")  # plus every id starting with CHECK_PREFIX
 CHECK_PREFIX = "check-"
@@ -36,13 +40,30 @@ CANONICAL = {
     "print": (),
     "json": ("json",),
 }
-# Modules whose import in a student cell is refused outright.
+# Modules whose import in a student cell is refused outright. Those from `pkgutil` on resolve
+# dotted names or run source text at run time (pickle resolves the globals its data names).
 FORBIDDEN_MODULES = {"builtins", "__builtin__", "importlib", "ctypes", "gc", "imp", "cffi",
-                     "_thread", "signal", "faulthandler", "atexit", "sitecustomize", "inspect"}
+                     "_thread", "signal", "faulthandler", "atexit", "sitecustomize", "inspect",
+                     "pkgutil", "code", "codeop", "runpy", "pdb", "bdb", "cProfile", "profile",
+                     "pickle", "_pickle", "marshal", "dill", "cloudpickle"}
 # Builtins a lesson answer never needs and that reach around the scan.
 FORBIDDEN_CALLS = {"setattr", "delattr", "exec", "eval", "compile", "globals", "vars",
                    "__import__", "breakpoint", "locals"}
 FORBIDDEN_NAMES = {"__builtins__", "__builtin__", "get_ipython", "sys_modules"}
+# Attributes that resolve a dotted name or run source text, reached from any object (a module
+# may hold `code` or `importlib` without the student importing it).
+DYNAMIC_ATTRIBUTES = {"resolve_name", "import_module", "run_path", "run_module", "run_code",
+                      "InteractiveInterpreter", "InteractiveConsole", "interact", "runsource",
+                      "runcode", "compile_command", "exec_module"}
+# Calls that look an attribute up by the name they are given (the last two from `operator`).
+LOOKUP_CALLS = ("getattr", "attrgetter", "methodcaller")
+# Builtins that run source text, whose argument is worth naming when it was decoded first.
+SOURCE_CALLS = {"exec", "eval", "compile", "__import__"}
+# Calls that turn hidden text back into source: base64, codecs, hex, compression.
+DECODERS = {"b64decode", "b32decode", "b16decode", "b85decode", "a85decode",
+            "urlsafe_b64decode", "standard_b64decode", "decodebytes", "decode", "fromhex",
+            "unhexlify", "a2b_base64", "a2b_hex", "decompress"}
+TOO_DEEP = "could not be scanned (too deeply nested)"
 # Dunder attributes that are harmless to read.
 HARMLESS_DUNDERS = {"__name__", "__doc__", "__class__", "__len__", "__init__", "__call__",
                     "__qualname__", "__module__"}
@@ -88,12 +109,27 @@ def _to_python(source: str) -> str:
     return TransformerManager().transform_cell(source)
 
 
-def _parse(source: str) -> ast.Module | None:
+class _TooDeep(Exception):
+    """A cell nested deeper than Python's parser or the scan's recursive visitor can follow."""
+
+
+def _parse_or_refuse(source: str) -> ast.Module | None:
     """A cell's syntax tree, magics turned into calls; None for a syntax error (a cell that does
-    not parse cannot run either, so it is not tampering)."""
+    not parse cannot run either, so it is not tampering); _TooDeep for a cell nested too deeply
+    to parse (a 5,000-term sum), which may well run."""
     try:
         return ast.parse(_to_python(source))
     except SyntaxError:
+        return None
+    except (RecursionError, MemoryError) as err:
+        raise _TooDeep from err
+
+
+def _parse(source: str) -> ast.Module | None:
+    """`_parse_or_refuse`, with None for a cell too deep to parse too: `scan_cell` reports it."""
+    try:
+        return _parse_or_refuse(source)
+    except _TooDeep:
         return None
 
 
@@ -107,15 +143,132 @@ def _root(node: ast.AST) -> str | None:
 def _dotted(node: ast.AST) -> str:
     try:
         return ast.unparse(node)
-    except Exception:  # pragma: no cover - unparse handles every expression node
+    except Exception:  # a RecursionError on a deeply nested expression
         return "<expression>"
 
 
+# ---------------------------------------------------------------- scopes, without recursion
+
+def _parameters(args: ast.arguments) -> set[str]:
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+    return {arg.arg for arg in every if arg is not None}
+
+
+def _locals_of(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    """Names a function or lambda binds in its own scope (parameters, assignments, nested
+    definitions, imports), less those it declares global. Comprehension targets stay in the
+    comprehension's scope; a walrus inside one binds here."""
+    bound = _parameters(function.args)
+    declared_global: set[str] = set()
+    stack = list(function.body) if isinstance(function.body, list) else [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            inner = [node.elt] if hasattr(node, "elt") else [node.key, node.value]
+            for generator in node.generators:
+                inner += [generator.iter, *generator.ifs]
+            stack += inner
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+        elif isinstance(node, ast.Global):
+            declared_global.update(node.names)
+        stack.extend(ast.iter_child_nodes(node))
+    return bound - declared_global
+
+
+def _global_loads(tree: ast.AST) -> set[int]:
+    """ids of the Name nodes in `tree` that read a notebook-wide name: not a parameter or local
+    of an enclosing function, lambda or comprehension (cells share one namespace)."""
+    found: set[int] = set()
+    stack: list[tuple[ast.AST, frozenset[str]]] = [(tree, frozenset())]
+    while stack:
+        node, local = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            outer = [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
+            if not isinstance(node, ast.Lambda):  # decorators and annotations run outside
+                every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg,
+                         args.kwarg]
+                outer += [*node.decorator_list, node.returns,
+                          *(arg.annotation for arg in every if arg is not None)]
+            inner = local | _locals_of(node)
+            body = node.body if isinstance(node.body, list) else [node.body]
+            stack += [(n, local) for n in outer if n is not None] + [(n, inner) for n in body]
+            continue
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            first, *rest = node.generators
+            inner = local | {name.id for generator in node.generators
+                             for name in ast.walk(generator.target)
+                             if isinstance(name, ast.Name)}
+            stack.append((first.iter, local))  # the first iterable is read outside
+            parts = [node.elt] if hasattr(node, "elt") else [node.key, node.value]
+            parts += [*first.ifs, *(n for g in rest for n in (g.iter, *g.ifs))]
+            stack += [(n, inner) for n in parts]
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
+                node.id not in local:
+            found.add(id(node))
+        stack.extend((child, local) for child in ast.iter_child_nodes(node))
+    return found
+
+
+def _decoded_names(tree: ast.AST) -> set[str]:
+    """Names a cell binds to text it decoded (`src = base64.b64decode(blob).decode()`)."""
+    return {name.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+            and _decodes(node.value, set())
+            for target in node.targets for name in ast.walk(target)
+            if isinstance(name, ast.Name)}
+
+
+def _source_runners(tree: ast.AST) -> set[str]:
+    """Names a cell binds to something that runs source text (`run = exec`,
+    `run = code.InteractiveInterpreter().runsource`)."""
+    return {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+            and ((isinstance(node.value, ast.Name) and node.value.id in SOURCE_CALLS)
+                 or (isinstance(node.value, ast.Attribute)
+                     and node.value.attr in DYNAMIC_ATTRIBUTES))
+            for target in node.targets if isinstance(target, ast.Name)}
+
+
+def _decodes(node: ast.AST, decoded: set[str]) -> bool:
+    """Whether `node` decodes hidden text (base64, codecs, hex, zlib) or reads a name bound to
+    some."""
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name) and inner.id in decoded:
+            return True
+        if isinstance(inner, ast.Call):
+            func = inner.func
+            name = func.attr if isinstance(func, ast.Attribute) else \
+                func.id if isinstance(func, ast.Name) else ""
+            if name in DECODERS:
+                return True
+    return False
+
+
 class _Scanner(ast.NodeVisitor):
-    def __init__(self, cell: str, imported: dict[str, str]):
+    def __init__(self, cell: str, imported: dict[str, str], global_loads: set[int] | None = None,
+                 decoded: set[str] | None = None):
         self.cell = cell
         self.imported = imported  # name -> module it was imported from (across all cells)
+        self.global_loads = global_loads  # ids of Name loads of notebook-wide names; None: all
+        self.decoded = decoded or set()  # names the cell binds to decoded text
+        self.runners: set[str] = set()  # names the cell binds to exec and the like
         self.findings: list[Finding] = []
+        self.reported: set[int] = set()  # nodes a finding on their call already names
 
     def flag(self, node: ast.AST, what: str) -> None:
         self.findings.append(Finding(self.cell, getattr(node, "lineno", 0), what))
@@ -217,22 +370,85 @@ class _Scanner(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in FORBIDDEN_NAMES:
             self.flag(node, f"uses `{node.id}`")
+        elif isinstance(node.ctx, ast.Load) and id(node) not in self.reported and \
+                self._watched_call(node) and self._reads_global(node):
+            # `imp = __import__`, `partial(getattr, F)`: a renamed call the scan cannot follow
+            self.flag(node, f"uses `{node.id}` as a value, not in a call")
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr.startswith("__") and node.attr.endswith("__") and \
-                node.attr not in HARMLESS_DUNDERS:
-            self.flag(node, f"reaches into `{_dotted(node)}`")
-        elif node.attr == "modules" and _root(node) == "sys":
-            self.flag(node, "uses `sys.modules`")
-        elif node.attr in FRAME_ATTRIBUTES and _root(node) not in ("np", "numpy", "torch"):
-            self.flag(node, f"reads running frames (`{_dotted(node)}`)")
+        if id(node) not in self.reported:
+            self._check_attribute(node, node.attr, _root(node), _dotted(node))
         self.generic_visit(node)
+
+    def _check_attribute(self, node: ast.AST, attr: str, root: str | None, text: str) -> None:
+        """An attribute read, written `obj.attr` or looked up by a literal name."""
+        if attr.startswith("__") and attr.endswith("__") and attr not in HARMLESS_DUNDERS:
+            self.flag(node, f"reaches into `{text}`")
+        elif attr == "modules" and root == "sys":
+            self.flag(node, "uses `sys.modules`")
+        elif attr in FRAME_ATTRIBUTES and root not in ("np", "numpy", "torch"):
+            self.flag(node, f"reads running frames (`{text}`)")
+        elif attr in DYNAMIC_ATTRIBUTES and not self._from_forbidden_module(root):
+            self.flag(node, f"resolves a name or runs source text at run time (`{text}`)")
+        elif attr in LOOKUP_CALLS[1:] and isinstance(node, ast.Attribute):
+            self.flag(node, f"uses `{text}` as a value, not in a call")
+
+    def _from_forbidden_module(self, root: str | None) -> bool:
+        """Whether `root` was imported from a refused module (its import is reported)."""
+        return self.imported.get(root or "", "").split(".")[0] in FORBIDDEN_MODULES
+
+    def _reads_global(self, node: ast.Name) -> bool:
+        return self.global_loads is None or id(node) in self.global_loads
+
+    def _watched_call(self, func: ast.AST) -> str | None:
+        """Which watched call `func` names: one of LOOKUP_CALLS (the builtin, imported from
+        `operator`, or any module's attribute) or, for a bare name, one of FORBIDDEN_CALLS."""
+        if isinstance(func, ast.Name):
+            origin = self.imported.get(func.id, "")
+            if origin in ("operator.attrgetter", "operator.methodcaller"):
+                return origin.split(".")[1]
+            if func.id in FORBIDDEN_CALLS or func.id == "getattr":
+                return func.id
+        elif isinstance(func, ast.Attribute) and func.attr in LOOKUP_CALLS[1:]:
+            return func.attr
+        return None
+
+    def _check_lookup(self, node: ast.Call, kind: str) -> None:
+        """getattr(obj, name), attrgetter(name, ...), methodcaller(name, ...): a literal name is
+        an attribute read like any other; a computed one hides what it reaches."""
+        args = node.args
+        if kind == "getattr":
+            named = args[1:2]
+        elif kind == "attrgetter":
+            named = args
+        else:
+            named = args[:1]
+        literal = all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in named)
+        if not literal or any(isinstance(a, ast.Starred) for a in args):
+            self.flag(node, "looks an attribute up by a computed name "
+                            f"(`{_short(_dotted(node))}`)")
+            return
+        root = _root(args[0]) if kind == "getattr" and args else None
+        for literal in named:
+            for attr in literal.value.split("."):
+                self._check_attribute(node, attr, root, _short(_dotted(node)))
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        kind = self._watched_call(func)
+        if kind:
+            self.reported.add(id(func))  # named by this call's finding, not as a value
+        if kind in LOOKUP_CALLS:
+            self._check_lookup(node, kind)
         if isinstance(func, ast.Name) and func.id in FORBIDDEN_CALLS:
-            self.flag(node, f"calls `{func.id}()`")
+            decoded = func.id in SOURCE_CALLS and _decodes(node, self.decoded)
+            self.flag(node, f"calls `{func.id}()`" + (" on decoded text" if decoded else ""))
+        runs_source = (isinstance(func, ast.Attribute) and func.attr in DYNAMIC_ATTRIBUTES) or \
+            (isinstance(func, ast.Name) and func.id in self.runners)
+        if runs_source and _decodes(node, self.decoded):
+            self.reported.add(id(func))
+            self.flag(node, f"runs decoded text through `{_dotted(func)}`")
         if isinstance(func, ast.Attribute) and func.attr in MUTATORS:
             root = _root(func.value) or ""
             if root in ("fc", "flashcourse", "grading", "registry") or \
@@ -255,6 +471,7 @@ class _Scanner(ast.NodeVisitor):
                 except SyntaxError:
                     inner = None
                 if inner is not None:
+                    self.global_loads = (self.global_loads or set()) | _global_loads(inner)
                     self.visit(inner)
             return  # get_ipython() inside an allowed magic is fine
         self.generic_visit(node)
@@ -278,12 +495,18 @@ def imported_names(sources: list[str]) -> dict[str, str]:
 
 
 def scan_cell(cell_label: str, source: str, imported: dict[str, str]) -> list[Finding]:
-    """Findings of tampering in one student cell (a syntax error is not tampering)."""
-    tree = _parse(source)
-    if tree is None:
-        return []
+    """Findings of tampering in one student cell (a syntax error is not tampering; a cell too
+    deeply nested to follow is a finding: it could hide anything)."""
     scanner = _Scanner(cell_label, imported)
-    scanner.visit(tree)
+    try:
+        tree = _parse_or_refuse(source)
+        if tree is None:
+            return []
+        scanner.global_loads, scanner.decoded = _global_loads(tree), _decoded_names(tree)
+        scanner.runners = _source_runners(tree)
+        scanner.visit(tree)
+    except (_TooDeep, RecursionError, MemoryError):
+        return [*scanner.findings, Finding(cell_label, 0, TOO_DEEP)]
     return scanner.findings
 
 
@@ -360,10 +583,19 @@ def scan_student_cells(cells: list[dict]) -> list[Finding]:
 REFERENCE_MODULES = ("flashcourse.reference", "flashcourse.kernels", "flashcourse.checks",
                      "flashcourse.checks.registry",
                      "flashcourse.checks.recording")
-# Library calls that compute what an exercise asks the student to write.
+# Library calls that compute what an exercise asks the student to write (private spellings
+# such as `torch._softmax` or aten's `_scaled_dot_product_flash_attention` count too).
 REFERENCE_ATTRIBUTES = {"scaled_dot_product_attention", "softmax", "log_softmax",
                         "flash_attention", "flex_attention", "standard_attention",
-                        "multi_head_attention_forward"}
+                        "multi_head_attention_forward", "Softmax", "LogSoftmax",
+                        "MultiheadAttention"}
+# Helpers followed from an answer towards a reference, at most (`a` calls `b` calls `c`...).
+MAX_HELPER_DEPTH = 64
+
+
+def _is_reference_attribute(name: str) -> bool:
+    return name in REFERENCE_ATTRIBUTES or name.lstrip("_") in REFERENCE_ATTRIBUTES or \
+        "scaled_dot_product" in name
 
 
 def _is_module(dotted: str) -> bool:
@@ -384,9 +616,225 @@ def _reference_modules_by_alias(imported: dict[str, str]) -> dict[str, str]:
     return aliases
 
 
-def reference_calls(cells: list[dict], answer_ids: set[str]) -> list[Finding]:
+def _resolves_to_reference(dotted: str, aliases: dict[str, str]) -> bool:
+    """Whether `root.rest` names a reference through what `root` was imported as: a module of
+    REFERENCE_MODULES or something in one, or a library reference imported by name
+    (`from torch.nn.functional import softmax as sm`)."""
+    root, _, rest = dotted.partition(".")
+    module = aliases.get(root, "")
+    if not module:
+        return False
+    full = f"{module}.{rest}" if rest else module
+    return full.startswith(REFERENCE_MODULES) or \
+        _is_reference_attribute(module.rsplit(".", 1)[-1])
+
+
+def _literal_lookups(node: ast.Call, aliases: dict[str, str]) -> list[tuple[ast.AST | None, str]]:
+    """(object, dotted name) of each attribute a call looks up by a literal name:
+    getattr(obj, "name"), attrgetter("a.b")(obj), attrgetter("a.b"), methodcaller("name")."""
+    def literals(call: ast.Call) -> list[str]:
+        return [a.value for a in call.args
+                if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+
+    def called(call: ast.Call) -> str:
+        func = call.func
+        if isinstance(func, ast.Name):
+            return aliases.get(func.id, func.id).removeprefix("operator.")
+        return func.attr if isinstance(func, ast.Attribute) else ""
+
+    args = node.args
+    if called(node) == "getattr" and len(args) >= 2 and isinstance(args[1], ast.Constant) and \
+            isinstance(args[1].value, str):
+        return [(args[0], args[1].value)]
+    if called(node) in ("attrgetter", "methodcaller"):
+        return [(None, text) for text in literals(node)]
+    if isinstance(node.func, ast.Call) and args and \
+            called(node.func) in ("attrgetter", "methodcaller"):  # attrgetter("a.b")(torch)
+        return [(args[0], text) for text in literals(node.func)]
+    return []
+
+
+def _reference_in(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """The reference `node` itself uses, in words; None when it uses none."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+            [alias.name for alias in node.names]
+        if isinstance(node, ast.ImportFrom):
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
+        return next((n for n in names if n.startswith(REFERENCE_MODULES)
+                     or _is_reference_attribute(n.rsplit(".", 1)[-1])), None)
+    if isinstance(node, ast.Call):
+        applied = isinstance(node.func, ast.Call)  # attrgetter(...)(obj): its names seen inside
+        for obj, dotted in _literal_lookups(node, aliases):
+            named = not applied and any(_is_reference_attribute(p) for p in dotted.split("."))
+            if named or (obj is not None and _resolves_to_reference(f"{_dotted(obj)}.{dotted}",
+                                                                    aliases)):
+                return _short(_dotted(node))
+        return None
+    if isinstance(node, ast.Attribute) and _is_reference_attribute(node.attr):
+        return _dotted(node)
+    if isinstance(node, (ast.Attribute, ast.Name)):
+        dotted = _dotted(node)
+        if _resolves_to_reference(dotted, aliases):
+            return dotted
+    return None
+
+
+def _global_bindings(tree: ast.Module, library: set[str]) -> list[tuple[str, ast.AST]]:
+    """(name, what it is bound to) for each notebook-wide name a cell binds: definitions,
+    assignments, loop and `with` targets, names a function declares global (bound to the whole
+    function), and containers filled by a method call (`helpers.append(f)`). Module attributes
+    (`library`) are left out: the tamper scan refuses writes to them."""
+    found: list[tuple[str, ast.AST]] = []
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.append((node.name, node))
+            found += [(name, node) for inner in ast.walk(node) if isinstance(inner, ast.Global)
+                      for name in inner.names]
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        pairs: list[tuple[ast.AST, ast.AST]] = []
+        if isinstance(node, ast.Assign):
+            pairs = [(target, node.value) for target in node.targets]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value:
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            pairs = [(node.target, node.iter)]
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            pairs = [(node.optional_vars, node.context_expr)]
+        elif isinstance(node, ast.ImportFrom):
+            pairs = [(ast.Name(alias.asname or alias.name),
+                      ast.ImportFrom(node.module, [alias], node.level)) for alias in node.names]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            pairs = [(ast.Attribute(node.func.value), node)]  # `helpers.append(f)`: a write
+        for target, value in pairs:
+            for part in _target_parts(target):
+                if isinstance(part, ast.Name):
+                    found.append((part.id, value))
+                elif (root := _root(part)) and root not in library:
+                    found.append((root, value))  # `table["x"] = f` fills `table`
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _target_parts(target: ast.AST) -> list[ast.AST]:
+    """The names and attribute or item writes an assignment target is made of."""
+    parts, stack = [], [target]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Tuple, ast.List)):
+            stack += node.elts
+        elif isinstance(node, ast.Starred):
+            stack.append(node.value)
+        else:
+            parts.append(node)
+    return parts
+
+
+def _shape(node: ast.AST) -> str:
+    """What a binding says, line numbers aside: equal for a lesson cell left as it was."""
+    try:
+        return ast.dump(node)
+    except (RecursionError, MemoryError):
+        return ""
+
+
+@dataclass(frozen=True)
+class _Reach:
+    cell: str  # the cell that binds the name
+    reference: str  # the reference it reaches, in words
+    through: tuple[str, ...]  # the names on the way, nearest first
+
+
+def _names_reaching_references(parsed: list[tuple[str, ast.Module, set[int]]],
+                               aliases: dict[str, str], library: set[str],
+                               given: set[tuple[str, str]]) -> dict[str, list[_Reach]]:
+    """Every notebook-wide name whose binding reaches a reference, itself or through other such
+    names (followed MAX_HELPER_DEPTH deep). A binding the lesson's own cells make (`given`:
+    lesson 7's `machine_backends` offers SDPA on purpose) is no reference by itself, but still
+    carries one that a student's name it reads reaches."""
+    bindings: list[tuple[str, str, set[str]]] = []  # name, cell, notebook-wide names read
+    reaching: dict[str, list[_Reach]] = {}
+    reached: set[int] = set()  # indices of the bindings found to reach a reference
+    queue: deque[tuple[str, int]] = deque()
+    for label, tree, loads in parsed:
+        for name, value in _global_bindings(tree, library):
+            read = {n.id for n in ast.walk(value) if isinstance(n, ast.Name) and id(n) in loads}
+            bindings.append((name, label, read))
+            own = None if (name, _shape(value)) in given else next(
+                (found for inner in ast.walk(value) if (found := _reference_in(inner, aliases))),
+                None)
+            if own:
+                reached.add(len(bindings) - 1)
+                if name not in reaching:
+                    queue.append((name, 0))
+                reaching.setdefault(name, []).append(_Reach(label, own, ()))
+    readers: dict[str, list[int]] = {}
+    for index, (_, _, read) in enumerate(bindings):
+        for name in read:
+            readers.setdefault(name, []).append(index)
+    while queue:
+        name, depth = queue.popleft()
+        if depth >= MAX_HELPER_DEPTH:
+            continue
+        first = reaching[name][0]
+        for index in readers.get(name, []):
+            reader, label, _ = bindings[index]
+            if index in reached:
+                continue
+            reached.add(index)
+            if reader not in reaching:
+                queue.append((reader, depth + 1))
+            reaching.setdefault(reader, []).append(
+                _Reach(label, first.reference, (name, *first.through)))
+    return reaching
+
+
+def _lesson_bindings(lesson_cells: list[dict], answer_ids: set[str],
+                     library: set[str]) -> set[tuple[str, str]]:
+    """(name, shape) of what the lesson's own code cells bind (not its answer cells)."""
+    given = set()
+    for cell in lesson_cells:
+        cell_id = cell.get("id")
+        if cell.get("cell_type") != "code" or cell_id in answer_ids or is_grading_id(cell_id):
+            continue
+        tree = _parse(cell_source(cell))
+        if tree is not None:
+            given |= {(name, _shape(value)) for name, value in _global_bindings(tree, library)}
+    return given
+
+
+@functools.lru_cache(maxsize=4)
+def _course_exercises(root: str) -> dict[str, dict]:
+    from . import collect
+
+    try:
+        return collect.load_exercises(Path(root))
+    except (OSError, ValueError):  # no readable exercise notebooks: no lesson bindings known
+        return {}
+
+
+def _course_lesson_cells(cells: list[dict]) -> list[dict]:
+    """The cells of the course's exercise notebook that `cells` answers (matched by their
+    grading cells); [] when none matches."""
+    from ..paths import COURSE_ROOT
+    from . import collect
+
+    exercises = _course_exercises(str(COURSE_ROOT))
+    slug = collect.match_exercise("", cells, exercises) if exercises else None
+    return exercises[slug]["cells"] if slug else []
+
+
+def reference_calls(cells: list[dict], answer_ids: set[str],
+                    lesson_cells: list[dict] | None = None) -> list[Finding]:
     """Uses of a reference in the answer cells (`answer_ids`): library attention or softmax,
-    or the package's own reference, attention helpers, kernels or checks."""
+    or the package's own reference, attention helpers, kernels or checks, reached directly,
+    by a literal getattr, or through a name bound in another cell whose binding reaches one.
+    `lesson_cells`: the exercise notebook's cells, whose own bindings are given to the student
+    (default: the course's exercise notebook with this notebook's grading cells)."""
     student = student_cells(cells)
     # A module the lesson's own cells import (`from flashcourse.kernels import attention as at`)
     # is a reference too: `at.helper(...)` in an answer is flagged. Names a lesson imports one by
@@ -397,33 +845,31 @@ def reference_calls(cells: list[dict], answer_ids: set[str]) -> list[Finding]:
                       if _is_module(module)}
     aliases = _reference_modules_by_alias(
         {**lesson_modules, **imported_names([src for _, src in student])})
+    library = set(CANONICAL) | set(aliases)
+    if lesson_cells is None:
+        lesson_cells = _course_lesson_cells(cells)
+    given = _lesson_bindings(lesson_cells, answer_ids, library)
+    parsed = [(label, tree, _global_loads(tree)) for label, source in student
+              if (tree := _parse(source)) is not None]
+    reaching = _names_reaching_references(parsed, aliases, library, given)
     findings = []
-    for label, source in student:
+    for label, tree, loads in parsed:
         if label not in answer_ids:
             continue
-        tree = _parse(source)
-        if tree is None:
-            continue
         for node in ast.walk(tree):
-            found = None
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
-                    [alias.name for alias in node.names]
-                if isinstance(node, ast.ImportFrom):
-                    names += [f"{node.module}.{alias.name}" for alias in node.names]
-                found = next((n for n in names if n.startswith(REFERENCE_MODULES)), None)
-            elif isinstance(node, ast.Attribute) and node.attr in REFERENCE_ATTRIBUTES:
-                found = _dotted(node)
-            elif isinstance(node, (ast.Attribute, ast.Name)):
-                dotted = _dotted(node)
-                root, _, rest = dotted.partition(".")
-                module = aliases.get(root, "")
-                full = f"{module}.{rest}" if rest else module
-                if module and full.startswith(REFERENCE_MODULES):
-                    found = dotted
+            line = getattr(node, "lineno", 0)
+            found = _reference_in(node, aliases)
             if found:
-                findings.append(Finding(label, getattr(node, "lineno", 0),
-                                        f"uses the reference `{found}` in an answer"))
+                findings.append(Finding(label, line, f"uses the reference `{found}` in an answer"))
+                continue
+            elsewhere = [r for r in reaching.get(getattr(node, "id", ""), []) if r.cell != label]
+            if elsewhere and id(node) in loads:
+                reach = elsewhere[0]
+                way = f" by way of {', '.join(f'`{n}`' for n in reach.through)}" \
+                    if reach.through else ""
+                findings.append(Finding(
+                    label, line, f"uses `{node.id}` (bound in `{reach.cell}`) in an answer: it "
+                                 f"reaches the reference `{reach.reference}`{way}"))
     unique = {str(f): f for f in findings}
     return list(unique.values())
 

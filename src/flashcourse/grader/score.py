@@ -9,13 +9,13 @@ report.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
 
 from ..blanks import BlankNotFilled
 from ..checks import recording, registry
+from . import validate
 from .channel import Conversation
 from .collect import Job, printable, read_regular
 from .submission import CRASHED, FAIL, PASS, TAMPERED, TIMEOUT, ExerciseResult, Submission
@@ -35,12 +35,14 @@ def read_untrusted(path: Path, limit: int) -> bytes | None:
 
 
 def read_json(path: Path, limit: int):
+    """The JSON in a file the sandbox wrote, or None: read as `read_untrusted` does, and parsed
+    only when it nests no deeper than `validate.MAX_JSON_DEPTH`."""
     raw = read_untrusted(path, limit)
     if raw is None:
         return None
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        return validate.parse_json(raw)
+    except (ValueError, RecursionError):
         return None
 
 
@@ -50,7 +52,7 @@ def message(text: str, limit: int = MESSAGE_CHARS) -> str:
     return printable(line, limit)
 
 
-RUN_STATUSES = ("ok", "error", "timeout", "kernel died")
+RUN_STATUSES = ("ok", "error", "timeout", "kernel died", "stuck")
 
 
 def _entry(raw) -> dict | None:
@@ -58,13 +60,15 @@ def _entry(raw) -> dict | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
         return None
     seconds = raw.get("seconds")
+    if type(seconds) is int:  # an int too large for a float must not raise here
+        seconds = float(seconds) if abs(seconds) < 2**53 else None
     dropped = raw.get("dropped")
     return {"id": raw["id"][:200],
             "status": raw.get("status") if raw.get("status") in RUN_STATUSES else "error",
             "ename": raw["ename"][:200] if isinstance(raw.get("ename"), str) else "",
             "evalue": raw["evalue"][:4000] if isinstance(raw.get("evalue"), str) else "",
-            "seconds": float(seconds) if type(seconds) in (int, float) and
-            math.isfinite(seconds) else 0.0,
+            "seconds": seconds if type(seconds) is float and math.isfinite(seconds) and
+            seconds >= 0 else 0.0,
             "dropped": dropped if type(dropped) is int and 0 <= dropped < 2**53 else 0}
 
 
@@ -150,9 +154,14 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
         sub.problems.append(f"the notebook ran past its wall-clock limit{where} and was "
                             "stopped")
     died = [cell_id for cell_id, run in runs.items() if run.get("status") == "kernel died"]
+    stuck = [cell_id for cell_id, run in runs.items() if run.get("status") == "stuck"]
     if died:
         sub.problems.append(f"the kernel died (crashed) while running `{printable(died[0], 80)}`;"
                             " later cells did not run")
+    elif stuck:
+        sub.problems.append(f"the kernel stopped answering in `{printable(stuck[0], 80)}` even "
+                            f"after {timeout:g} s and an interrupt, and was stopped; later "
+                            "cells did not run")
     elif not accounted or (not talk.finished and not wall_killed and not runs):
         sub.problems.append("the notebook could not be run (its sandbox left no account)")
     elif not talk.finished and not wall_killed:
@@ -198,7 +207,7 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
         return
     if sub.tampering:
         sub.status = TAMPERED
-    elif died or not accounted:
+    elif died or stuck or not accounted:
         sub.status = CRASHED
     elif sub.earned >= sub.pass_line and not sub.vetoes:
         sub.status = PASS
@@ -212,6 +221,8 @@ def _why_not_run(run: dict | None, timeout: float) -> str:
     status = run.get("status")
     if status == "timeout":
         return f"the check ran longer than {timeout:g} s"
+    if status == "stuck":
+        return "the kernel stopped answering in this check and was stopped"
     if status == "kernel died":
         return "the kernel crashed in this check"
     ename, evalue = printable(run.get("ename", ""), 80), message(run.get("evalue", ""), 300)

@@ -1,0 +1,225 @@
+"""The static scan against disguised references: a reference reached through a helper bound in
+another cell, by a name resolved at run time, or by source text run from a string; the
+course's own solutions scanned cell by cell; and input too deeply nested to follow."""
+
+import copy
+import json
+
+import pytest
+
+from flashcourse.grader import collect, scan
+
+ANSWER = "exercise-flash-attention"  # an answer cell of lesson 1
+
+
+def _cells(*sources: tuple[str, str]) -> list[dict]:
+    return [{"cell_type": "code", "id": cell_id, "source": source} for cell_id, source in sources]
+
+
+def _findings(cells: list[dict]) -> list[str]:
+    """What the grader reports of a notebook: the tamper scan of every student cell and the
+    reference scan of the answer cell."""
+    return [str(f) for f in scan.scan_student_cells(cells)] + \
+        [str(f) for f in scan.reference_calls(cells, {ANSWER})]
+
+
+SDPA_HELPER = ("import torch.nn.functional as F\n\n\n"
+               "def helper(q, k, v):\n"
+               "    return F.scaled_dot_product_attention(q, k, v)\n")
+
+# disguise -> (cells, what a finding must say)
+DISGUISES = {
+    "a helper defined in another cell": (
+        _cells(("helpers", SDPA_HELPER),
+               (ANSWER, "def flash_attention(Q, K, V):\n    return helper(Q, K, V)\n")),
+        "uses `helper` (bound in `helpers`) in an answer: it reaches the reference "
+        "`F.scaled_dot_product_attention`"),
+    "helpers calling helpers, kept in a dict": (
+        _cells(("helpers", "import torch\n\n\ndef inner(x):\n    return torch.softmax(x, -1)\n"
+                           "\n\ndef outer(x):\n    return inner(x)\n"),
+               ("table", "table = {}\ntable['f'] = outer\n"),
+               (ANSWER, "def flash_attention(Q, K, V):\n    return table['f'](Q @ K.T) @ V\n")),
+        "uses `table` (bound in `table`) in an answer: it reaches the reference `torch.softmax` "
+        "by way of `outer`, `inner`"),
+    "a reference imported under another name in another cell": (
+        _cells(("helpers", "from torch.nn.functional import scaled_dot_product_attention as sd"),
+               (ANSWER, "def flash_attention(Q, K, V):\n    return sd(Q, K, V)\n")),
+        "uses the reference `sd` in an answer"),
+    "pkgutil.resolve_name on a built string": (
+        _cells((ANSWER, "import pkgutil\n"
+                        "f = pkgutil.resolve_name('torch.nn.functional:' + 'scaled_dot_'\n"
+                        "                         + 'product_attention')\n")),
+        "imports `pkgutil`"),
+    "resolve_name reached through another module": (
+        _cells((ANSWER, "import torch\nf = torch.hub.pkgutil.resolve_name(spec)\n")),
+        "resolves a name or runs source text at run time (`torch.hub.pkgutil.resolve_name`)"),
+    "base64 source run by code.InteractiveInterpreter": (
+        _cells((ANSWER, "import base64\nimport code\n"
+                        "code.InteractiveInterpreter().runsource(base64.b64decode(blob).decode())"
+                )),
+        "imports `code`"),
+    "base64 source run by a renamed exec": (
+        _cells((ANSWER, "import base64\nsource = base64.b64decode(blob).decode()\nrun = exec\n"
+                        "run(source)\n")),
+        "runs decoded text through `run`"),
+    "exec on decoded text": (
+        _cells((ANSWER, "import codecs\nexec(codecs.decode(blob, 'rot13'))\n")),
+        "calls `exec()` on decoded text"),
+    "code.interact": (_cells((ANSWER, "import code as c\nc.interact(local=ns)\n")),
+                      "imports `code`"),
+    "runpy": (_cells((ANSWER, "import runpy\nns = runpy.run_path('helper.py')\n")),
+              "imports `runpy`"),
+    "__import__ bound under another name": (
+        _cells((ANSWER, "imp = __import__\nF = imp('torch.nn.functional', fromlist=['x'])\n")),
+        "uses `__import__` as a value, not in a call"),
+    "getattr with a computed name on torch": (
+        _cells((ANSWER, "import torch\n\n\ndef flash_attention(Q, K, V, name='sdpa'):\n"
+                        "    return getattr(torch.nn.functional, name)(Q, K, V)\n")),
+        "looks an attribute up by a computed name (`getattr(torch.nn.functional, name)`)"),
+    "getattr with a concatenated name": (
+        _cells((ANSWER, "import torch.nn.functional as F\n"
+                        "f = getattr(F, 'scaled_' + 'dot_product_attention')\n")),
+        "looks an attribute up by a computed name"),
+    "getattr with the reference's name": (
+        _cells((ANSWER, "import torch.nn.functional as F\n"
+                        "f = getattr(F, 'scaled_dot_product_attention')\n")),
+        "uses the reference `getattr(F, 'scaled_dot_product_attention')` in an answer"),
+    "getattr into the package's kernels, in a cell that is not an answer": (
+        _cells(("helpers", "import flashcourse\nname = 'forward'\n"
+                           "run = getattr(flashcourse.kernels.host, name)\n"),
+               (ANSWER, "def flash_attention(Q, K, V):\n    return run(Q, K, V)\n")),
+        "helpers, line 3: looks an attribute up by a computed name"),
+    "operator.attrgetter with a computed name": (
+        _cells((ANSWER, "from operator import attrgetter\nf = attrgetter(path)(torch)\n")),
+        "looks an attribute up by a computed name (`attrgetter(path)`)"),
+    "attrgetter with the reference's path": (
+        _cells((ANSWER, "import operator\n"
+                        "f = operator.attrgetter('nn.functional.scaled_dot_product_attention')"
+                )),
+        "uses the reference `operator.attrgetter('nn.functional.scaled_dot_product_attention')`"),
+    "getattr passed around as a value": (
+        _cells((ANSWER, "import functools\nimport torch\n"
+                        "look = functools.partial(getattr, torch)\n")),
+        "uses `getattr` as a value, not in a call"),
+}
+
+
+@pytest.mark.parametrize("disguise", list(DISGUISES))
+def test_disguised_references_are_flagged(disguise, record_rejection):
+    cells, expected = DISGUISES[disguise]
+    findings = _findings(cells)
+    assert any(expected in f for f in findings), findings
+    record_rejection("grade/disguised-reference", disguise)
+
+
+def test_what_existing_rules_cover_is_reported_once():
+    # vars() and __dict__ were refused before: a lookup through them is one finding, not two
+    for source, expected in [("f = vars(F)[name]", "calls `vars()`"),
+                             ("f = F.__dict__[name]", "reaches into `F.__dict__`"),
+                             ("exec(source)", "calls `exec()`")]:
+        findings = _findings(_cells((ANSWER, f"import torch.nn.functional as F\n{source}\n")))
+        assert len(findings) == 1 and expected in findings[0], findings
+
+
+LEGITIMATE = {
+    "getattr with a literal name on a tensor": _cells(
+        (ANSWER, "def flash_attention(Q, K, V):\n    n = getattr(Q, 'shape')[0]\n"
+                 "    return (Q @ K.T / n) @ V\n")),
+    "a helper in another cell that reaches no reference": _cells(
+        ("helpers", "import numpy as np\n\n\ndef row_max(x):\n    return np.max(x, axis=-1)\n"),
+        (ANSWER, "def flash_attention(Q, K, V):\n    s = Q @ K.T\n"
+                 "    p = np.exp(s - row_max(s)[:, None])\n"
+                 "    return p / p.sum(-1, keepdims=True) @ V\n")),
+    "a parameter that shares a name with a reference elsewhere": _cells(
+        ("helpers", SDPA_HELPER),
+        (ANSWER, "def flash_attention(Q, K, V, helper=None):\n    return helper\n")),
+    "a local named like a builtin the scan watches": _cells(
+        (ANSWER, "def flash_attention(Q, K, V, compile=False):\n"
+                 "    return Q if compile else V\n")),
+}
+
+
+@pytest.mark.parametrize("use", list(LEGITIMATE))
+def test_legitimate_uses_are_not_flagged(use):
+    assert _findings(LEGITIMATE[use]) == []
+
+
+def test_a_comprehension_variable_does_not_hide_a_helper():
+    cells = _cells(("helpers", SDPA_HELPER),
+                   (ANSWER, "def flash_attention(Q, K, V):\n    _ = [0 for helper in ()]\n"
+                            "    return helper(Q, K, V)\n"))
+    assert any("uses `helper`" in f for f in _findings(cells))
+
+
+def test_helpers_are_followed_transitively():
+    chain = ["import torch\n\n\ndef step0(x):\n    return torch.softmax(x, -1)\n"]
+    chain += [f"def step{i}(x):\n    return step{i - 1}(x)\n" for i in range(1, 12)]
+    cells = _cells(*((f"helper-{i}", source) for i, source in enumerate(chain)),
+                   (ANSWER, "def flash_attention(Q, K, V):\n    return step11(Q @ K.T) @ V\n"))
+    found = [str(f) for f in scan.reference_calls(cells, {ANSWER})]
+    assert len(found) == 1 and "`step11` (bound in `helper-11`)" in found[0], found
+    assert "`torch.softmax` by way of `step10`" in found[0]
+
+
+def _solution_and_exercise(root, name):
+    solution = json.loads((root / "solutions" / name).read_text())
+    exercise = json.loads((root / "exercises" / name).read_text())
+    return solution, exercise
+
+
+def test_every_cell_of_every_solution_gives_no_finding(root):
+    names = sorted(p.name for p in (root / "solutions").glob("*.ipynb"))
+    assert names
+    for name in names:
+        solution, exercise = _solution_and_exercise(root, name)
+        code = [c for c in solution["cells"] if c.get("cell_type") == "code"]
+        imported = scan.imported_names([scan.cell_source(c) for c in code])
+        for cell in code:  # grading cells too, each on its own
+            found = scan.scan_cell(cell.get("id"), scan.cell_source(cell), imported)
+            assert found == [], (name, [str(f) for f in found])
+        assert scan.scan_student_cells(solution["cells"]) == [], name
+        answers = collect.answer_ids(exercise)
+        for lesson_cells in (None, exercise["cells"]):  # found by grading cells, or given
+            found = scan.reference_calls(solution["cells"], answers, lesson_cells)
+            assert found == [], (name, [str(f) for f in found])
+
+
+def test_the_lessons_own_helpers_are_given_but_a_helper_added_beside_them_is_not(root):
+    # lesson 7's dispatcher calls machine_backends(), which offers SDPA on purpose
+    solution, exercise = _solution_and_exercise(root, "07-performance.ipynb")
+    answers = collect.answer_ids(exercise)
+    cells = copy.deepcopy(solution["cells"])
+    assert scan.reference_calls(cells, answers, exercise["cells"]) == []
+    strict = [str(f) for f in scan.reference_calls(cells, answers, lesson_cells=[])]
+    assert any("uses `machine_backends`" in f for f in strict), strict
+
+    backends = next(c for c in cells if c.get("id") == "machine-backends")
+    backends["source"] = scan.cell_source(backends) + (
+        "\n\ndef helper(q, k, v, causal):\n"
+        "    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n")
+    deploy = next(c for c in cells if c.get("id") == "exercise-deploy")
+    source = scan.cell_source(deploy)
+    assert 'return backends["sdpa"](q, k, v, causal)' in source
+    deploy["source"] = source.replace('return backends["sdpa"](q, k, v, causal)',
+                                      "return helper(q, k, v, causal)")
+    found = [str(f) for f in scan.reference_calls(cells, answers, exercise["cells"])]
+    assert len(found) == 1 and "uses `helper` (bound in `machine-backends`)" in found[0], found
+
+
+PATHOLOGICAL = {
+    "a 5,000-term expression": "x = " + " + ".join(["1"] * 5000) + "\n",
+    "a 900-term expression (parses, too deep to walk)": "x = " + " + ".join(["1"] * 900) + "\n",
+    "5,000 nested unary minuses": "x = " + "-" * 5000 + "1\n",
+    "a 900-deep attribute chain": "x = a" + ".b" * 900 + "\n",
+    "a 900-deep chain of calls": "x = f" + "()" * 900 + "\n",
+}
+
+
+@pytest.mark.parametrize("shape", list(PATHOLOGICAL))
+def test_too_deeply_nested_cells_are_a_finding_not_a_crash(shape):
+    cells = _cells(("helpers", "import torch\n"), (ANSWER, PATHOLOGICAL[shape]))
+    findings = [str(f) for f in scan.scan_student_cells(cells)]
+    assert findings == [f"{ANSWER}: could not be scanned (too deeply nested)"], findings
+    # the other scans skip the cell rather than crash
+    scan.reference_calls(cells, {ANSWER})
+    scan.kernel_problems(cells, {"x/k": "k"})
