@@ -284,9 +284,7 @@ def test_a_malformed_notebook_gets_its_own_line(graded, name, record_rejection):
     record_rejection("grade/attack", name)
 
 
-def test_a_notebook_that_hangs_its_kernel_stops_only_itself(graded):
-    sub = graded["subs"]["deep-expression"]
-    assert sub["status"] in ("TAMPERED", "CRASHED") and sub["earned"] < 8, sub
+def test_a_control_character_in_a_cell_id_keeps_the_reports_whole(graded):
     assert graded["subs"]["control-char-id"]["earned"] == 10
     suites = ET.parse(graded["out"] / "junit.xml").getroot().findall("testsuite")
     assert len(suites) == len(graded["subs"])  # well-formed, one suite each
@@ -349,7 +347,13 @@ def test_infinite_loop_is_interrupted_and_grading_goes_on(tmp_path, root):
     _cell(looping, "try-flash-attention")["source"] = "print('skipped')"
     looping["cells"] = [c for c in looping["cells"] if c.get("id") != "answer-q3"]
     samples.write(looping, tmp_path / "in" / "erin" / "01-gpu-flash.ipynb")
+    attacks.build_round_two(root, tmp_path / "in", names=attacks.SLOW)
     status, _, subs = _grade(tmp_path / "in", tmp_path / "out", root, LOOP_TIMEOUT)
+    # a compile error the kernel never answers (ipykernel's handler raises before its reply):
+    # its kernel is stopped after the limit and at most a grace, and only its run ends there
+    deep = subs["deep-expression"]
+    assert deep["status"] in ("TAMPERED", "CRASHED") and deep["earned"] < 8, deep
+    assert any("stopped answering" in p or "kernel died" in p for p in deep["problems"]), deep
     erin = subs["erin"]
     items = _items(erin)
     assert items["gpu-flash/flash-attention"]["status"] in ("not run", "error")

@@ -1,16 +1,19 @@
-"""`python -m flashcourse grade PATH... [--out DIR] [--jobs N] [--timeout S] [--no-sandbox]`.
+"""`python -m flashcourse grade PATH... [--out DIR] [--jobs N] [--timeout S] [--memory GIB]
+[--secret TEXT] [--no-sandbox]`.
 
 For each submission the grader (this process, which never runs student code)
 
 1. reads it once, without following links (links and files outside the folder are refused),
-   matches its lesson, and scans it: edited grading cells, patching, reference calls in answer
-   cells, kernel answers that are not `@triton.jit` functions (collect.py, scan.py);
-2. writes the notebook to run, with every grading cell taken from the pristine exercise notebook,
-   into a private work folder and runs it in its own bubblewrap sandbox (sandbox.py, inside.py),
-   with FLASHCOURSE_GRADING=1 and a folder where each `check(...)` records what the student's
-   code returned for the grader's inputs (`flashcourse.checks.recording`);
-3. after the sandbox has ended, replays every check of the lesson here, on those records, and
-   scores (score.py). Hidden cases always run in the replay.
+   validates it as data, matches its lesson, and scans it: edited grading cells, patching,
+   reference calls in answer cells, kernel answers that are not `@triton.jit` functions, answer
+   cells still blank (collect.py, validate.py, scan.py, answers.py);
+2. runs it in its own bubblewrap sandbox (sandbox.py, limits.py, inside.py), with every grading
+   cell taken from the pristine exercise notebook and FLASHCOURSE_GRADING=1, and talks to it
+   over a channel (channel.py): before each grading cell it sends that exercise's key, derived
+   from this run's secret (random unless --secret is given; it never enters a sandbox), and it
+   keeps the record that grading cell produced;
+3. after the sandbox has ended, replays every check of the lesson here, on those records and
+   with the same keys, and scores (score.py). Hidden cases always run in the replay.
 
 Reports (report.py) are written only after every sandbox has ended. Exit status 0 when every
 submission passed, 1 otherwise, 2 when there was nothing to grade or no sandbox could be made.
@@ -111,6 +114,8 @@ class Grader:
             sub.sandbox = "none"
         if talk.executed is not None:
             (work / "out" / "executed.ipynb").write_bytes(talk.executed)
+        elif talk.executed_problem:
+            (work / "out" / report.NOT_KEPT).write_text(talk.executed_problem, encoding="utf-8")
         if cap is not None and cap.hit:
             sub.problems.append(cap.message())
         with self.replay_lock:
@@ -168,9 +173,10 @@ def grade(found: list[collect.Found], missing: list[str], out: Path | None = Non
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
           sandboxed: bool = True, progress=None, secret: str | None = None,
           memory: int | None = None) -> list[Submission]:
-    """Grade every found notebook; write the reports under `out` when given. `secret` reseeds
-    every case the checks build (the same secret gives the same inputs). The replays need
-    grading mode (and the secret) in this process's environment: it is restored afterwards."""
+    """Grade every found notebook; write the reports under `out` when given. `secret` (else a
+    random one) derives every exercise's key: the same secret and labels give the same inputs.
+    `memory`: bytes of one sandbox. The replays need grading mode in this process's
+    environment: it is restored afterwards."""
     saved = {name: os.environ.get(name) for name in (registry.GRADING_MODE_ENV,
                                                      registry.SECRET_ENV)}
     try:

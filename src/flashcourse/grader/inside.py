@@ -25,6 +25,7 @@ records (`flashcourse.checks.recording`); this module imports no part of the cou
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ctypes
 import json
 import os
@@ -32,7 +33,6 @@ import shutil
 import signal
 import struct
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -43,7 +43,7 @@ KERNEL_STARTUP_TIMEOUT = 600
 RECORD_MIME = "application/vnd.flashcourse.record+json"  # as in checks/recording.py
 TRIPWIRE_MIME = "application/vnd.flashcourse.tripwire+json"
 # Seconds past the per-cell limit (and its interrupt) after which a cell's kernel is killed.
-STUCK_GRACE = 60
+STUCK_GRACE = 30
 TRIPWIRES_PER_CELL = 20  # tripwire outputs forwarded per cell (one is enough to flag it)
 FRAME_HEADER = struct.Struct(">Q")
 WORK = Path("/grading")
@@ -152,16 +152,15 @@ def _take_channel_outputs(outputs: list) -> tuple[list, list, list]:
     return rest, records, hits
 
 
-def _stop_kernel(client, stuck: threading.Event) -> None:
-    """A cell still running STUCK_GRACE seconds after its interrupt: the kernel answers
-    nothing any more (nbclient would wait for it forever), so it is killed."""
-    stuck.set()
+def _stop_kernel(client) -> None:
+    """Kill the kernel and what it started (its own process group)."""
     process = getattr(getattr(client.km, "provisioner", None), "process", None)
     if process is not None:
-        try:
-            os.kill(process.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(process.pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def _prepare_home(work: Path) -> None:
@@ -175,6 +174,7 @@ def _prepare_home(work: Path) -> None:
 
 def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
     import nbformat
+    from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
@@ -203,6 +203,13 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
         write_frame(outgoing, {"type": "setup", "ok": not _error(cell.outputs)[0],
                                "error": " ".join(_error(cell.outputs))[:2000]})
 
+    async def run_bounded(cell, index: int) -> None:
+        # a cell still running STUCK_GRACE seconds past its limit and interrupt: the kernel
+        # answers nothing any more (one that raised before replying, or died unseen), and
+        # nbclient would wait for it forever
+        await asyncio.wait_for(client.async_execute_cell(cell, index), timeout + STUCK_GRACE)
+
+    bounded = run_sync(run_bounded)
     with client.setup_kernel():
         setup_cell(TRIPWIRE_SETUP)
         for index, cell in enumerate(list(notebook.cells)):
@@ -218,19 +225,13 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
             started = time.monotonic()
             entry = {"id": cell.get("id"), "status": "ok", "ename": "", "evalue": "",
                      "dropped": 0}
-            stuck = threading.Event()
-            watchdog = threading.Timer(timeout + STUCK_GRACE, _stop_kernel, (client, stuck))
-            watchdog.daemon = True
-            watchdog.start()
             try:
-                client.execute_cell(cell, index)
+                bounded(cell, index)
             except CellTimeoutError:
                 entry["status"] = "timeout"
             except DeadKernelError:
                 entry["status"] = "kernel died"
-            finally:
-                watchdog.cancel()
-            if stuck.is_set():
+            except asyncio.TimeoutError:
                 entry["status"] = "stuck"
             entry["seconds"] = round(time.monotonic() - started, 2)
             outputs, records, hits = _take_channel_outputs(list(cell.get("outputs", [])))
@@ -246,11 +247,21 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
                 entry["status"] = "timeout" if entry["seconds"] >= timeout and \
                     entry["ename"] == "KeyboardInterrupt" else "error"
             write_frame(outgoing, {"type": "ran", "entry": entry})
-            if entry["status"] in ("kernel died", "stuck"):
+            if entry["status"] == "stuck":  # nbclient cannot be trusted to let go of it
+                _stop_kernel(client)
+                _finish(outgoing, notebook)
+                os._exit(0)
+            if entry["status"] == "kernel died":
                 break
+    _finish(outgoing, notebook)
+    return 0
+
+
+def _finish(outgoing, notebook) -> None:
+    import nbformat
+
     write_frame(outgoing, {"type": "executed", "notebook": nbformat.writes(notebook)})
     write_frame(outgoing, {"type": "done"})
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

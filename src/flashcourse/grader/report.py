@@ -365,6 +365,9 @@ def write_all(subs: list[Submission], out: Path, timeout: float, jobs: int) -> N
          "submissions": [json_safe(as_dict(s)) for s in subs]}, indent=1), encoding="utf-8")
 
 
+NOT_KEPT = "not-kept.txt"  # beside where the executed notebook would be: why there is none
+
+
 def copy_executed(subs: list[Submission], executed: dict[int, Path], out: Path,
                   limit: int) -> None:
     """Copy the executed notebook each run left (`executed[number]` is the work folder of
@@ -401,7 +404,9 @@ def _why_unread(path: Path, limit: int) -> str:
     try:
         info = path.lstat()
     except FileNotFoundError:
-        return "the run left no executed notebook"
+        why = path.with_name(NOT_KEPT)  # written by the grader when the channel said why
+        return why.read_text(encoding="utf-8") if why.is_file() else \
+            "the run left no executed notebook"
     except OSError as err:
         return f"cannot read it ({err.strerror})"
     if not stat.S_ISREG(info.st_mode):

@@ -2,17 +2,23 @@
 
 What the sandbox guarantees, for the code of one submission:
 
-- it sees the system, Python, the virtual environment and the course read-only, with the
-  folders of submissions, reports and students' workspaces hidden, and writes only to its own
-  work folder (mounted at /grading) and a private /tmp;
+- it sees the system, Python, the virtual environment and only the parts of the course a
+  notebook needs (`COURSE_PARTS`), read-only: submissions, reports, students' workspaces and
+  the repository's history are not mounted at all, so no mount point or argument names them
+  (`check_hidden` refuses to grade when one lies inside a bound folder);
+- it writes only to two tmpfs of bounded size, its work folder (/grading) and a private /tmp,
+  plus a bounded /dev/shm; nothing reaches the host's disk, and what it reports goes over the
+  channel on its standard input and output (`run`, `channel.py`, `inside.py`);
 - no network (its own network namespace has only loopback), its own PID, IPC and UTS namespaces;
-- started by root, it runs as an unprivileged user of its own (uid SANDBOX_UID_BASE + slot), with
-  no capabilities and no_new_privs (started by another user, as that user in a user namespace),
-  under limits on processes, open files, file size, core files and (on a CPU)
-  address space;
+- started by root, it runs as a uid that no other sandbox on the machine holds at the same time
+  (`limits.UidLease`, whose keyrings are cleared before and after), in a fresh session keyring,
+  with no capabilities and no_new_privs (started by another user, as that user in a user
+  namespace), under limits on processes, open files, file size, core files, (on a CPU)
+  address space per process, and memory for all its processes together (`limits.memory_cap`:
+  a cgroup where the host offers one, else a watchdog);
 - it ends at the wall-clock limit or when the grader dies: the whole PID namespace is killed.
 
-What it does not guarantee: it does not hide the course's own files (solutions are public by
+What it does not guarantee: it does not hide the course's package (solutions are public by
 design), it does not limit CPU share or GPU memory, and on a GPU machine the address-space limit
 is left off (CUDA reserves far more address space than it uses).
 """
