@@ -255,6 +255,7 @@ def public_records(root: Path) -> dict:
     forger would at home: exercise id -> record."""
     import os
     import tempfile
+    from unittest import mock
 
     from flashcourse.authoring import cells
     from flashcourse.checks import recording, registry
@@ -264,26 +265,16 @@ def public_records(root: Path) -> dict:
                if ex.answers}
     answers["gpu-flash/flash-attention"] = cells.load_name(
         root / "lessons" / f"{LESSON}.qmd", "exercise-flash-attention", "flash_attention")
-    saved = {name: os.environ.get(name) for name in (recording.RECORD_DIR_ENV,
-                                                     registry.GRADING_MODE_ENV)}
-    with tempfile.TemporaryDirectory() as folder:
-        os.environ[recording.RECORD_DIR_ENV] = folder
-        os.environ[registry.GRADING_MODE_ENV] = "1"
-        try:
-            for exercise_id, answer in answers.items():
-                with contextlib.redirect_stdout(io.StringIO()):
-                    registry.check(exercise_id, answer)
-            records = {exercise_id: json.loads((Path(folder) / recording.record_name(
-                exercise_id)).read_text()) for exercise_id in answers}
-            for record in records.values():  # as a record made in the sandbox would say
-                record["tripwires_removed"] = []
-            return records
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    with tempfile.TemporaryDirectory() as folder, mock.patch.dict(os.environ, {
+            recording.RECORD_DIR_ENV: folder, registry.GRADING_MODE_ENV: "1"}):
+        for exercise_id, answer in answers.items():
+            with contextlib.redirect_stdout(io.StringIO()):
+                registry.check(exercise_id, answer)
+        records = {exercise_id: json.loads((Path(folder) / recording.record_name(
+            exercise_id)).read_text()) for exercise_id in answers}
+    for record in records.values():  # as a record made in the sandbox would say
+        record["tripwires_removed"] = []
+    return records
 
 
 PUBLISH = """

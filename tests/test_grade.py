@@ -220,9 +220,15 @@ def test_records_the_notebook_made_itself_earn_nothing(graded, name, record_reje
     cell, or left as files. Only a grading cell's own record counts, made on the inputs the
     grader issued for it in this run: none of these earns a point."""
     sub = graded["subs"][name]
-    assert sub["earned"] == 0 and sub["status"] != "PASS", (name, sub)
-    if name == "forged-records-answered":  # right answers, records made on public inputs
-        assert sub["status"] == "TAMPERED"
+    assert sub["status"] != "PASS", (name, sub)
+    if name == "forged-records-answered":
+        # its cells hold right answers (the self-checks' answers are data, as in the cells);
+        # the code exercise's forged record was made on the public inputs
+        item = _items(sub)["gpu-flash/flash-attention"]
+        assert item["earned"] == 0 and sub["status"] == "TAMPERED", item
+        assert any("not the ones the grader builds" in t for t in sub["tampering"]), sub
+    else:  # nothing answered
+        assert sub["earned"] == 0, (name, sub)
     if name == "background-publisher":
         assert any("record" in t for t in sub["tampering"]), sub
     record_rejection("grade/attack", name)

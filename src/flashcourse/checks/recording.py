@@ -445,14 +445,10 @@ def restore_storage(tensor, data) -> None:
     must hold exactly as many bytes as the storage, checked before decoding."""
     view = _storage_bytes(tensor)
     size = view.numel()
-    if type(data) is not str or len(data) != 4 * -(-size // 3):
-        raise RecordMismatch("a recorded tensor has the wrong size")
     try:
-        raw = base64.b64decode(data, validate=True)
-    except ValueError:
-        raise RecordMismatch("a recorded tensor's data is not base64") from None
-    if len(raw) != size:
-        raise RecordMismatch("a recorded tensor has the wrong size")
+        raw = _data_bytes(data, size, _Budget())
+    except RecordMismatch:
+        raise RecordMismatch("a recorded tensor has the wrong size or is not base64") from None
     if size:
         view.copy_(torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(view.device))
 
