@@ -76,6 +76,7 @@ class StandIn:
 _recording: dict | None = None  # the record being written (inside the sandbox)
 _replay: dict | None = None  # the record being replayed (in the grader)
 _student_depth = 0  # > 0 while student code runs inside a check (tripwires look at it)
+_tripwires_removed: Callable[[], list[str]] | None = None  # set by tripwires.install()
 
 
 def record_dir() -> Path | None:
@@ -99,6 +100,13 @@ def publish(mime: str, data: dict) -> None:
         return
     if get_ipython() is not None:
         publish_display_data({mime: data})
+
+
+def watch_tripwires(removed: Callable[[], list[str]]) -> None:
+    """`removed()` names the tripwires no longer in place; each record made in the sandbox
+    says what it returned when its check ended."""
+    global _tripwires_removed
+    _tripwires_removed = removed
 
 
 def in_student_code() -> bool:
@@ -133,9 +141,7 @@ def recording(exercise_id: str, answer):
     finally:
         record, _recording = _recording, None
         if channel:
-            from . import tripwires
-
-            record["tripwires_removed"] = tripwires.intact() if tripwires.installed() else \
+            record["tripwires_removed"] = _tripwires_removed() if _tripwires_removed else \
                 ["all of them (never installed)"]
             publish(RECORD_MIME, record)
         else:

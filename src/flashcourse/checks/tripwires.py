@@ -132,6 +132,7 @@ def install() -> list[str]:
             hit = replaced.get(id(value))
             if hit is not None and hit[0] is value:
                 setattr(module, key, hit[1])
+    recording.watch_tripwires(intact)
     return [f"{m}.{a}" for m, a in _installed]
 
 
@@ -146,6 +147,3 @@ def intact() -> list[str]:
             gone.append(f"{module_name}.{attribute}")
     return gone
 
-
-def installed() -> bool:
-    return bool(_installed)

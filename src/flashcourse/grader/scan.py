@@ -13,10 +13,8 @@ reference and kernel checks below say whether its answers do the work themselves
 from __future__ import annotations
 
 import ast
-import functools
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 
 GRADING_IDS = ("setup", "scorecard")  # plus every id starting with CHECK_PREFIX
 CHECK_PREFIX = "check-"
@@ -807,34 +805,13 @@ def _lesson_bindings(lesson_cells: list[dict], answer_ids: set[str],
     return given
 
 
-@functools.lru_cache(maxsize=4)
-def _course_exercises(root: str) -> dict[str, dict]:
-    from . import collect
-
-    try:
-        return collect.load_exercises(Path(root))
-    except (OSError, ValueError):  # no readable exercise notebooks: no lesson bindings known
-        return {}
-
-
-def _course_lesson_cells(cells: list[dict]) -> list[dict]:
-    """The cells of the course's exercise notebook that `cells` answers (matched by their
-    grading cells); [] when none matches."""
-    from ..paths import COURSE_ROOT
-    from . import collect
-
-    exercises = _course_exercises(str(COURSE_ROOT))
-    slug = collect.match_exercise("", cells, exercises) if exercises else None
-    return exercises[slug]["cells"] if slug else []
-
-
 def reference_calls(cells: list[dict], answer_ids: set[str],
                     lesson_cells: list[dict] | None = None) -> list[Finding]:
     """Uses of a reference in the answer cells (`answer_ids`): library attention or softmax,
     or the package's own reference, attention helpers, kernels or checks, reached directly,
     by a literal getattr, or through a name bound in another cell whose binding reaches one.
     `lesson_cells`: the exercise notebook's cells, whose own bindings are given to the student
-    (default: the course's exercise notebook with this notebook's grading cells)."""
+    (the grader passes them; without them no binding is the lesson's)."""
     student = student_cells(cells)
     # A module the lesson's own cells import (`from flashcourse.kernels import attention as at`)
     # is a reference too: `at.helper(...)` in an answer is flagged. Names a lesson imports one by
@@ -846,9 +823,7 @@ def reference_calls(cells: list[dict], answer_ids: set[str],
     aliases = _reference_modules_by_alias(
         {**lesson_modules, **imported_names([src for _, src in student])})
     library = set(CANONICAL) | set(aliases)
-    if lesson_cells is None:
-        lesson_cells = _course_lesson_cells(cells)
-    given = _lesson_bindings(lesson_cells, answer_ids, library)
+    given = _lesson_bindings(lesson_cells or [], answer_ids, library)
     parsed = [(label, tree, _global_loads(tree)) for label, source in student
               if (tree := _parse(source)) is not None]
     reaching = _names_reaching_references(parsed, aliases, library, given)
