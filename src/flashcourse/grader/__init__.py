@@ -18,6 +18,7 @@ Which side of the sandbox each module runs on:
 - `score.py` (grader): replays every check on the records (`flashcourse.checks.recording`).
 - `report.py` (grader): scorecard, CSV, JUnit XML, HTML and JSON, written after every sandbox.
 - `submission.py` (grader): the result records (statuses, items, problems).
+- `pytest_plugin.py` (pytest): `pytest --nbval SUBMISSION.ipynb` grades through `cli.grade`.
 - `samples.py` (tests): filled-in and known-wrong submissions.
 
 Inside the sandbox the student's kernel runs the lesson's pristine grading cells; each
