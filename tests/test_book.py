@@ -239,7 +239,8 @@ def test_rendered_pages_read_as_a_book(root, book):
 def test_one_lesson_renders_executed(executed_lesson, book):
     parsed = _read(executed_lesson)
     text = " ".join(parsed.text)
-    assert "Runtime:" in text, "the executed page does not show the setup cell's output"
+    # the page ran (its figures are there) but keeps the runtime line for notebooks
+    assert "Runtime:" not in text, "the published page prints the machine's runtime line"
     figures = [link for link in parsed.links if "figure-html" in link]
     assert figures, "the executed page shows no figure"
     broken = [b for b in _broken_links(book) if b.startswith(f"book/{EXECUTED_LESSON}.html")]
@@ -310,3 +311,77 @@ def test_pages_in_a_browser(root, executed_lesson, book, browser_page):
         box = maths.first.bounding_box()
         assert box and box["width"] > 0 and box["height"] > 0, f"{stem}: math is not laid out"
         page.screenshot(path=str(shots / f"book-{stem}.png"))
+
+
+def test_the_book_served_here_needs_no_network(root, executed_lesson, book, browser_page):
+    """Served on localhost as `./course book` serves it, with every request that would leave the
+    machine blocked: every page loads with no blocked and no failed request, the executed page
+    prints no runtime line meant for a notebook, and the table of contents follows the reader
+    down the page."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # the test's output, not a request log
+            pass
+
+    handler = functools.partial(Quiet, directory=str(book))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    page = browser_page
+    left, failed = [], []
+
+    def only_here(route):
+        if route.request.url.startswith(base):
+            route.continue_()
+        else:
+            left.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_here)
+    page.on("requestfailed", lambda request: failed.append(request.url))
+    try:
+        pages = sorted(p.relative_to(book).as_posix() for p in book.rglob("*.html"))
+        for name in pages:
+            page.goto(base + name)
+            page.wait_for_load_state("load")
+        assert not left, f"pages asked the network for {sorted(set(left))[:10]}"
+        assert not failed, f"requests failed: {sorted(set(failed))[:10]}"
+
+        page.goto(base + f"book/{EXECUTED_LESSON}.html")
+        page.wait_for_load_state("load")
+        text = page.locator("main").inner_text()
+        assert "Runtime:" not in text and "Measurement skipped" not in text
+        first = page.locator("#TOC a.active").first.inner_text()
+        page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+        page.wait_for_function(
+            "first => { const a = document.querySelector('#TOC a.active');"
+            " return a && a.innerText !== first; }", arg=first)
+    finally:
+        page.unroute("**/*")
+        server.shutdown()
+        server.server_close()
+
+
+def test_course_book_serves_the_rendered_book_on_localhost(book, tmp_path):
+    """`python -m flashcourse book --no-render` serves _book/ on 127.0.0.1 and says where; with
+    nothing rendered it says what to run instead."""
+    import urllib.request
+
+    empty = subprocess.run([sys.executable, "-m", "flashcourse", "book", "--no-render",
+                            "--root", str(tmp_path)], capture_output=True, text=True,
+                           timeout=60)
+    assert empty.returncode == 2 and "run without --no-render" in empty.stderr
+    server = subprocess.Popen([sys.executable, "-m", "flashcourse", "book", "--no-render",
+                               "--port", "0", "--root", str(book.parent)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
+        with urllib.request.urlopen(url + "index.html", timeout=30) as response:
+            assert response.status == 200 and b"<html" in response.read(2000).lower()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -178,7 +178,7 @@ def test_a_notebook_at_the_top_is_nobodys(tmp_path):
         ("alice.ipynb", "1"), ("alice", "2"), ("zed.ipynb", "1")]
     page = (tmp_path / "out" / "progress.html").read_text()
     assert page.count('class="student"') == 3
-    assert "from 1 students and 2 notebooks outside a student folder" in page
+    assert "from 1 students and 2 notebooks of no student" in page
 
 
 def test_a_folder_named_like_a_notebook_is_not_merged_with_it():
@@ -289,3 +289,92 @@ def test_a_copy_never_overwrites_another(tmp_path):
     assert (tmp_path / "out" / "executed" / "a.ipynb").read_bytes() == b"first"
     assert subs[1].notes == ["executed copy not kept: another submission's copy has its name "
                              "(a.ipynb)"]
+
+
+# ---------------------------------------------------------------- whose a submission is
+
+
+def test_the_student_rule_per_mode():
+    labels = ["alice/01-gpu-flash.ipynb", "subs/bob__01-gpu-flash.ipynb",
+              "carol__02-coalescing.ipynb", "__01-gpu-flash.ipynb", "01-gpu-flash.ipynb"]
+    expected = {"folder": ["alice", "subs", None, None, None],
+                "file": [None, "bob", "carol", None, None],
+                "metadata": ["dave", None, None, None, None]}
+    for rule, students in expected.items():
+        subs = [Submission(label=label, path="", student_from=rule) for label in labels]
+        subs[0].metadata_student = "dave"
+        assert [report.student_of(s) for s in subs] == students, rule
+        assert [report.row_of(s) for s in subs] == [
+            ("file", s.label) if who is None else ("student", who)
+            for s, who in zip(subs, students, strict=True)]
+    with pytest.raises(ValueError, match="folder, file, metadata"):
+        report.student_of(Submission(label="a/b.ipynb", path="", student_from="name"))
+
+
+def test_handed_in_files_group_by_the_name_before_the_double_underscore(tmp_path):
+    subs = [Submission(label=label, path="", lesson=label.split("__")[1][:-6],
+                       student_from="file")
+            for label in ["alice__01-gpu-flash.ipynb", "alice__02-coalescing.ipynb",
+                          "bob__01-gpu-flash.ipynb"]]
+    report.write_students_csv(subs, tmp_path / "students.csv")
+    rows = list(csv.DictReader((tmp_path / "students.csv").open()))
+    assert [(r["student"], r["submissions"]) for r in rows] == [("alice", "2"), ("bob", "1")]
+
+
+def _notebook_with_student(path: Path, student) -> Path:
+    nb = {"cells": [], "metadata": {"flashcourse": {"student": student, "lesson": "01"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb))
+    return path
+
+
+@pytest.mark.parametrize(("student", "read"), [
+    ("alice", "alice"), ("  alice\n", "alice"), ("a\x1b[2Jb", r"a\x1b[2Jb"),
+    ("x" * 100, "x" * 61 + "..."), (42, ""), ({"name": "alice"}, ""), (None, "")])
+def test_the_metadata_student_is_kept_as_short_escaped_text(tmp_path, student, read):
+    path = _notebook_with_student(tmp_path / "x.ipynb", student)
+    assert collect.metadata_student(collect.read_notebook(path)) == read
+    sub, job = collect.prepare(collect.Found(path, "x.ipynb"), {})
+    assert job is None and sub.metadata_student == read
+    sub.student_from = "metadata"
+    assert report.student_of(sub) == (read or None)
+
+
+def test_grade_takes_a_student_rule():
+    import argparse
+
+    from flashcourse.grader import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert parser.parse_args(["subs"]).student_from == "folder"
+    assert parser.parse_args(["subs", "--student-from", "file"]).student_from == "file"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["subs", "--student-from", "name"])
+
+
+def test_backups_of_a_reset_are_refused_never_graded(tmp_path):
+    _notebooks(tmp_path / "subs", "alice/01-gpu-flash.ipynb",
+               "alice/backups/01-gpu-flash.before-reset-2026-12-01-093005.ipynb",
+               "alice/backups/01-gpu-flash.ipynb",
+               "bob/01-gpu-flash.before-reset-2026-12-01-093005.ipynb")
+    found, _ = collect.collect([tmp_path / "subs"])
+    assert [(f.label, f.refused) for f in found] == [
+        ("alice/01-gpu-flash.ipynb", ""),
+        ("alice/backups/01-gpu-flash.before-reset-2026-12-01-093005.ipynb",
+         collect.BACKUP_REFUSAL),
+        ("alice/backups/01-gpu-flash.ipynb", collect.BACKUP_REFUSAL),
+        ("bob/01-gpu-flash.before-reset-2026-12-01-093005.ipynb", collect.BACKUP_REFUSAL)]
+    for item in found[1:]:
+        sub, job = collect.prepare(item, {})
+        assert job is None and sub.status == "REFUSED"
+        assert sub.problems == ["refused: a backup copy, not a submission"]
+    given, _ = collect.collect([found[3].path])  # given by name, too
+    assert given[0].refused == collect.BACKUP_REFUSAL
+    subs = [collect.prepare(item, {})[0] for item in found]
+    subs[0].lesson = "01-gpu-flash"
+    report.write_all(subs, tmp_path / "out", timeout=60, jobs=1)
+    rows = list(csv.DictReader((tmp_path / "out" / "students.csv").open()))
+    assert [(r["student"], r["submissions"]) for r in rows] == [("alice", "1")]
+    scorecard = (tmp_path / "out" / "scorecard.txt").read_text()
+    assert scorecard.count("PROBLEM: refused: a backup copy, not a submission") == 3

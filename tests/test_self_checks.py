@@ -68,9 +68,12 @@ def test_a_veto_fails_the_lesson_and_full_marks_pass(lesson_id, known_wrong, cap
     with pytest.raises(VetoMisconception):
         check(veto.id, dict(veto.answers, **{key: not veto.answers[key]}))
     with known_wrong(veto.id, "full marks with one veto", exc=VetoMisconception,
-                     match="fails the lesson"):
+                     match="Not passed yet: a veto statement is judged wrongly"):
         registry.scorecard(lesson_id)
-    assert "FAIL" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Not passed yet: a veto statement is judged wrongly\nScorecard: " in out
+    assert "Total: 10/10 (pass line 8), but a veto statement is judged wrongly" in out
+    assert "PASS" not in out and "Next:" not in out
     check(veto.id, dict(veto.answers))
     assert registry.scorecard(lesson_id) == 10
     assert "Total: 10/10 (pass line 8): PASS" in capsys.readouterr().out

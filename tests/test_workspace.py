@@ -1,6 +1,6 @@
 """The student's workspace (work/): lessons are copied once, never overwritten; update brings new
-lessons and leaves started ones; reset keeps the old copy beside the fresh one. Every test works
-in a temporary course, never in the repository's work/."""
+lessons and leaves started ones; reset keeps the old copy in work/backups/; submit writes the one
+file to hand in. Every test works in a temporary course, never in the repository's work/."""
 
 import json
 from datetime import datetime
@@ -70,7 +70,7 @@ def test_update_brings_new_lessons_and_leaves_started_ones(course):
     assert any("./course reset 01" in line for line in report.lines())
     assert workspace.update(course).lines() == ["kept your copy of work/01-first.ipynb; the "
                                                 "course has a newer version: ./course reset 01 "
-                                                "takes it (your copy is kept beside it)"]
+                                                "takes it (your copy is kept in work/backups/)"]
 
 
 def test_opening_a_lesson_is_not_starting_it_but_running_it_is(course):
@@ -94,19 +94,21 @@ def test_update_without_a_record_treats_copies_as_started(course):
     assert report.kept == ["01-first.ipynb"] and report.refreshed == []
 
 
-def test_reset_keeps_the_old_copy_beside_a_fresh_one(course):
+def test_reset_keeps_the_old_copy_in_a_backups_folder(course):
     workspace.prepare(course)
     work = course / "work"
     _edit(work / "01-first.ipynb", "answer = 42")
     now = datetime(2026, 12, 1, 9, 30, 5)
     report = workspace.reset(course, "1", now=now)
-    backup = work / "01-first.before-reset-2026-12-01-093005.ipynb"
-    assert report.backup == backup.name and report.restarted == "01-first.ipynb"
+    backup = work / "backups" / "01-first.before-reset-2026-12-01-093005.ipynb"
+    assert report.backup == f"backups/{backup.name}" and report.restarted == "01-first.ipynb"
+    assert f"your old copy is kept as work/backups/{backup.name}" in report.lines()
     assert "answer = 42" in backup.read_text()
     assert "answer = ______" in (work / "01-first.ipynb").read_text()
+    assert sorted(p.name for p in work.glob("*.ipynb")) == ["01-first.ipynb", "02-second.ipynb"]
     # a second reset in the same second does not overwrite the first backup
     workspace.reset(course, "01-first", now=now)
-    assert (work / "01-first.before-reset-2026-12-01-093005-2.ipynb").exists()
+    assert (work / "backups" / "01-first.before-reset-2026-12-01-093005-2.ipynb").exists()
     assert "answer = 42" in backup.read_text()
     # backups are not lessons: prepare and update leave them alone
     assert workspace.update(course).lines() == []
@@ -133,9 +135,81 @@ def test_command_line(course, capsys):
     assert capsys.readouterr().out == "work/ is up to date\n"
     assert main(["workspace", "--root", str(course), "reset", "01"]) == 0
     out = capsys.readouterr().out
-    assert "fresh copy: work/01-first.ipynb" in out and ".before-reset-" in out
+    assert "fresh copy: work/01-first.ipynb" in out
+    assert "kept as work/backups/01-first.before-reset-" in out
     assert main(["workspace", "--root", str(course), "reset", "5"]) == 2
     assert "no lesson '5'" in capsys.readouterr().err
+
+
+def _outputs(path: Path) -> list:
+    return [c.get("outputs") for c in json.loads(path.read_text())["cells"]
+            if c["cell_type"] == "code"]
+
+
+def _run_cell(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="42\n")]
+    nb.cells[1].execution_count = 1
+    nbformat.write(nb, path)
+
+
+def test_submit_writes_the_one_file_to_hand_in_without_outputs(course):
+    workspace.prepare(course)
+    copy = course / "work" / "01-first.ipynb"
+    _edit(copy, "answer = 42")
+    _run_cell(copy)
+    before = copy.read_text()
+    path = workspace.submit(course, "1", student="alice.smith")
+    assert path == course / "submit" / "alice.smith__01-first.ipynb"
+    nb = json.loads(path.read_text())
+    assert nb["metadata"]["flashcourse"] == {"student": "alice.smith", "lesson": "01-first"}
+    assert "".join(nb["cells"][1]["source"]) == "answer = 42"
+    assert _outputs(path) == [[]] and nb["cells"][1]["execution_count"] is None
+    nbformat.validate(nbformat.reads(path.read_text(), as_version=4))
+    assert copy.read_text() == before  # the student's copy is only read
+    kept = workspace.submit(course, "01-first", student="alice.smith", keep_outputs=True)
+    assert kept == path and "".join(_outputs(path)[0][0]["text"]) == "42\n"
+    assert sorted(p.name for p in (course / "submit").iterdir()) == [path.name]
+    assert workspace.submit(course, "01", student="a" * 64).name == f"{'a' * 64}__01-first.ipynb"
+
+
+def test_submit_takes_the_student_from_the_environment(course, monkeypatch):
+    workspace.prepare(course)
+    monkeypatch.setenv(workspace.STUDENT_ENV, "bob-2")
+    assert workspace.submit(course, "02").name == "bob-2__02-second.ipynb"
+    monkeypatch.delenv(workspace.STUDENT_ENV)
+    with pytest.raises(workspace.WorkspaceError, match="--student ID"):
+        workspace.submit(course, "02")
+
+
+@pytest.mark.parametrize("student", ["", "alice smith", "../alice", "a/b", ".alice", "-x",
+                                     "a__b", "é", "a" * 65])
+def test_submit_refuses_a_bad_student_id(course, student):
+    workspace.prepare(course)
+    with pytest.raises(workspace.WorkspaceError, match="student id"):
+        workspace.submit(course, "01", student=student or None)
+    assert not (course / "submit").exists()
+
+
+def test_submit_refuses_an_unknown_or_unstarted_lesson(course):
+    with pytest.raises(workspace.WorkspaceError, match="01-first, 02-second"):
+        workspace.submit(course, "7", student="alice")
+    with pytest.raises(workspace.WorkspaceError, match="not started.*./course lab"):
+        workspace.submit(course, "01", student="alice")
+    assert not (course / "submit").exists()
+
+
+def test_submit_command_line(course, capsys, monkeypatch):
+    from flashcourse.__main__ import main
+
+    monkeypatch.delenv(workspace.STUDENT_ENV, raising=False)
+    workspace.prepare(course)
+    assert main(["workspace", "--root", str(course), "submit", "01", "--student", "alice"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("hand in this one file: submit/alice__01-first.ipynb")
+    assert main(["workspace", "--root", str(course), "submit", "01"]) == 2
+    assert "--student ID" in capsys.readouterr().err
 
 
 def test_lab_overrides_turn_off_the_news_pop_up(tmp_path):
@@ -147,7 +221,7 @@ def test_lab_overrides_turn_off_the_news_pop_up(tmp_path):
 
 def test_the_workspace_is_ignored_by_git_and_by_the_tests(root):
     ignored = (root / ".gitignore").read_text().splitlines()
-    assert "/work/" in ignored
+    assert {"/work/", "/submit/", "/submissions/"} <= set(ignored)
     testpaths = [line for line in (root / "pyproject.toml").read_text().splitlines()
                  if line.startswith("testpaths")]
     assert testpaths == ['testpaths = ["tests", "solutions"]']

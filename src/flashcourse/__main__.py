@@ -1,5 +1,5 @@
 """Command line: `python -m flashcourse list | build | check-sync | grade PATH... | bench |
-workspace prepare|update|reset NN`."""
+book | workspace prepare|update|reset NN|submit NN`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import workspace
 
         return workspace.main(argv[1:])
+    if argv[:1] == ["book"]:  # render and serve the book
+        from .authoring import book
+
+        return book.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m flashcourse")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="print every exercise id with its points")
@@ -28,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("bench", add_help=False,
                    help="benchmark attention on a CUDA GPU (see `bench --help`)")
     sub.add_parser("workspace", add_help=False,
-                   help="the student's copies in work/: prepare, update, reset NN")
+                   help="the student's copies in work/: prepare, update, reset NN, submit NN")
+    sub.add_parser("book", add_help=False,
+                   help="render the book with Quarto and serve it on localhost")
     if argv[:1] == ["bench"]:  # the benchmark parses its own options
         from .bench import harness
 

@@ -29,7 +29,7 @@ class Runtime:
         """In a notebook, `fc.setup()` as a cell's last line prints its one line and shows no
         `Runtime(...)` value under it; shown any other time, a runtime is its line."""
         global _just_announced
-        if _just_announced is self:
+        if _just_announced is self or book_page():
             _just_announced = None
             return
         print(self.describe())
@@ -72,13 +72,38 @@ def setup(verbose: bool = True) -> Runtime:
         _current = _choose()
         if _current.interpreter:
             os.environ["TRITON_INTERPRET"] = "1"
+    if _current.interpreter:
+        quiet_interpreter_warnings()
     from .messages import install_message_handler
 
     install_message_handler()  # in a notebook, course errors show their message only
-    if verbose:
+    if verbose and not book_page():  # the published page has no runtime to speak of
         print(_current.describe())
         _just_announced = _current
     return _current
+
+
+def book_page() -> bool:
+    """True while Quarto renders a book page: lines meant for the notebook's reader (which
+    runtime this machine has, what it cannot measure) are left out there."""
+    return bool(os.environ.get("QUARTO_DOCUMENT_PATH"))
+
+
+# The interpreter runs kernels with numpy, which warns where a GPU computes inf or NaN silently
+# (exp of a large score, -inf - -inf or the max of a fully masked row): noise that points into
+# Triton's code.
+INTERPRETER_WARNINGS = (r"(overflow|underflow|invalid value|divide by zero) encountered in "
+                        r"|All-NaN (slice|axis) encountered")
+INTERPRETER_MODULE = r"triton\.runtime\.interpreter"
+
+
+def quiet_interpreter_warnings() -> None:
+    """Hide numpy's floating-point RuntimeWarnings raised inside Triton's interpreter only; the
+    same warnings from the student's own numpy code still show."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=INTERPRETER_WARNINGS, category=RuntimeWarning,
+                            module=INTERPRETER_MODULE)
 
 
 def current() -> Runtime:

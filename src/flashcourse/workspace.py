@@ -8,7 +8,11 @@ needed it is copied into `work/`, and a copy there is never overwritten. `./cour
 * `update`: the same, and also replace lessons the student has not started (sources unchanged
   since the copy, no outputs) when the course changed them; started lessons are left alone and
   listed, with the command that takes the new version.
-* `reset NN`: move the student's copy aside under a timestamped name and copy the lesson afresh.
+* `reset NN`: move the student's copy to `work/backups/` under a timestamped name and copy the
+  lesson afresh. Backups are in a folder of their own so that they never look like a lesson, in
+  the file browser or to the grader.
+* `submit NN`: write the one file to hand in, `submit/<student-id>__NN-slug.ipynb`, from the
+  student's copy (outputs cleared unless asked to keep them), the student named in its metadata.
 
 `work/.course.json` remembers a fingerprint of each lesson as copied, so `update` can tell a
 started lesson from an untouched one.
@@ -19,6 +23,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -28,6 +34,13 @@ from pathlib import Path
 WORK_DIR = "work"
 EXERCISES_DIR = "exercises"
 STATE_FILE = ".course.json"
+BACKUP_DIR = "backups"  # under work/: reset's old copies
+SUBMIT_DIR = "submit"  # at the course root: the files to hand in
+STUDENT_ENV = "FLASHCOURSE_STUDENT"
+STUDENT_ID_CHARS = 64
+# Starts with a letter or digit (no hidden file, nothing read as an option); no `__`, which
+# separates the id from the lesson in a handed-in file's name.
+STUDENT_ID = re.compile(r"(?!.*__)[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class WorkspaceError(ValueError):
@@ -46,7 +59,8 @@ class Report:
         out = [f"new lesson: {WORK_DIR}/{name}" for name in self.copied]
         out += [f"updated (not started yet): {WORK_DIR}/{name}" for name in self.refreshed]
         out += [f"kept your copy of {WORK_DIR}/{name}; the course has a newer version: "
-                f"./course reset {name[:2]} takes it (your copy is kept beside it)"
+                f"./course reset {name[:2]} takes it "
+                f"(your copy is kept in {WORK_DIR}/{BACKUP_DIR}/)"
                 for name in self.kept]
         if self.restarted:
             out.append(f"fresh copy: {WORK_DIR}/{self.restarted}")
@@ -165,18 +179,20 @@ def find_lesson(root: Path, name: str) -> Path:
 
 
 def backup_name(target: Path, now: datetime | None = None) -> Path:
-    """`NN-slug.ipynb` -> `NN-slug.before-reset-YYYY-MM-DD-HHMMSS.ipynb` beside it, unused."""
+    """`work/NN-slug.ipynb` -> `work/backups/NN-slug.before-reset-YYYY-MM-DD-HHMMSS.ipynb`,
+    a name not used yet."""
     stamp = (now or datetime.now()).strftime("%Y-%m-%d-%H%M%S")
-    candidate = target.with_name(f"{target.stem}.before-reset-{stamp}.ipynb")
+    folder = target.parent / BACKUP_DIR
+    candidate = folder / f"{target.stem}.before-reset-{stamp}.ipynb"
     number = 2
     while candidate.exists():
-        candidate = target.with_name(f"{target.stem}.before-reset-{stamp}-{number}.ipynb")
+        candidate = folder / f"{target.stem}.before-reset-{stamp}-{number}.ipynb"
         number += 1
     return candidate
 
 
 def reset(root: Path, name: str, now: datetime | None = None) -> Report:
-    """Start lesson `name` afresh in work/, keeping the old copy beside it."""
+    """Start lesson `name` afresh in work/, keeping the old copy in work/backups/."""
     source = find_lesson(root, name)
     work = work_dir(root)
     work.mkdir(exist_ok=True)
@@ -185,12 +201,59 @@ def reset(root: Path, name: str, now: datetime | None = None) -> Report:
     report = Report()
     if target.exists():
         backup = backup_name(target, now)
+        backup.parent.mkdir(exist_ok=True)
         target.rename(backup)
-        report.backup = backup.name
+        report.backup = f"{BACKUP_DIR}/{backup.name}"
     _copy(source, target, state)
     report.restarted = source.name
     _save_state(work, state)
     return report
+
+
+def student_id(given: str | None) -> str:
+    """The student handing in: `given` (--student), else $FLASHCOURSE_STUDENT, checked."""
+    student = given if given is not None else os.environ.get(STUDENT_ENV, "")
+    if not student:
+        raise WorkspaceError("who is handing in? Give your student id: ./course submit NN "
+                             f"--student ID (or set {STUDENT_ENV}=ID once in your shell)")
+    if len(student) > STUDENT_ID_CHARS or not STUDENT_ID.fullmatch(student):
+        raise WorkspaceError(f"the student id {student!r} is not valid: use at most "
+                             f"{STUDENT_ID_CHARS} letters, digits, '.', '_' or '-', starting "
+                             "with a letter or digit, without '__' (e.g. --student alice.smith)")
+    return student
+
+
+def submit(root: Path, name: str, student: str | None = None,
+           keep_outputs: bool = False) -> Path:
+    """Write `submit/<student>__NN-slug.ipynb` from the student's copy of lesson `name`, the
+    student and the lesson in its metadata (`metadata.flashcourse`), outputs cleared unless
+    `keep_outputs`. The copy in work/ is only read. Returns the file written."""
+    student = student_id(student)
+    source = find_lesson(root, name)
+    copy = work_dir(root) / source.name
+    if not copy.is_file():
+        raise WorkspaceError(f"lesson {source.stem} is not started: there is no "
+                             f"{WORK_DIR}/{source.name}. Open it with ./course lab (which "
+                             "copies it into work/), do the exercises, then submit")
+    try:
+        nb = json.loads(copy.read_text(encoding="utf-8"))
+        cells = nb["cells"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise WorkspaceError(f"{WORK_DIR}/{source.name} cannot be read as a notebook ({err}); "
+                             "open it in JupyterLab and save it, then submit again") from None
+    if not keep_outputs:  # the grader runs the notebook again: outputs only add size
+        for cell in cells:
+            if isinstance(cell, dict) and cell.get("cell_type") == "code":
+                cell["outputs"], cell["execution_count"] = [], None
+    metadata = nb.setdefault("metadata", {})
+    metadata["flashcourse"] = {"student": student, "lesson": source.stem}
+    folder = Path(root) / SUBMIT_DIR
+    folder.mkdir(exist_ok=True)
+    target = folder / f"{student}__{source.name}"
+    partial = target.with_name(target.name + ".partial")  # never a half-written hand-in
+    partial.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    partial.replace(target)
+    return target
 
 
 LAB_OVERRIDES = {  # JupyterLab defaults for the course: no news pop-up, no update check
@@ -226,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("update", help="bring in new lessons; leave started ones alone")
     reset_parser = sub.add_parser("reset", help="start a lesson afresh, keeping the old copy")
     reset_parser.add_argument("lesson", help="lesson number (06) or name (06-flash-attention)")
+    submit_parser = sub.add_parser("submit", help=f"write the file to hand in, "
+                                   f"{SUBMIT_DIR}/<student-id>__NN-slug.ipynb")
+    submit_parser.add_argument("lesson", help="lesson number (06) or name (06-flash-attention)")
+    submit_parser.add_argument("--student", default=None,
+                               help=f"your student id (default: ${STUDENT_ENV})")
+    submit_parser.add_argument("--keep-outputs", action="store_true",
+                               help="keep the cells' outputs (cleared by default)")
     args = parser.parse_args(argv)
     try:
         if args.action == "prepare":
@@ -235,6 +305,14 @@ def main(argv: list[str] | None = None) -> int:
             report = update(args.root)
             if not (report.copied or report.refreshed or report.kept):
                 print(f"{WORK_DIR}/ is up to date")
+        elif args.action == "submit":
+            path = submit(args.root, args.lesson, args.student, args.keep_outputs)
+            shown = path.relative_to(Path(args.root)).as_posix()
+            outputs = "outputs kept" if args.keep_outputs else "outputs cleared"
+            print(f"hand in this one file: {shown} ({outputs})")
+            print(f"it holds your last save of {WORK_DIR}/{path.name.partition('__')[2]}: after "
+                  "any change, save it, then submit again")
+            return 0
         else:
             report = reset(args.root, args.lesson)
     except WorkspaceError as err:

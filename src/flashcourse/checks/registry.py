@@ -15,8 +15,8 @@ import numpy as np
 
 from .. import blanks
 from ..blanks import BlankNotFilled, is_blank, refuse_blanks
-from ..messages import install_message_handler  # noqa: F401
-from ..runtime import current
+from ..messages import install_message_handler
+from ..runtime import book_page, current
 from . import cases, recording
 
 # Checks reach these through `registry.`: each has its one home in the module named.
@@ -153,8 +153,7 @@ def check(exercise_id: str, answer) -> None:
                 recording.recording(exercise_id, answer):
             summary = _run_check(item, answer)
     except BaseException as err:
-        ATTEMPTS[exercise_id] = ("veto" if isinstance(err, VetoMisconception) else
-                                 "blank" if isinstance(err, BlankNotFilled) else "wrong")
+        ATTEMPTS[exercise_id] = attempt_state(err)
         raise
     ATTEMPTS.pop(exercise_id, None)
     RESULTS[exercise_id] = item.points
@@ -226,58 +225,107 @@ def run_student(fn: Callable, case: str, *args, **kwargs):
     return result
 
 
+# How an exercise that did not pass stands, as the scorecard says it, and what to do about it.
+NOT_STARTED = "not started"
 STATE_ADVICE = {
     "wrong": "fix it and run its check again",
     "blank": "fill in its blanks, then run its check",
-    "not run": "run its check",
-    "veto": "re-read the section its message names and judge the statements again",
+    NOT_STARTED: "answer it, then run its check",
+    "veto": "judge the statements again",
 }
+VETO_JUDGED_WRONGLY = "a veto statement is judged wrongly"
+VETO_NOT_JUDGED = "the veto statements are not judged yet"
+
+
+def attempt_state(err: BaseException) -> str:
+    """The state a failed check leaves its exercise in: a function that still raises
+    NotImplementedError (the stub as handed out) is not started, not wrong."""
+    if isinstance(err, VetoMisconception):
+        return "veto"
+    if isinstance(err, BlankNotFilled):
+        return "blank"
+    return NOT_STARTED if isinstance(err.__cause__, NotImplementedError) else "wrong"
+
+
+def _state(ex: Exercise) -> str:
+    return "passed" if ex.id in RESULTS else ATTEMPTS.get(ex.id, NOT_STARTED)
+
+
+def _sections_to_reread(ex: Exercise, state: str) -> str:
+    """' Re-read <sections>.' for an item answered wrongly whose lesson names where it is
+    explained; for a veto, only the sections of the statements its message names."""
+    if state not in ("wrong", "veto") or not ex.sections:
+        return ""
+    if isinstance(ex.sections, str):
+        return where_explained(ex.sections, "")
+    wanted = [where for where in dict.fromkeys(ex.sections.values())
+              if state != "veto" or where_explained(where, "") in VETOES_HIT.get(ex.id, "")]
+    return f" Re-read {' or '.join(wanted)}." if wanted else ""
+
+
+def _item_line(ex: Exercise, state: str) -> str:
+    if ex.kind == "veto":
+        shown = {"passed": "ok", "veto": "wrong"}.get(state, state)  # a hit veto is one wrong
+        return f"  [veto] {ex.title}: {shown}"
+    if state == "passed":
+        return f"  \u2713 {ex.points:g}/{ex.points:g} {ex.title}"
+    return f"  \u2717 0/{ex.points:g} {ex.title} ({state})"
+
+
+def _why_not_passed(lesson_id: str, earned: float, veto_states: list[str]) -> list[str]:
+    """Why the lesson is not passed, most serious first: a veto, then the points."""
+    item = LESSONS[lesson_id]
+    reasons = []
+    if _vetoes(lesson_id) or "veto" in veto_states:
+        reasons.append(VETO_JUDGED_WRONGLY)
+    elif any(state != "passed" for state in veto_states):
+        reasons.append(VETO_NOT_JUDGED)
+    if earned < item.pass_line:
+        reasons.append(f"{earned:g} of {item.total_points:g} points, the pass line is "
+                       f"{item.pass_line:g}")
+    return reasons
 
 
 def scorecard(lesson_id: str) -> float:
-    """Print the lesson's rubric with the points earned in this session, each item's state
-    (passed, wrong, blank, not run), what to do next and the next lesson; raise below the pass
-    line, or when a veto misconception was answered wrongly or not answered."""
+    """Print the lesson's rubric with the points earned in this session. Not passed: first why,
+    then each item's state (passed, wrong, blank, not started), what to do and which section to
+    re-read, then raise one short course error so the notebook run fails. Passed: the items and
+    the next lesson; return the points."""
     _load_checks()
     item = LESSONS[lesson_id]
-    lines = [f"Scorecard: {item.title}"]
-    earned = 0.0
-    unanswered = []
-    todo = []
-    for ex in item.exercises:
-        got = RESULTS.get(ex.id, 0.0)
-        earned += got
-        state = "passed" if ex.id in RESULTS else ATTEMPTS.get(ex.id, "not run")
-        if state != "passed":
-            todo.append(f"  - {ex.title}: {STATE_ADVICE.get(state, 'run its check')}")
-        if ex.kind == "veto":
-            shown = {"passed": "ok", "veto": "VETO"}.get(state, state)
-            lines.append(f"  [veto] {ex.title}: {shown}")
-            if state != "passed" and ex.id not in VETOES_HIT:
-                unanswered.append(ex.title)
-        else:
-            mark = "\u2713" if ex.id in RESULTS else "\u2717"
-            lines.append(f"  {mark} {ex.points:g}/{ex.points:g} {ex.title}" if got else
-                         f"  {mark} 0/{ex.points:g} {ex.title} ({state})")
-    vetoes = _vetoes(lesson_id) + [f"{title}: not answered (the veto statements must be "
-                                   "answered and checked)" for title in unanswered]
-    passed = earned >= item.pass_line and not vetoes
-    lines.append(f"Total: {earned:g}/{item.total_points:g} (pass line {item.pass_line:g}): "
-                 f"{'PASS' if passed else 'FAIL'}")
-    upcoming = next_lesson(lesson_id)
+    states = {ex.id: _state(ex) for ex in item.exercises}
+    earned = sum(RESULTS.get(ex.id, 0.0) for ex in item.exercises)
+    reasons = _why_not_passed(lesson_id, earned,
+                              [states[ex.id] for ex in item.exercises if ex.kind == "veto"])
+    lines = [f"Not passed yet: {'; '.join(reasons)}"] if reasons else []
+    lines.append(f"Scorecard: {item.title}")
+    lines += [_item_line(ex, states[ex.id]) for ex in item.exercises]
+    total = f"Total: {earned:g}/{item.total_points:g} (pass line {item.pass_line:g})"
+    if not reasons:
+        total += ": PASS"
+    elif earned >= item.pass_line:  # the points are enough: say what else holds it back
+        total += f", but {reasons[0]}"
+    else:
+        total += ": not passed yet"
+    lines.append(total)
+    todo = [f"  - {ex.title}: {STATE_ADVICE.get(states[ex.id], 'run its check')}"
+            f"{_sections_to_reread(ex, states[ex.id])}"
+            for ex in item.exercises if states[ex.id] != "passed"]
     if todo:
         lines += ["What to do next:", *todo]
+    upcoming = next_lesson(lesson_id) if not reasons else None
     if upcoming:
-        lines.append(("Next: " if passed else "Once this lesson passes, go on to ")
-                     + f"{upcoming[0]} ({upcoming[1]}).")
+        lines.append(f"Next: {upcoming[0]} ({upcoming[1]}).")
     print("\n".join(lines))
     if upcoming:
         _show_link(*upcoming)
-    if vetoes:
-        raise VetoMisconception("A veto misconception fails the lesson:\n" + "\n".join(vetoes))
-    if earned < item.pass_line:
-        raise WrongAnswer(f"{earned:g}/{item.total_points:g} is below the pass line "
-                          f"{item.pass_line:g}: fix the items marked \u2717 above.")
+    if reasons:
+        install_message_handler()  # also when the setup cell was skipped
+        # one line under the scorecard (messages.py shows course errors without a traceback);
+        # raising is what makes Run All, nbval and the grader see the lesson as not passed
+        error = VetoMisconception if reasons[0] in (VETO_JUDGED_WRONGLY, VETO_NOT_JUDGED) \
+            else WrongAnswer
+        raise error(f"Not passed yet: {'; '.join(reasons)}.")
     return earned
 
 
@@ -315,7 +363,9 @@ def _show_link(title: str, notebook: str) -> None:
         from IPython.display import HTML, display
     except ImportError:
         return
-    if get_ipython() is None:
+    # a book page links its lessons itself, and an HTML output there would make Quarto load
+    # script libraries from a CDN
+    if get_ipython() is None or book_page():
         return
     import html
 

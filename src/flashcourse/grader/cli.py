@@ -1,5 +1,5 @@
 """`python -m flashcourse grade PATH... [--out DIR] [--jobs N] [--timeout S] [--memory GIB]
-[--secret TEXT] [--no-sandbox]`.
+[--secret TEXT] [--student-from folder|file|metadata] [--no-sandbox]`.
 
 For each submission the grader (this process, which never runs student code)
 
@@ -172,16 +172,17 @@ def hidden_folders(root: Path, submitted: list[Path], out: Path | None) -> list[
 def grade(found: list[collect.Found], missing: list[str], out: Path | None = None,
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
           sandboxed: bool = True, progress=None, secret: str | None = None,
-          memory: int | None = None) -> list[Submission]:
+          memory: int | None = None, student_from: str = "folder") -> list[Submission]:
     """Grade every found notebook; write the reports under `out` when given. `secret` (else a
     random one) derives every exercise's key: the same secret and labels give the same inputs.
-    `memory`: bytes of one sandbox. The replays need grading mode in this process's
-    environment: it is restored afterwards."""
+    `memory`: bytes of one sandbox. `student_from`: the rule that says whose each submission is
+    (report.student_of). The replays need grading mode in this process's environment: it is
+    restored afterwards."""
     saved = {name: os.environ.get(name) for name in (registry.GRADING_MODE_ENV,
                                                      registry.SECRET_ENV)}
     try:
         return _grade(found, missing, out, jobs, timeout, root, sandboxed, progress, secret,
-                      memory)
+                      memory, student_from)
     finally:
         for name, value in saved.items():
             if value is None:
@@ -193,7 +194,10 @@ def grade(found: list[collect.Found], missing: list[str], out: Path | None = Non
 def _grade(found: list[collect.Found], missing: list[str], out: Path | None = None,
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
           sandboxed: bool = True, progress=None, secret: str | None = None,
-          memory: int | None = None) -> list[Submission]:
+          memory: int | None = None, student_from: str = "folder") -> list[Submission]:
+    if student_from not in report.STUDENT_RULES:  # before any sandbox runs
+        raise ValueError(f"unknown student rule {student_from!r}; the rules are: "
+                         + ", ".join(report.STUDENT_RULES))
     if sandboxed:
         sandbox.bwrap()  # raises SandboxUnavailable with what to do
     root = (root or collect.course_root()).resolve()
@@ -240,6 +244,8 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
         for name in missing:
             subs.append(Submission(label=name, path=name, status="MALFORMED",
                                    problems=["no such file or folder"]))
+        for sub in subs:
+            sub.student_from = student_from
         if out is not None:  # every sandbox has ended: only now are reports written
             report.copy_executed(subs, executed, out, EXECUTED_LIMIT)  # notes a copy not kept
             report.write_all(subs, out, timeout=timeout, jobs=jobs)
@@ -252,8 +258,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help="a submitted notebook, or a folder of them (searched recursively)")
     parser.add_argument("--out", type=Path, default=Path("grading-output"),
-                        help="folder for scorecard.txt, results.csv, junit.xml, progress.html "
-                             "(default: grading-output)")
+                        help="folder for scorecard.txt, results.csv, students.csv, junit.xml, "
+                             "progress.html, results.json and executed/ (default: "
+                             "grading-output)")
     parser.add_argument("--jobs", "-j", type=int, default=None,
                         help="submissions graded at once (default: one per CPU core)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
@@ -267,6 +274,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory", type=float, default=None, metavar="GIB",
                         help="memory of one sandbox, all its processes together, in GiB "
                              f"(default {sandbox.SANDBOX_MEMORY_LIMIT / 2**30:g})")
+    parser.add_argument("--student-from", choices=report.STUDENT_RULES, default="folder",
+                        help="whose each submission is, for students.csv and progress.html: "
+                             "folder, the first folder of its path (default); file, its file "
+                             "name before `__` (as ./course submit names it); metadata, its "
+                             "notebook's metadata.flashcourse.student")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run submissions without bubblewrap (unsafe; every report line "
                              "says so)")
@@ -282,7 +294,8 @@ def run_cli(args: argparse.Namespace) -> int:
     try:
         subs = grade(found, missing, out=args.out, jobs=args.jobs, timeout=args.timeout,
                      root=args.root, sandboxed=not args.no_sandbox, secret=args.secret,
-                     memory=int(args.memory * 2**30) if args.memory else None)
+                     memory=int(args.memory * 2**30) if args.memory else None,
+                     student_from=args.student_from)
     except sandbox.SandboxUnavailable as err:
         print(f"cannot grade: {err}", file=sys.stderr)
         return 2
@@ -291,8 +304,8 @@ def run_cli(args: argparse.Namespace) -> int:
     timed_out = sum(s.status == TIMEOUT for s in subs)
     print(f"\n{sum(s.passed for s in subs)} of {len(subs)} submissions passed "
           f"({elapsed:.1f} s{f', {timed_out} stopped at the time limit' if timed_out else ''})."
-          f" Reports in {args.out}/: scorecard.txt, results.csv, junit.xml, progress.html, "
-          "results.json, executed/")
+          f" Reports in {args.out}/: scorecard.txt, results.csv, students.csv, junit.xml, "
+          "progress.html, results.json, executed/")
     return 0 if all(s.passed for s in subs) else 1
 
 

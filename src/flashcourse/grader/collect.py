@@ -25,6 +25,10 @@ CHECK_CALL = re.compile(r"""check\(\s*["']([^"']+)["']\s*,\s*([A-Za-z_]\w*)\s*\)
 
 
 LABEL_CHARS = 400  # a label's length, escapes included, before it is cut
+STUDENT_CHARS = 64  # of a student id read from a notebook's metadata, escapes included
+# `./course reset` keeps old copies in work/backups/ as NN-slug.before-reset-DATE.ipynb
+BACKUP_FOLDER, BACKUP_MARK = "backups", ".before-reset-"
+BACKUP_REFUSAL = "a backup copy, not a submission"
 
 
 @dataclass
@@ -60,7 +64,9 @@ def collect(paths: list[Path]) -> tuple[list[Found], list[str]]:
     A label is the path relative to the folder given; files given directly are labelled
     relative to their common parent folder (subs/alice/x.ipynb and subs/bob/x.ipynb given
     together are alice/x.ipynb and bob/x.ipynb). Labels that still coincide (the same path
-    under two folders given, or names that print alike) are numbered, saying so."""
+    under two folders given, or names that print alike) are numbered, saying so. Backups of
+    `./course reset` (under a `backups/` folder, or named `*.before-reset-*`) are refused: they
+    are never graded as another attempt."""
     found: list[Found] = []
     missing: list[str] = []
     direct: list[Path] = []
@@ -85,7 +91,8 @@ def collect(paths: list[Path]) -> tuple[list[Found], list[str]]:
             missing.append(printable(str(given)))
     top = _common_folder(direct)
     for path in direct:
-        refused = "a symbolic link: submit the notebook itself" if os.path.islink(path) else ""
+        refused = "a symbolic link: submit the notebook itself" if os.path.islink(path) else \
+            BACKUP_REFUSAL if is_backup(Path(path.parent.name) / path.name) else ""
         found.append(Found(path, _label(path, top), refused))
     seen: set[Path] = set()
     unique = []
@@ -131,11 +138,19 @@ def _distinct_labels(found: list[Found]) -> list[Found]:
     return sorted(found, key=lambda item: item.label)
 
 
+def is_backup(relative: Path) -> bool:
+    """True for a copy `./course reset` set aside: `relative` (to the folder given) lies under
+    a `backups/` folder or its name holds `.before-reset-`."""
+    return BACKUP_MARK in relative.name or BACKUP_FOLDER in relative.parts[:-1]
+
+
 def _refusal(path: Path, base: Path) -> str:
     if os.path.islink(path):
         return "a symbolic link: submit the notebook itself"
     if not path.resolve().is_relative_to(base):
         return "resolves outside the submissions folder"
+    if is_backup(path.relative_to(base)):
+        return BACKUP_REFUSAL
     return ""
 
 
@@ -179,8 +194,23 @@ def read_regular(path: Path, limit: int) -> bytes:
 def read_notebook(path: Path) -> dict:
     """The submission read once without following a link, parsed under a bound on its nesting
     and checked as data (`validate.notebook`): only cells with text ids and sources come back.
-    ValueError saying why when it is not a notebook."""
-    return validate.notebook(validate.parse_json(read_regular(path, MAX_NOTEBOOK_BYTES)))
+    ValueError saying why when it is not a notebook. Of the notebook's metadata only
+    `flashcourse.student` (`./course submit` writes it) is kept, as escaped text."""
+    data = validate.parse_json(read_regular(path, MAX_NOTEBOOK_BYTES))
+    clean = validate.notebook(data)
+    student = metadata_student(data)
+    if student:
+        clean["metadata"] = {"flashcourse": {"student": student}}
+    return clean
+
+
+def metadata_student(data: dict) -> str:
+    """`metadata.flashcourse.student` of a parsed notebook when it is text, control characters
+    escaped and cut to STUDENT_CHARS; "" when it is absent or not text."""
+    metadata = data.get("metadata")
+    course = metadata.get("flashcourse") if isinstance(metadata, dict) else None
+    student = course.get("student") if isinstance(course, dict) else None
+    return printable(student.strip(), STUDENT_CHARS) if isinstance(student, str) else ""
 
 
 def load_exercises(root: Path) -> dict[str, dict]:
@@ -295,6 +325,7 @@ def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | 
         sub.status = MALFORMED
         sub.problems.append(f"malformed notebook: {printable(str(err))}")
         return sub, None
+    sub.metadata_student = submitted["metadata"].get("flashcourse", {}).get("student", "")
     try:
         return _prepare_notebook(sub, item, submitted, exercises)
     except Exception as err:  # noqa: BLE001  (a RecursionError, a MemoryError, a bug: this one)

@@ -1,11 +1,13 @@
 """Reports of `python -m flashcourse grade`: the printed scorecard, results.csv, junit.xml,
 a standalone progress.html, students.csv, results.json and the executed notebooks (executed/).
 
-A submission's label is its path relative to the folder given (collect.collect); a submission
-belongs to student X only when it lies under a folder X, the first folder of its label
-(alice/01-gpu-flash.ipynb is alice's). A notebook directly at the top belongs to nobody: it has
-a row of its own in students.csv and progress.html, named by its file name, never merged with a
-student folder of the same name.
+A submission's label is its path relative to the folder given (collect.collect). Whose it is
+follows grade's --student-from rule (student_of): `folder` (the default), the first folder of
+its label (alice/01-gpu-flash.ipynb is alice's); `file`, the part of its file name before `__`
+(alice__01-gpu-flash.ipynb, as `./course submit` names it); `metadata`, the notebook's
+`metadata.flashcourse.student`. A notebook the rule finds no student for belongs to nobody: it
+has a row of its own in students.csv and progress.html, named by its label, never merged with
+a student of the same name.
 
 Every text that reaches a report may hold any character: the CSV files write control
 characters (newlines too) as escapes and quote a leading formula character; XML and HTML write
@@ -26,7 +28,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .collect import printable, read_regular
+from .collect import BACKUP_REFUSAL, printable, read_regular
 from .score import read_untrusted
 from .submission import PASS, Submission, as_dict
 
@@ -240,28 +242,44 @@ pre { white-space: pre-wrap; max-width: 60rem; margin: .2rem 0; }
 # ---------------------------------------------------------------- one row per student
 
 
+STUDENT_RULES = ("folder", "file", "metadata")  # grade --student-from
+
+
 def student_of(sub: Submission) -> str | None:
-    """Whose submission this is: the first folder of its label (alice/01-gpu-flash.ipynb ->
-    alice); None for a notebook directly at the top, which is nobody's."""
-    first, sep, _ = sub.label.partition("/")
-    return first if sep else None
+    """Whose submission this is, by its `student_from` rule: `folder`, the first folder of its
+    label (alice/01-gpu-flash.ipynb -> alice; None for a notebook directly at the top); `file`,
+    the part of its file name before `__` (alice__01-gpu-flash.ipynb -> alice); `metadata`,
+    the student its notebook's metadata names. None when the rule finds nobody."""
+    if sub.student_from == "folder":
+        first, sep, _ = sub.label.partition("/")
+        return first if sep else None
+    if sub.student_from == "file":
+        student, sep, _ = sub.label.rpartition("/")[2].partition("__")
+        return student if sep and student else None
+    if sub.student_from == "metadata":
+        return sub.metadata_student or None
+    raise ValueError(f"unknown student rule {sub.student_from!r}; the rules are: "
+                     + ", ".join(STUDENT_RULES))
 
 
-Row = tuple[str, str]  # ("student", folder name) or ("file", label of a notebook at the top)
+Row = tuple[str, str]  # ("student", the student) or ("file", label of a nobody's notebook)
 
 
 def row_of(sub: Submission) -> Row:
     """The row of students.csv and progress.html a submission is in: its student's, or for a
-    notebook at the top its own, never a student's whose folder has the same name."""
+    notebook that is nobody's its own, never a student's of the same name."""
     student = student_of(sub)
     return ("file", sub.label) if student is None else ("student", student)
 
 
 def by_student(subs: list[Submission]) -> tuple[dict[Row, dict[str, list[Submission]]],
                                                 list[str]]:
-    """{row: {lesson: [submissions]}} in label order, and the lessons in course order."""
+    """{row: {lesson: [submissions]}} in label order, and the lessons in course order. A backup
+    of `./course reset` is no attempt: it has its REFUSED line elsewhere, no place here."""
     table: dict[Row, dict[str, list[Submission]]] = {}
     for sub in subs:
+        if f"refused: {BACKUP_REFUSAL}" in sub.problems:
+            continue
         table.setdefault(row_of(sub), {}).setdefault(sub.lesson or "?", []).append(sub)
     lessons = sorted({lesson for row in table.values() for lesson in row},
                      key=lambda name: (name == "?", name))
@@ -321,7 +339,7 @@ def write_html(subs: list[Submission], path: Path) -> None:
     passed = sum(s.passed for s in subs)
     students = sum(kind == "student" for kind, _ in table)
     at_top = "" if students == len(table) else \
-        f" and {len(table) - students} notebooks outside a student folder (a row each)"
+        f" and {len(table) - students} notebooks of no student (a row each)"
     rows = []
     for number, ((_, student), row) in enumerate(table.items()):
         cells = []

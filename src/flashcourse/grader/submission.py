@@ -37,6 +37,8 @@ class Submission:
     notes: list[str] = field(default_factory=list)  # harmless remarks (truncated output)
     open_answers: dict[str, str] = field(default_factory=dict)  # question id -> the text
     sandbox: str = "bwrap"  # or "none" with --no-sandbox
+    student_from: str = "folder"  # grade --student-from: the rule report.student_of applies
+    metadata_student: str = ""  # metadata.flashcourse.student of the notebook, escaped text
     seconds: float = 0.0
 
     @property
