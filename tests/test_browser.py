@@ -207,10 +207,19 @@ def test_student_works_in_the_workspace_and_resets_a_lesson(sync_api, lab, root)
         finally:
             browser.close()
 
-    # ./course reset 01: a fresh copy, and the student's copy kept in work/backups/
-    out = subprocess.run([sys.executable, "-m", "flashcourse", "workspace", "--root",
-                          str(course), "reset", "01"], capture_output=True, text=True,
-                         check=True).stdout
+    # ./course reset 01 while the lab still has the notebook open: refused, nothing moved
+    reset = [sys.executable, "-m", "flashcourse", "workspace", "--root", str(course), "reset",
+             "01"]
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(course.parent / "runtime"))
+    refused = subprocess.run(reset, capture_output=True, text=True, env=env)
+    assert refused.returncode == 2 and "open in JupyterLab" in refused.stderr, refused.stderr
+    assert not (work / "backups").exists()
+    with urllib.request.urlopen(f"{url}/api/sessions", timeout=30) as response:
+        for session in json.loads(response.read()):  # File > Close and Shut Down Notebook
+            urllib.request.urlopen(urllib.request.Request(
+                f"{url}/api/sessions/{session['id']}", method="DELETE"), timeout=30)
+    # then: a fresh copy, and the student's copy kept in work/backups/
+    out = subprocess.run(reset, capture_output=True, text=True, env=env, check=True).stdout
     backups = sorted((work / "backups").glob(f"{SLUG}.before-reset-*.ipynb"))
     assert len(backups) == 1 and backups[0].name in out
     assert "______" not in _flash_attention_cell(backups[0])

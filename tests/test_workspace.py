@@ -3,6 +3,7 @@ lessons and leaves started ones; reset keeps the old copy in work/backups/; subm
 file to hand in. Every test works in a temporary course, never in the repository's work/."""
 
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -225,3 +226,43 @@ def test_the_workspace_is_ignored_by_git_and_by_the_tests(root):
     testpaths = [line for line in (root / "pyproject.toml").read_text().splitlines()
                  if line.startswith("testpaths")]
     assert testpaths == ['testpaths = ["tests", "solutions"]']
+
+
+def test_reset_refuses_while_the_lesson_is_open_in_a_running_lab(course, tmp_path, monkeypatch):
+    """Saving a tab still open on the old copy would put it back: reset waits until it is
+    closed. A running server is found as `./course lab` leaves it (its runtime file), and asked
+    which notebooks it has open."""
+    import http.server
+    import threading
+
+    workspace.prepare(course)
+    open_paths = ["01-first.ipynb"]
+
+    class Sessions(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802  (the http.server name)
+            body = json.dumps([{"path": p} for p in open_paths]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sessions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / "jpserver-1.json").write_text(json.dumps({
+        "pid": os.getpid(), "url": f"http://127.0.0.1:{server.server_address[1]}/",
+        "token": "t", "root_dir": str(course / "work")}))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime))
+    try:
+        with pytest.raises(workspace.WorkspaceError, match="open in JupyterLab"):
+            workspace.reset(course, "01")
+        assert not (course / "work" / "backups").exists()  # nothing moved
+        open_paths.clear()  # the tab was closed
+        assert workspace.reset(course, "01").restarted == "01-first.ipynb"
+    finally:
+        server.shutdown()
+        server.server_close()

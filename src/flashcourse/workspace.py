@@ -198,6 +198,11 @@ def reset(root: Path, name: str, now: datetime | None = None) -> Report:
     work.mkdir(exist_ok=True)
     state = _load_state(work)
     target = work / source.name
+    lab = open_in_lab(target)
+    if lab:  # saving the open tab afterwards would put the old notebook back
+        raise WorkspaceError(f"{WORK_DIR}/{source.name} is open in JupyterLab ({lab}): close "
+                             "its tab there (File > Close and Shut Down Notebook), then run "
+                             f"./course reset {name} again")
     report = Report()
     if target.exists():
         backup = backup_name(target, now)
@@ -208,6 +213,34 @@ def reset(root: Path, name: str, now: datetime | None = None) -> Report:
     report.restarted = source.name
     _save_state(work, state)
     return report
+
+
+def open_in_lab(notebook: Path, timeout: float = 3.0) -> str | None:
+    """The address of a running Jupyter server on this machine that has `notebook` open (a
+    kernel session for it), or None. Servers that do not answer count as not having it."""
+    import json
+    import urllib.request
+
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:
+        return None
+    target = notebook.resolve()
+    for server in list_running_servers():
+        root_dir = Path(server.get("root_dir") or server.get("notebook_dir") or "/")
+        url = str(server.get("url", "")).rstrip("/") + "/"
+        request = urllib.request.Request(url + "api/sessions", headers={
+            "Authorization": f"token {server.get('token', '')}"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                sessions = json.loads(response.read(2**20))
+        except (OSError, ValueError):
+            continue
+        for session in sessions if isinstance(sessions, list) else []:
+            path = str(session.get("path", "")) if isinstance(session, dict) else ""
+            if path and (root_dir / path).resolve() == target:
+                return url
+    return None
 
 
 def student_id(given: str | None) -> str:
