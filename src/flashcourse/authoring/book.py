@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from ..paths import COURSE_ROOT
@@ -42,7 +43,14 @@ def render(root: Path, execute: bool) -> int:
     env = dict(os.environ)  # the pages run with this environment's Python (the course's)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     argv = [command, "render", *([] if execute else ["--no-execute"])]
-    return subprocess.run(argv, cwd=root, env=env, check=False).returncode
+    with tempfile.TemporaryDirectory(prefix="flashcourse-ipython-") as profiles:
+        # a profile of its own for the pages' kernels: the same for every reader, and without
+        # ipykernel's start-up warnings (one per page) in the render's log
+        config = Path(profiles) / "profile_default" / "ipython_kernel_config.py"
+        config.parent.mkdir(parents=True)
+        config.write_text("c.IPKernelApp.log_level = 'ERROR'\n", encoding="utf-8")
+        env["IPYTHONDIR"] = profiles
+        return subprocess.run(argv, cwd=root, env=env, check=False).returncode
 
 
 def serve(folder: Path, port: int) -> None:
