@@ -437,53 +437,67 @@ def _insert_forger(nb: dict, source: str, blob: str) -> None:
 SLOW = ("deep-expression",)
 
 
-def build_round_two(root: Path, folder: Path, names=None) -> dict[str, Path]:
-    """Write the second round's attacks under `folder` (those in `names`, default all but
-    SLOW); name -> the submitted path."""
-    wanted = set(names if names is not None else [n for n in ROUND_TWO if n not in SLOW])
+def _round_two_makers(root: Path) -> dict:
+    """name -> a function making that attack: its notebook, or its text when malformed. The
+    forged records are computed once, and only for an attack that sends them."""
     import base64
+    import functools
 
-    written: dict[str, Path] = {}
-    blob = json.dumps(public_records(root))
+    blob = functools.cache(lambda: json.dumps(public_records(root)))
     untouched = json.loads((root / "exercises" / f"{LESSON}.ipynb").read_text())
-    for name, source in FORGERS.items():  # nothing answered: any point is a hole
-        nb = json.loads(json.dumps(untouched))
-        _insert_forger(nb, source, blob)
-        written[name] = samples.write(nb, folder / name / f"{LESSON}.ipynb")
-    nb = samples.filled_notebook(root)  # answered, but the records sent are forged
-    _insert_forger(nb, FORGERS["forged-records"], blob)
-    written["forged-records-answered"] = samples.write(
-        nb, folder / "forged-records-answered" / f"{LESSON}.ipynb")
-    for name, body in DISGUISED.items():
+
+    def forger(source, answered=False):
+        nb = samples.filled_notebook(root) if answered else json.loads(json.dumps(untouched))
+        _insert_forger(nb, source, blob())
+        return nb
+
+    def disguised(name, body):
         nb = samples.filled_notebook(root)
         _cell(nb, "exercise-flash-attention")["source"] = _flash_body(root, body)
         if name in HELPERS:
             encoded = base64.b64encode(HIDDEN_SOURCE.encode()).decode()
             _insert_after(nb, "setup", HELPERS[name].format(encoded=encoded))
-        written[name] = samples.write(nb, folder / name / f"{LESSON}.ipynb")
-    for name, source in RESOURCES.items():
+        return nb
+
+    def beside_a_right_answer(source):
         nb = samples.filled_notebook(root)
         _insert_after(nb, "setup", source)
-        written[name] = samples.write(nb, folder / name / f"{LESSON}.ipynb")
-    nb = samples.filled_notebook(root)
-    _insert_after(nb, "setup", FORK_HOG)
-    written["memory-fork-hog"] = samples.write(nb, folder / "memory-fork-hog" / f"{LESSON}.ipynb")
-    for name, text in _malformed(root).items():
+        return nb
+
+    makers = {name: functools.partial(forger, source) for name, source in FORGERS.items()}
+    makers["forged-records-answered"] = functools.partial(forger, FORGERS["forged-records"],
+                                                          answered=True)
+    makers.update({name: functools.partial(disguised, name, body)
+                   for name, body in DISGUISED.items()})
+    makers.update({name: functools.partial(beside_a_right_answer, source)
+                   for name, source in {**RESOURCES, "memory-fork-hog": FORK_HOG}.items()})
+    malformed = functools.cache(lambda: _malformed(root))
+    makers.update({name: functools.partial(lambda n: malformed()[n], name) for name in MALFORMED})
+    return makers
+
+
+def build_round_two(root: Path, folder: Path, names=None) -> dict[str, Path]:
+    """Write the second round's attacks under `folder` (those in `names`, default all but
+    SLOW); name -> the submitted path."""
+    wanted = names if names is not None else [n for n in ROUND_TWO if n not in SLOW]
+    makers = _round_two_makers(root)
+    written: dict[str, Path] = {}
+    for name in wanted:
+        made = makers[name]()
         path = folder / name / f"{LESSON}.ipynb"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        if isinstance(made, str):  # malformed: written as it is
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(made, encoding="utf-8")
+        else:
+            samples.write(made, path)
         written[name] = path
-    for name in set(written) - wanted:
-        path = written.pop(name)
-        path.unlink()
-        path.parent.rmdir()
     return written
 
 
+MALFORMED = ("numeric-id", "list-source", "deep-expression", "five-megabytes", "nested-json",
+             "control-char-id")
 ROUND_TWO = [*FORGERS, "forged-records-answered", *DISGUISED, *RESOURCES, "memory-fork-hog",
-             "numeric-id",
-             "list-source", "deep-expression", "five-megabytes", "nested-json",
-             "control-char-id"]
+             *MALFORMED]
 NAMES = [*PATCHES, *ANSWERS, *ODD]
 FOLDERS = {"csv-formula-name": '=HYPERLINK("evil")'}  # attack -> its folder's name
 

@@ -20,6 +20,7 @@ def _fresh_grading_state():
 
     registry.RESULTS.clear()
     registry.VETOES_HIT.clear()
+    registry.ATTEMPTS.clear()
     yield
 
 

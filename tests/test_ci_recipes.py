@@ -9,11 +9,12 @@ import sys
 
 import yaml
 
+from flashcourse import workspace
 from flashcourse.grader import samples
 
 
 def _lessons(root) -> list[str]:
-    return sorted(p.stem for p in (root / "exercises").glob("*.ipynb"))
+    return [path.stem for path in workspace.lessons(root)]
 
 
 def _classroom_steps(root) -> dict[str, dict]:

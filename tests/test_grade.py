@@ -235,13 +235,14 @@ def test_records_the_notebook_made_itself_earn_nothing(graded, name, record_reje
 
 
 def test_forged_records_on_public_inputs_are_refused_by_the_replay(root, record_rejection,
-                                                                   monkeypatch):
+                                                                   record_check):
     """The replay with this run's key refuses a record made with the public seeds."""
+    from flashcourse.authoring import cells
     from flashcourse.checks import recording, registry
     from flashcourse.grader import channel
 
-    monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")  # as in the grader: hidden cases run
-    record = attacks.public_records(root)["gpu-flash/flash-attention"]
+    _, record = record_check("gpu-flash/flash-attention", cells.load_name(
+        root / "lessons" / "01-gpu-flash.qmd", "exercise-flash-attention", "flash_attention"))
     key = channel.exercise_key(b"run secret", "alice/01-gpu-flash.ipynb",
                                "gpu-flash/flash-attention")
     with pytest.raises(recording.RecordMismatch, match="inputs"):
@@ -283,7 +284,8 @@ def test_the_whole_sandbox_has_one_memory_bound(graded, record_rejection):
     record_rejection("grade/attack", "memory-fork-hog")
 
 
-@pytest.mark.parametrize("name", ["numeric-id", "list-source", "five-megabytes", "nested-json"])
+@pytest.mark.parametrize("name", [n for n in attacks.MALFORMED
+                                  if n not in ("deep-expression", "control-char-id")])
 def test_a_malformed_notebook_gets_its_own_line(graded, name, record_rejection):
     sub = graded["subs"][name]
     assert sub["status"] == "MALFORMED" and sub["problems"], sub
@@ -557,3 +559,29 @@ def test_submissions_inside_the_course_are_hidden_from_every_sandbox(root):
     assert ["--ro-bind", str(root), str(root)] not in triples
     paths = [Path(a) for a in argv if a.startswith("/")]
     assert not [path for path in paths for folder in folders if path.is_relative_to(folder)]
+
+
+def test_a_sandbox_that_never_ran_the_notebook_is_crashed(root, tmp_path):
+    """No message from the runner at all (bubblewrap failed, the runner died at once): the
+    submission is CRASHED with a line saying so, and earns nothing."""
+    from flashcourse.checks import registry
+    from flashcourse.grader import channel, score
+
+    registry._load_checks()
+    path = samples.write(samples.filled_notebook(root), tmp_path / "ada" / "01-gpu-flash.ipynb")
+    found, _ = collect.collect([path])
+    sub, job = collect.prepare(found[0], collect.load_exercises(root))
+    talk = channel.Conversation(notebook=job.notebook, grading_cells={}, keys={})
+    score.score(sub, job, talk, timeout=60, wall_killed=False)
+    assert sub.status == "CRASHED" and sub.earned == 0, sub
+    assert any("could not be run" in p for p in sub.problems), sub.problems
+
+
+def test_the_runner_and_the_checks_name_the_same_outputs():
+    """inside.py imports nothing of the course, so it keeps its own copy of the output types
+    the checks publish: they must stay the same."""
+    from flashcourse.checks import recording
+    from flashcourse.grader import inside
+
+    assert (inside.RECORD_MIME, inside.TRIPWIRE_MIME) == (recording.RECORD_MIME,
+                                                          recording.TRIPWIRE_MIME)

@@ -20,10 +20,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @pytest.fixture(autouse=True)
-def fresh_session(monkeypatch):
-    registry.list_ids()  # register every lesson before the session's results are emptied
-    for name in ("RESULTS", "VETOES_HIT", "ATTEMPTS"):
-        monkeypatch.setattr(registry, name, {})
+def every_lesson_registered():
+    registry.list_ids()  # conftest empties the session's results before each test
 
 
 def _right(exercise_id):
@@ -155,3 +153,19 @@ def test_setup_hides_them_when_the_interpreter_runs():
         assert any(action == "ignore" and category is RuntimeWarning
                    and message.pattern == runtime.INTERPRETER_WARNINGS
                    for action, message, category, _module, _line in warnings.filters)
+
+
+def test_a_kernel_still_the_stub_handed_out_is_not_started():
+    """A kernel exercise's stub is refused by the kernel guard, not by calling it: it is not
+    started either, as a function's stub is."""
+    runtime.setup(verbose=False)  # the interpreter before @triton.jit
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def softmax_row_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+        raise NotImplementedError("write the kernel")
+
+    with pytest.raises(WrongAnswer, match="still raises NotImplementedError"):
+        check("softmax/row-kernel", softmax_row_kernel)
+    assert registry.ATTEMPTS["softmax/row-kernel"] == "not started"

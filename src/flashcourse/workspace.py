@@ -218,7 +218,6 @@ def reset(root: Path, name: str, now: datetime | None = None) -> Report:
 def open_in_lab(notebook: Path, timeout: float = 3.0) -> str | None:
     """The address of a running Jupyter server on this machine that has `notebook` open (a
     kernel session for it), or None. Servers that do not answer count as not having it."""
-    import json
     import urllib.request
 
     try:

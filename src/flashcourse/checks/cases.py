@@ -17,7 +17,7 @@ from ..runtime import truthy
 
 GRADING_MODE_ENV = "FLASHCOURSE_GRADING"
 # Reseeds every case for tools that grade without the grader (gpu/grading_replay.py, tests);
-# `grade` itself never reads nor passes it on.
+# `grade` removes it from its own environment and never passes it to a sandbox.
 SECRET_ENV = "FLASHCOURSE_GRADING_SECRET"
 
 _issued: dict[str, str] = {}  # exercise id -> key, in the sandbox (set by the runner)

@@ -7,6 +7,10 @@ class WrongAnswer(AssertionError):
     """The answer ran but is wrong; the message says which case, where, and what to try."""
 
 
+class NotStarted(WrongAnswer):
+    """The answer is still the stub handed out (it raises NotImplementedError): not started."""
+
+
 class VetoMisconception(WrongAnswer):
     """A misconception the rubric vetoes: the lesson fails whatever the other points are."""
 

@@ -16,6 +16,7 @@ from ..blanks import BlankNotFilled, refuse_blanks, source_of
 from ..kernels import attention
 from ..launch import raise_blank_or_stub
 from . import buffers, recording, registry
+from .errors import NotStarted
 
 # (atol, rtol) of attention outputs (lessons 6 and 7); L and the gradients have their own
 ATTENTION_TOLERANCES = {torch.float32: (2e-4, 1e-3), torch.float16: (4e-3, 8e-3)}
@@ -66,7 +67,7 @@ def _require_jit_kernel(kernel, exercise_id: str, name: str | None) -> None:
     for name, obj in [(kernel.fn.__name__, kernel), *attention.kernel_helpers(kernel)]:
         refuse_blanks(obj, name)
         if "raise NotImplementedError" in (source_of(obj) or ""):
-            raise registry.WrongAnswer(
+            raise NotStarted(
                 f"{exercise_id}: {name} still raises NotImplementedError. Replace the "
                 "`raise NotImplementedError` line with your implementation.")
 

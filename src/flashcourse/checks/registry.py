@@ -29,7 +29,7 @@ from .cases import (  # noqa: F401
     with_hidden,
 )
 from .compare import compare, same_result, to_numpy  # noqa: F401
-from .errors import VetoMisconception, WrongAnswer
+from .errors import NotStarted, VetoMisconception, WrongAnswer
 
 
 @dataclass
@@ -65,7 +65,8 @@ EXERCISES: dict[str, Exercise] = {}
 # What passed in this process: exercise id -> points earned (vetoes record 0 when hit).
 RESULTS: dict[str, float] = {}
 VETOES_HIT: dict[str, str] = {}
-# How the last check of each exercise ended when it did not pass: "wrong", "blank" or "veto".
+# How the last check of each exercise ended when it did not pass: "wrong", "blank", "veto" or
+# "not started".
 ATTEMPTS: dict[str, str] = {}
 # Lessons (file stems) whose self-check file is registered.
 _SELF_CHECKS_DONE: set[str] = set()
@@ -177,7 +178,7 @@ def _run_check(item: Exercise, answer) -> str:
         VETOES_HIT[item.id] = str(err)
         raise
     except NotImplementedError as err:
-        raise WrongAnswer(
+        raise NotStarted(
             f"{item.id}: the function still raises NotImplementedError. Replace the "
             "`raise NotImplementedError` line with your implementation."
         ) from err
@@ -238,13 +239,13 @@ VETO_NOT_JUDGED = "the veto statements are not judged yet"
 
 
 def attempt_state(err: BaseException) -> str:
-    """The state a failed check leaves its exercise in: a function that still raises
-    NotImplementedError (the stub as handed out) is not started, not wrong."""
+    """The state a failed check leaves its exercise in: an answer that is still the stub handed
+    out (`NotStarted`, from a function or a kernel) is not started, not wrong."""
     if isinstance(err, VetoMisconception):
         return "veto"
     if isinstance(err, BlankNotFilled):
         return "blank"
-    return NOT_STARTED if isinstance(err.__cause__, NotImplementedError) else "wrong"
+    return NOT_STARTED if isinstance(err, NotStarted) else "wrong"
 
 
 def _state(ex: Exercise) -> str:

@@ -34,9 +34,18 @@ def answer_cells(pristine: dict, checks: dict[str, tuple[str, str]]) -> dict[str
             pending = []
         elif scan.is_grading_id(cell_id):
             pending = []
-        elif _unanswered(scan.cell_source(cell), [], any_stub=True):
+        elif is_answer_cell(cell):
             pending.append(cell_id)
     return found
+
+
+def is_answer_cell(cell: dict) -> bool:
+    """A code cell of an exercise notebook that the student fills in: not a grading cell, and
+    holding a blank or a stub."""
+    cell_id = cell.get("id")
+    return (cell.get("cell_type") == "code" and isinstance(cell_id, str) and bool(cell_id)
+            and not scan.is_grading_id(cell_id)
+            and bool(_unanswered(scan.cell_source(cell), [], any_stub=True)))
 
 
 def _stub_lines(source: str) -> list[str]:

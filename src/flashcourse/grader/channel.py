@@ -100,10 +100,11 @@ class Conversation:
                                   f"{str(message.get('error', ''))[:300]}")
         elif kind == "executed":
             text = message.get("notebook")
-            if isinstance(text, str) and len(text) <= EXECUTED_LIMIT:
-                self.executed = text.encode("utf-8", "replace")
-            elif isinstance(text, str):
-                self.executed_problem = (f"it is {len(text) / 2**20:.0f} MiB (limit "
+            data = text.encode("utf-8", "replace") if isinstance(text, str) else None
+            if data is not None and len(data) <= EXECUTED_LIMIT:
+                self.executed = data
+            elif data is not None:
+                self.executed_problem = (f"it is {len(data) / 2**20:.1f} MiB (limit "
                                          f"{EXECUTED_LIMIT / 2**20:.0f} MiB)")
         elif kind == "too large":
             size = message.get("bytes", 0)

@@ -37,12 +37,10 @@ from pathlib import Path
 from .. import bench, runtime
 from ..checks import recording, registry
 from . import channel, collect, limits, report, sandbox, score
-from .submission import CRASHED, MALFORMED, TIMEOUT, Submission
+from .submission import CRASHED, DEFAULT_TIMEOUT, MALFORMED, TIMEOUT, Submission
 
-DEFAULT_TIMEOUT = 120  # seconds per cell
 STARTUP_ALLOWANCE = 120  # seconds of a run that are not any cell's (kernel start, imports)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-EXECUTED_LIMIT = 64 * 2**20  # largest executed notebook copied into the reports
 
 
 def _sandbox_env(home: str, interpreter: bool) -> dict[str, str]:
@@ -242,12 +240,13 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
                 if progress:
                     progress(subs[number])
         for name in missing:
-            subs.append(Submission(label=name, path=name, status="MALFORMED",
+            subs.append(Submission(label=name, path=name, status=MALFORMED,
                                    problems=["no such file or folder"]))
         for sub in subs:
             sub.student_from = student_from
         if out is not None:  # every sandbox has ended: only now are reports written
-            report.copy_executed(subs, executed, out, EXECUTED_LIMIT)  # notes a copy not kept
+            # a copy not kept gets a note, so the copies come before the reports
+            report.copy_executed(subs, executed, out, channel.EXECUTED_LIMIT)
             report.write_all(subs, out, timeout=timeout, jobs=jobs)
     finally:
         grader.close()

@@ -247,9 +247,7 @@ def check_cells(pristine: dict) -> dict[str, tuple[str, str]]:
 
 def answer_ids(pristine: dict) -> set[str]:
     """Ids of the cells a student fills in: those holding a blank or a stub in the exercise."""
-    return {c["id"] for c in pristine["cells"] if c.get("cell_type") == "code" and c.get("id")
-            and not scan.is_grading_id(c["id"]) and any(
-                mark in scan.cell_source(c) for mark in ("______", "NotImplementedError"))}
+    return {c["id"] for c in pristine["cells"] if answers.is_answer_cell(c)}
 
 
 def build_run_notebook(submitted: dict, pristine: dict) -> dict:

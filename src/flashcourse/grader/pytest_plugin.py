@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from .submission import DEFAULT_TIMEOUT
+
 COURSE_FOLDERS = ("exercises", "solutions", "book")  # the course's own notebooks: plain nbval
 _graded: list = []  # Submission of every notebook graded in this session
 _other_failures = 0  # failed tests that are not a graded exercise (they fail the run)
@@ -37,8 +39,8 @@ def pytest_addoption(parser) -> None:
     group.addoption("--flashcourse-sandbox", choices=("auto", "yes", "no"), default="auto",
                     help="run each submission in a bubblewrap sandbox (auto: when one can be "
                          "made here)")
-    group.addoption("--flashcourse-timeout", type=float, default=120,
-                    help="seconds one cell of a submission may run (default 120)")
+    group.addoption("--flashcourse-timeout", type=float, default=DEFAULT_TIMEOUT,
+                    help=f"seconds one cell of a submission may run (default {DEFAULT_TIMEOUT})")
 
 
 def _active(config) -> bool:
@@ -59,14 +61,13 @@ def _lesson_of(path: Path):
     resolved = path.resolve()
     if any(resolved.is_relative_to(root / folder) for folder in COURSE_FOLDERS):
         return None
-    slugs = [p.stem for p in (root / "exercises").glob("*.ipynb")]
-    slug = next((s for s in sorted(slugs, key=len, reverse=True) if s in path.name), None)
-    if slug is None:
+    exercises = collect.load_exercises(root)
+    slug = collect.match_exercise(path.name, [], exercises)  # by its file name
+    if slug is None:  # else by the grading cells it holds
         try:
-            cells = collect.read_notebook(path)["cells"]
+            slug = collect.match_exercise("", collect.read_notebook(path)["cells"], exercises)
         except ValueError:
             return None
-        slug = collect.match_exercise("", cells, collect.load_exercises(root))
     return (root, slug) if slug else None
 
 
@@ -80,7 +81,7 @@ def pytest_collect_file(file_path: Path, parent):
         return collected
     kept = [c for c in collected if type(c).__module__.split(".")[0] != "nbval"]
     return [*kept, SubmittedNotebook.from_parent(parent, path=Path(file_path),
-                                                 course=found[0])]
+                                                 course=found[0], slug=found[1])]
 
 
 def _sandbox_works() -> bool:
@@ -97,9 +98,9 @@ def _sandbox_works() -> bool:
 class SubmittedNotebook(pytest.File):
     """One submitted notebook: graded once, then one item per exercise and the scorecard."""
 
-    def __init__(self, *, course: Path, **kwargs):
+    def __init__(self, *, course: Path, slug: str, **kwargs):
         super().__init__(**kwargs)
-        self.course = course
+        self.course, self.slug = course, slug
         self.sub = None
 
     def grade(self):
@@ -121,15 +122,8 @@ class SubmittedNotebook(pytest.File):
         from . import collect
 
         registry._load_checks()
-        exercises = collect.load_exercises(self.course)
-        try:
-            cells = collect.read_notebook(self.path)["cells"]
-        except ValueError:
-            cells = []
-        slug = collect.match_exercise(self.path.name, cells, exercises)
-        ids = sorted(collect.check_cells(exercises[slug])) if slug else []
-        lesson_ids = {ex.split("/")[0] for ex in ids}
-        lesson = registry.LESSONS.get(next(iter(lesson_ids), ""))
+        ids = collect.check_cells(collect.load_exercises(self.course)[self.slug])
+        lesson = registry.LESSONS.get(next(iter(ids), "").split("/")[0])
         for exercise in (lesson.exercises if lesson else []):
             yield ExerciseItem.from_parent(self, name=exercise.id)
         yield ScorecardItem.from_parent(self, name="scorecard")

@@ -36,8 +36,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from .limits import SANDBOX_UID_BASE  # noqa: F401  (cli.py's, until each sandbox leases a uid)
-
 MOUNT_POINT = "/grading"
 SANDBOX_MEMORY_LIMIT = 8 * 2**30  # all processes of a sandbox together (limits.memory_cap)
 ADDRESS_SPACE_LIMIT = 12 * 2**30  # address space per process on a CPU

@@ -1,10 +1,10 @@
 """Scoring one submission on the grader's side, after its sandbox has ended.
 
 Every point comes from `registry.replay`: the lesson's own check runs again here, in the
-grader's process, on the data the submission's run recorded (`flashcourse.checks.recording`). The
-files the sandbox left are read as untrusted data: never through a link, within size limits,
-and as JSON only. What the runner says about its cells (errors, timeouts) only explains the
-report.
+grader's process, on the records its grading cells sent over the channel
+(`channel.Conversation`), every field read as data. What the runner says about its cells
+(errors, timeouts) only explains the report. `read_untrusted` reads a file of a work folder for
+the reports (the executed notebook), never through a link, within a size limit.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from pathlib import Path
 
 from ..blanks import BlankNotFilled
 from ..checks import recording, registry
-from . import validate
 from .channel import Conversation
 from .collect import Job, printable, read_regular
 from .submission import CRASHED, FAIL, PASS, TAMPERED, TIMEOUT, ExerciseResult, Submission
@@ -31,18 +30,6 @@ def read_untrusted(path: Path, limit: int) -> bytes | None:
     try:
         return read_regular(path, limit)
     except ValueError:
-        return None
-
-
-def read_json(path: Path, limit: int):
-    """The JSON in a file the sandbox wrote, or None: read as `read_untrusted` does, and parsed
-    only when it nests no deeper than `validate.MAX_JSON_DEPTH`."""
-    raw = read_untrusted(path, limit)
-    if raw is None:
-        return None
-    try:
-        return validate.parse_json(raw)
-    except (ValueError, RecursionError):
         return None
 
 
@@ -145,7 +132,8 @@ def _judge_record(ex, job: Job, talk: Conversation, sub: Submission) -> tuple[st
 
 def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
           wall_killed: bool) -> None:
-    runs, running, accounted = cell_runs(talk.state())
+    runs, running, _ = cell_runs(talk.state())
+    accounted = talk.finished or bool(talk.order)  # the runner reached the notebook at all
     sub.tampering += talk.flags
     sub.notes += talk.notes
     if wall_killed:
@@ -162,7 +150,7 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
         sub.problems.append(f"the kernel stopped answering in `{printable(stuck[0], 80)}` even "
                             f"after {timeout:g} s and an interrupt, and was stopped; later "
                             "cells did not run")
-    elif not accounted or (not talk.finished and not wall_killed and not runs):
+    elif not accounted and not wall_killed:
         sub.problems.append("the notebook could not be run (its sandbox left no account)")
     elif not talk.finished and not wall_killed:
         where = f" while `{printable(running, 80)}` ran" if running else ""

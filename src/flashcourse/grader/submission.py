@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+DEFAULT_TIMEOUT = 120  # seconds one cell of a submission may run
+
 # Statuses of a submission, worst first when several apply.
 MALFORMED, UNMATCHED, REFUSED, TAMPERED, CRASHED, TIMEOUT, FAIL, PASS = (
     "MALFORMED", "UNMATCHED", "REFUSED", "TAMPERED", "CRASHED", "TIMEOUT", "FAIL", "PASS")

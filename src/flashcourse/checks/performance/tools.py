@@ -278,10 +278,9 @@ def _modelled_verdict(chosen: tuple, text: str, shape_text: str) -> str:
         raise registry.WrongAnswer(
             f"{TUNING_ID}: {text} can run, but the course's paper model predicts it no faster "
             f"than the BASELINE config {tiles.BASELINE} at {shape_text} ({ours:.3f} ms against "
-            f"{base:.3f} ms): in that model (lesson 1's HBM traffic on lesson 2's roofline) "
-            "each program reads all of K and V once for its BLOCK_M query rows, and warps and "
-            "stages do not enter it. Without a GPU the point needs a config the model predicts "
-            f"faster; a GPU measures the speed itself. See {TUNING_SECTION}.")
+            f"{base:.3f} ms). Without a GPU the point needs a config the model (lesson 1's HBM "
+            "traffic on lesson 2's roofline) predicts faster; a GPU measures the speed itself. "
+            f"See {TUNING_SECTION} for what the model counts.")
     return (f"{text} is a valid config for {shape_text} that the course's paper model predicts "
             f"faster than the BASELINE ({ours:.3f} ms against {base:.3f} ms); {TUNING_NOT_TIMED} "
             f"(interpreter timings say nothing about one, and the {TUNING_TARGET:.2f}x target is "
