@@ -12,7 +12,8 @@ from flashcourse.grader.inside import KERNEL_STARTUP_TIMEOUT
 from flashcourse.grader.scan import CHECK_PREFIX
 
 ROOT_LESSONS = [p.stem for p in build.lesson_paths(Path(__file__).resolve().parents[1])]
-ACTIONABLE = ("BlankNotFilled", "WrongAnswer")
+# the course's own errors, each saying what to do: a blank, a stub not started, a wrong answer
+ACTIONABLE = ("BlankNotFilled", "NotStarted", "WrongAnswer")
 
 
 @pytest.mark.parametrize("slug", ROOT_LESSONS)
