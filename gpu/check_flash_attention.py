@@ -85,7 +85,7 @@ def check_padded_kernel(kernel) -> int:
     """The from-scratch kernel (left-padded batches, rows without keys) compiled on the GPU,
     against float64 attention; then its grader. Returns the number of failed cases."""
     from flashcourse import check
-    from flashcourse.checks.flash_attention.padded import padded_forward, padded_reference
+    from flashcourse.kernels.padded import padded_forward, padded_reference
 
     failures = 0
     cases = [(B, H, N, D, causal, dtype)

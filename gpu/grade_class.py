@@ -37,7 +37,7 @@ def build(folder: Path, lessons: list[str]) -> dict[str, str]:
     slugs = {p.stem[:2]: p.stem for p in (ROOT / "exercises").glob("*.ipynb")}
     for number in lessons:
         name = f"right-{number}"
-        samples.write(samples.filled_notebook(ROOT, slug=slugs[number]),
+        samples.write(samples.filled_notebook(ROOT, slug=slugs[number], student=name),
                       folder / name / f"{slugs[number]}.ipynb")
         expected[name] = "pass"
     samples.write(samples.filled_notebook(ROOT, mistakes=("no-rescale",)),

@@ -177,7 +177,9 @@ def build(root: Path, folder: Path) -> dict[str, Path]:
     written: dict[str, Path] = {}
 
     def put(name: str, nb: dict, file_name: str = f"{LESSON}.ipynb") -> None:
-        written[name] = samples.write(nb, folder / FOLDERS.get(name, name) / file_name)
+        student = FOLDERS.get(name, name)  # the grader names the student by the folder
+        samples.answered_as(nb, student, root=root)
+        written[name] = samples.write(nb, folder / student / file_name)
 
     untouched = json.loads((root / "exercises" / f"{LESSON}.ipynb").read_text())
     for name, source in PATCHES.items():
@@ -240,6 +242,7 @@ def build(root: Path, folder: Path) -> dict[str, Path]:
         "    def __call__(self, x, y, *args, **kwargs):\n"
         "        y.copy_(torch.softmax(x.float(), dim=-1).to(y.dtype))\n\n"
         "softmax_row_kernel = RowSoftmax()\n")
+    samples.answered_as(nb, "fake-kernel", "05-softmax", root)
     written["fake-kernel"] = samples.write(nb, folder / "fake-kernel" / "05-softmax.ipynb")
     return written
 
@@ -414,7 +417,7 @@ def _malformed(root: Path) -> dict[str, str]:
     big = json.loads(json.dumps(base))
     for number in range(50):
         _insert_after(big, "setup", "x = '" + "y" * 100_000 + "'\n", new_id=f"big-{number}")
-    control_id = samples.filled_notebook(root)
+    control_id = samples.filled_notebook(root, student="control-char-id")
     _insert_after(control_id, "setup", "pass", new_id="bell\x07id\x1b[31m")
     return {"numeric-id": json.dumps(numeric_id), "list-source": json.dumps(list_source),
             "deep-expression": json.dumps(deep), "five-megabytes": json.dumps(big),
@@ -489,7 +492,7 @@ def build_round_two(root: Path, folder: Path, names=None) -> dict[str, Path]:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(made, encoding="utf-8")
         else:
-            samples.write(made, path)
+            samples.write(samples.answered_as(made, name, root=root), path)  # its folder's student
         written[name] = path
     return written
 

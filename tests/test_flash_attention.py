@@ -437,7 +437,7 @@ def test_wrong_scratch_kernel_is_rejected_with_its_message(known_wrong, mistake)
 
 
 def test_scratch_kernel_inputs_are_checked(solution):
-    from flashcourse.checks.flash_attention.padded import padded_forward
+    from flashcourse.kernels.padded import padded_forward
 
     q, k, v = attention.make_inputs(2, 1, 16, 16)
     with pytest.raises(CourseInputError, match=r"kv_start must be a \(B,\) = \(2,\) int32"):

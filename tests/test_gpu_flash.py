@@ -121,8 +121,7 @@ def _right_misconceptions():
 
 
 def test_q1_score_matrix_bytes_is_the_traffic_models():
-    assert _answers("gpu-flash/q1-memory")["s_bytes_n16k_fp16"] == score_matrix_bytes(16384,
-                                                                                      "fp16")
+    assert _answers("gpu-flash/q1-memory")["s_bytes"] == score_matrix_bytes(16384, "fp16")
 
 
 def test_scorecard_below_pass_line(capsys):

@@ -61,11 +61,11 @@ def graded(tmp_path_factory, root):
         pytest.skip("bubblewrap (bwrap) is not installed")
     folder = tmp_path_factory.mktemp("submissions")
     out = tmp_path_factory.mktemp("grading-output")
-    right = samples.filled_notebook(root)
+    right = samples.filled_notebook(root, student="alice")  # the grader names her by her folder
     samples.write(right, folder / "alice" / "01-gpu-flash.ipynb")
 
     # wrong answer + a veto misconception + a cell that prints 3 MB + one that raises 2 MB
-    wrong = samples.filled_notebook(root, mistakes=("no-rescale", "veto"))
+    wrong = samples.filled_notebook(root, mistakes=("no-rescale", "veto"), student="bob")
     _cell(wrong, "try-flash-attention")["source"] += "\nfor _ in range(30000): print('x' * 99)"
     at = wrong["cells"].index(_cell(wrong, "try-flash-attention")) + 1
     wrong["cells"].insert(at, {"cell_type": "code", "id": "bob-raises", "metadata": {},
@@ -74,7 +74,7 @@ def graded(tmp_path_factory, root):
     samples.write(wrong, folder / "bob" / "01-gpu-flash.ipynb")
 
     # edits a check cell (to a fake success line) and patches numpy in a student cell
-    tampered = samples.filled_notebook(root, mistakes=("q1-wrong",))
+    tampered = samples.filled_notebook(root, mistakes=("q1-wrong",), student="carol")
     _cell(tampered, "check-q1")["source"] = (
         'print("\u2713 gpu-flash/q1-memory: all 3 answers right")')
     _cell(tampered, "answer-q2")["source"] += "\nnp.allclose = lambda *a, **k: True"
@@ -84,7 +84,7 @@ def graded(tmp_path_factory, root):
     (folder / "dave" / "01-gpu-flash.ipynb").write_text('{"cells": [{"cell_type": "code", ')
 
     # the kernel process exits half-way
-    crash = samples.filled_notebook(root)
+    crash = samples.filled_notebook(root, student="frank")
     _cell(crash, "answer-q2")["source"] = "import os\nos._exit(3)"
     samples.write(crash, folder / "frank" / "01-gpu-flash.ipynb")
 
@@ -331,7 +331,9 @@ def test_reports_exit_status_and_untouched_submissions(graded):
     assert graded["status"] == 1  # not every submission passed
     out = graded["out"]
     text = graded["stdout"]
-    assert "alice/01-gpu-flash.ipynb: PASS" in text and "Total: 10/10 (pass line 8)" in text
+    assert "alice/01-gpu-flash.ipynb: PASS" in text
+    # her open answers are left as the exercise gave them: 0 of 6 written points, scored
+    assert "Total: 10/16 (pass line 8 of the 10 automatic points)" in text
     assert "TAMPERED: grading cell `check-q1` was edited" in text
     rows = {r["submission"].split("/")[0]: r
             for r in csv.DictReader((out / "results.csv").open())}
@@ -348,7 +350,7 @@ def test_reports_exit_status_and_untouched_submissions(graded):
 
 @needs_bwrap
 def test_infinite_loop_is_interrupted_and_grading_goes_on(tmp_path, root):
-    looping = samples.filled_notebook(root)
+    looping = samples.filled_notebook(root, student="erin")
     body = _cell(looping, "exercise-flash-attention")["source"]
     _cell(looping, "exercise-flash-attention")["source"] = body.replace(
         "    n, d = Q.shape\n", "    n, d = Q.shape\n    while True:\n        pass\n", 1)
@@ -502,7 +504,8 @@ def test_grader_refuses_without_bubblewrap(tmp_path, monkeypatch, capsys):
 
 
 def test_without_the_sandbox_every_line_says_so(tmp_path, root):
-    samples.write(samples.filled_notebook(root), tmp_path / "in" / "alice" / "01-gpu-flash.ipynb")
+    samples.write(samples.filled_notebook(root, student="alice"),
+                  tmp_path / "in" / "alice" / "01-gpu-flash.ipynb")
     status, stdout, _ = _grade(tmp_path / "in", tmp_path / "out", root, TIMEOUT, "--no-sandbox")
     assert status == 0
     assert "alice/01-gpu-flash.ipynb: PASS  (UNSANDBOXED)" in stdout

@@ -41,9 +41,9 @@ def _error(cell):
 def test_course_errors_show_their_message_and_student_frames_only(tmp_path):
     cells = _run(tmp_path, [
         "import flashcourse as fc\nfrom flashcourse import ______, check\nfc.setup()",
-        'check("gpu-flash/q1-memory", {"s_bytes_n16k_fp16": 1, "nxn_hbm_passes": ______, '
+        'check("gpu-flash/q1-memory", {"s_bytes": 1, "nxn_hbm_passes": ______, '
         '"flash_extra_memory": "O(N)"})',
-        'check("gpu-flash/q1-memory", {"s_bytes_n16k_fp16": 1, "nxn_hbm_passes": 4, '
+        'check("gpu-flash/q1-memory", {"s_bytes": 1, "nxn_hbm_passes": 4, '
         '"flash_extra_memory": "O(N)"})',
         CRASHING_ANSWER,
         "1 / 0",
@@ -54,7 +54,7 @@ def test_course_errors_show_their_message_and_student_frames_only(tmp_path):
     wrong, text = _error(cells[2])
     assert wrong.ename == "WrongAnswer"
     assert text.startswith("WrongAnswer: gpu-flash/q1-memory: 1 of 3 answers are wrong")
-    assert "s_bytes_n16k_fp16 = 1 is not right" in text and "section 5" in text
+    assert "s_bytes = 1 is not right" in text and "section 5" in text
     assert "Traceback" not in text and "registry.py" not in text and "site-packages" not in text
     crash, text = _error(cells[3])
     assert crash.ename == "WrongAnswer" and "your code raised ValueError: my own bug" in text

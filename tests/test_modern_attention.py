@@ -385,7 +385,7 @@ def test_q3_matches_the_machine():
     from flashcourse import hardware
 
     q3 = answers_of("modern-attention/q3-decode")
-    programs, splits = q3["programs_without_split"], q3["splits_for_132_sms"]
+    programs, splits = q3["programs_without_split"], q3["splits_to_fill_sms"]
     assert programs * splits >= hardware.H100_SMS > programs * (splits - 1)
     assert q3["kv_gib_per_step"] == 2 * 32 * 131072 * 128 * 2 / 2**30
 

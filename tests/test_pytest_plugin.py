@@ -57,7 +57,9 @@ def graded(root, tmp_path_factory):
         "q1": samples.filled_notebook(root, mistakes=("q1-wrong",)),  # 8/10: still passes
     }
     for name, nb in notebooks.items():
-        samples.write(nb, folder / f"{name}-{LESSON}.ipynb")
+        # graded alone, a notebook is named by its file: its questions get that name's numbers
+        file_name = f"{name}-{LESSON}.ipynb"
+        samples.write(samples.answered_as(nb, file_name), folder / file_name)
     status, output = _pytest(folder, list(notebooks), folder / "all.xml")
     passing, passing_output = _pytest(folder, ["right", "q1"], folder / "passing.xml")
     return {"status": status, "output": output, "verdicts": _verdicts(folder / "all.xml"),

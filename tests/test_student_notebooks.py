@@ -42,7 +42,7 @@ def test_each_explanation_question_has_an_open_answer_cell_with_its_rubric_besid
             rubric = "".join(solution[at + 1]["source"])
             assert rubric.startswith(f"## {ANSWERS_TITLE}{number} (the rubric)"), (slug, rubric)
         book = (root / "book" / f"{slug}.qmd").read_text()
-        assert "::: {#open-q1 .open-answer}" in book, slug
+        assert '::: {#open-q1 .open-answer points="2"}' in book, slug
 
 
 def test_an_open_answer_block_becomes_a_cell_with_its_id(tmp_path):

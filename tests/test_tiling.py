@@ -324,7 +324,7 @@ def test_question_answers_match_the_lesson_numbers_and_the_models():
     assert q1["intensity_128x256"] == (matmul.matmul_flops(4096, 4096, 4096)
                                        / matmul.tiled_read_bytes(4096, 4096, 4096, 128, 256, 2))
     assert q2 == {"acc_lives_in": "registers", "acc_registers_per_thread": 128 * 256 // (8 * 32),
-                  "smem_bytes_3_stages": 3 * (128 * 64 + 64 * 256) * 2}
+                  "smem_bytes": 3 * (128 * 64 + 64 * 256) * 2}
 
     def stripes(group_m):  # 32 x 32 tiles, waves of 64 programs
         return sum(matmul.wave_stripes(matmul.launch_order(32, 32, group_m), 64))

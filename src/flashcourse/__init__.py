@@ -10,6 +10,7 @@ Every notebook starts with:
 from . import figures, hardware, models, reference  # noqa: E402,F401  (fc.figures etc.)
 from .blanks import BlankNotFilled, ______
 from .checks.registry import VetoMisconception, WrongAnswer, check, scorecard
+from .checks.registry import show_numbers as numbers  # fc.numbers("lesson/qN-...")
 from .launch import run_kernel
 from .models import traffic  # noqa: F401  (fc.traffic, used by the lessons' cells)
 from .runtime import CourseInputError, setup
@@ -22,6 +23,7 @@ __all__ = [
     "VetoMisconception",
     "WrongAnswer",
     "check",
+    "numbers",
     "run_kernel",
     "scorecard",
     "setup",

@@ -1,5 +1,5 @@
-"""Command line: `python -m flashcourse list | build | check-sync | grade PATH... | bench |
-book | workspace prepare|update|reset NN|submit NN`."""
+"""Command line: `python -m flashcourse list | build [--examples] | check-sync | grade PATH... |
+bench | book | release OUT | workspace prepare|update|reset NN|submit NN`."""
 
 from __future__ import annotations
 
@@ -18,11 +18,18 @@ def main(argv: list[str] | None = None) -> int:
         from .authoring import book
 
         return book.main(argv[1:])
+    if argv[:1] == ["release"]:  # the class edition
+        from .authoring import release
+
+        return release.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m flashcourse")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="print every exercise id with its points")
     build_cmd = sub.add_parser("build", help="regenerate exercises/, solutions/ and book/")
     build_cmd.add_argument("--root", type=Path, default=Path.cwd())
+    build_cmd.add_argument("--examples", action="store_true",
+                           help="also capture the class edition's examples of the lessons "
+                                "whose sources changed (runs their solutions, about a minute)")
     sync = sub.add_parser("check-sync", help="fail if generated files are out of date")
     sync.add_argument("--root", type=Path, default=Path.cwd())
     from .grader import cli as grade
@@ -35,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the student's copies in work/: prepare, update, reset NN, submit NN")
     sub.add_parser("book", add_help=False,
                    help="render the book with Quarto and serve it on localhost")
+    sub.add_parser("release", add_help=False,
+                   help="build the class edition into a new folder (see `release --help`)")
     if argv[:1] == ["bench"]:  # the benchmark parses its own options
         from .bench import harness
 
@@ -52,15 +61,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{exercise_id}\t{item.points:g}\t{item.kind}\t{item.title}")
         return 0
 
-    from .authoring import build
+    from .authoring import build, capture
 
     if args.command == "build":
         for path in build.build(args.root):
             print(f"wrote {path.relative_to(args.root)}")
+        if args.examples:
+            for path in capture.build_examples(args.root):
+                print(f"wrote {path.relative_to(args.root)}")
         return 0
     stale = build.stale_files(args.root)
     for path in stale:
         print(f"out of date: {path}  (run: python -m flashcourse build)")
+    for stem in capture.stale_examples(args.root):
+        print(f"out of date: the class edition's examples of {stem}  "
+              "(run: python -m flashcourse build --examples)")
+        stale.append(stem)
     return 1 if stale else 0
 
 

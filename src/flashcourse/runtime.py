@@ -62,12 +62,17 @@ def _choose() -> Runtime:
     return Runtime(True, "cpu", "no CUDA GPU found")
 
 
-def setup(verbose: bool = True) -> Runtime:
+def setup(verbose: bool = True, student: str | None = None) -> Runtime:
     """Choose the runtime once per process and print one line saying which.
 
-    Call this at the top of a notebook, before defining any Triton kernel.
+    Call this at the top of a notebook, before defining any Triton kernel. `student`: your
+    student id, which picks your own numbers in the self-check questions (default:
+    $FLASHCOURSE_STUDENT; without one, the lesson's numbers).
     """
     global _current, _just_announced
+    from . import student as students
+
+    students.choose(student)  # first: a bad id stops here, before anything else changes
     if _current is None:
         _current = _choose()
         if _current.interpreter:
@@ -115,6 +120,9 @@ def reset_for_tests() -> None:
     """Forget the choice (tests only; kernels defined earlier keep their mode)."""
     global _current, _just_announced
     _current = _just_announced = None
+    from . import student
+
+    student.reset_for_tests()
 
 
 def check_tensors(*tensors, names: tuple[str, ...] | None = None, dot: bool = False) -> None:

@@ -24,23 +24,19 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import shutil
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from .student import ID_RULE, STUDENT_ENV, is_valid  # the id rule's one home
+
 WORK_DIR = "work"
 EXERCISES_DIR = "exercises"
 STATE_FILE = ".course.json"
 BACKUP_DIR = "backups"  # under work/: reset's old copies
 SUBMIT_DIR = "submit"  # at the course root: the files to hand in
-STUDENT_ENV = "FLASHCOURSE_STUDENT"
-STUDENT_ID_CHARS = 64
-# Starts with a letter or digit (no hidden file, nothing read as an option); no `__`, which
-# separates the id from the lesson in a handed-in file's name.
-STUDENT_ID = re.compile(r"(?!.*__)[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class WorkspaceError(ValueError):
@@ -248,10 +244,9 @@ def student_id(given: str | None) -> str:
     if not student:
         raise WorkspaceError("who is handing in? Give your student id: ./course submit NN "
                              f"--student ID (or set {STUDENT_ENV}=ID once in your shell)")
-    if len(student) > STUDENT_ID_CHARS or not STUDENT_ID.fullmatch(student):
-        raise WorkspaceError(f"the student id {student!r} is not valid: use at most "
-                             f"{STUDENT_ID_CHARS} letters, digits, '.', '_' or '-', starting "
-                             "with a letter or digit, without '__' (e.g. --student alice.smith)")
+    if not is_valid(student):
+        raise WorkspaceError(f"the student id {student!r} is not valid: use {ID_RULE} "
+                             "(e.g. --student alice.smith)")
     return student
 
 

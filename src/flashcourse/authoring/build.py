@@ -51,6 +51,14 @@ BLANK_IMPORT = re.compile(
 # `::: {#open-q1 .open-answer}` ... `:::`: the markdown cell `open-q1`, where the student answers
 # an explanation question in words (the grader collects cells whose ids start with `open-`).
 OPEN_ANSWER_DIV = re.compile(r"^:::+\s*\{#(open-[A-Za-z0-9_-]+)(?:\s[^}]*)?\}$")
+# Its points are an attribute, `::: {#open-q1 .open-answer points="2"}`, and its rubric the
+# paragraph `**Rubric (2 points):** 1 point: ...` inside the `.answers` callout right after it:
+# the grader lists both in open-answers.csv for the instructor who scores the answers.
+OPEN_POINTS = re.compile(r'(?:^|\s)points=(?:"(?P<quoted>[^"]*)"|(?P<bare>[^\s}]*))')
+POINTS_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+RUBRIC_START = re.compile(r"^\*\*Rubric \((?P<points>[^)]*?) points?\):\*\*\s*(?P<text>.*)$")
+QUESTION_START = re.compile(r"^\*\*(?P<label>Q\d+)\.\*\*\s*(?P<text>.*)$")
+TITLE_CHARS = 100  # of a question's title: its first sentence, cut
 
 
 class LessonSourceError(ValueError):
@@ -328,9 +336,10 @@ def to_notebook(lesson: Lesson, variant: str) -> nbformat.NotebookNode:
 SCORECARD_CALL = re.compile(r"^\s*fc\.scorecard\(", re.M)
 
 
-def to_book_page(lesson: Lesson) -> str:
+def to_book_page(lesson: Lesson, answers: bool = True) -> str:
     """A Quarto page: each exercise as the student sees it, then the reference answer in a
-    collapsed callout."""
+    collapsed callout. `answers=False` (the class edition's book): no reference answers, in
+    code or in prose, and no code cell that runs."""
     parts = [
         "---",
         f"title: {json.dumps(lesson.title)}",
@@ -343,9 +352,15 @@ def to_book_page(lesson: Lesson) -> str:
     for cell in lesson.cells:
         if cell.kind == "markdown":
             text = cell.source if cell.book_source is None else cell.book_source
+            if not answers:
+                text = _notebook_markdown(text, "exercise", lesson.path)
             parts += [text, ""] if text.strip() else []
             continue
         options = list(cell.option_lines)
+        if not answers:  # shown as the exercise notebook holds it, not run
+            source = _exercise_source(cell, lesson.path) if cell.has_solution else cell.source
+            parts += ["```{python}", "#| eval: false", *options, source, "```", ""]
+            continue
         if cell.has_solution:
             parts += ["```{python}", "#| eval: false", *options,
                       _exercise_source(cell, lesson.path), "```", ""]
@@ -377,6 +392,125 @@ def _without_blank_import(source: str) -> str:
     return "\n".join(out)
 
 
+@dataclass(frozen=True)
+class OpenQuestion:
+    """The written part of a question: what it is worth and how the instructor scores it."""
+    points: float
+    rubric: str  # the rubric paragraph, without its `**Rubric (N points):**` head
+    title: str  # "Q1. " and the first sentence of the nearest question paragraph above it
+
+
+def open_questions(lesson: Lesson) -> dict[str, OpenQuestion]:
+    """{cell id: OpenQuestion} of every open-answer block of the lesson, in order. Raises
+    LessonSourceError naming file and line when a block has no points or points that are not a
+    number, or when the `.answers` callout right after it is missing or has no rubric."""
+    path = lesson.path
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: dict[str, OpenQuestion] = {}
+    title = ""
+    index = 0
+    while index < len(lines):
+        stripped = lines[index].strip()
+        if stripped == "```{python}":  # nothing in code is a question
+            while index + 1 < len(lines) and lines[index + 1].strip() != "```":
+                index += 1
+            index += 2
+            continue
+        if ANSWERS_BLOCK.match(stripped):  # a reference answer's **Q1.** is no question
+            index = _block_end(lines, index, path) + 1
+            continue
+        question = QUESTION_START.match(stripped)
+        if question:
+            title = _question_title(lines, index, question)
+        opened = OPEN_ANSWER_DIV.match(stripped)
+        if not opened:
+            index += 1
+            continue
+        cell_id = opened.group(1)
+        points = _open_points(stripped, cell_id, f"{path}:{index + 1}")
+        end = _block_end(lines, index, path)
+        callout = end + 1
+        while callout < len(lines) and not lines[callout].strip():
+            callout += 1
+        if callout == len(lines) or not ANSWERS_BLOCK.match(lines[callout].strip()):
+            raise LessonSourceError(
+                f"{path}:{index + 1}: open-answer block {cell_id} is not followed by its "
+                "`.answers` callout, which holds the reference answer and its rubric")
+        callout_end = _block_end(lines, callout, path)
+        rubric = _rubric(lines, callout, callout_end, points, cell_id, path)
+        found[cell_id] = OpenQuestion(points, rubric, title or cell_id)
+        index = callout_end + 1
+    return found
+
+
+def _block_end(lines: list[str], start: int, path: Path) -> int:
+    """The index of the `:::` line that closes the fenced div opened at `start`."""
+    depth = 0
+    for index in range(start, len(lines)):
+        stripped = lines[index].strip()
+        if re.match(r"^:::+\s*\{", stripped):
+            depth += 1
+        elif re.match(r"^:::+\s*$", stripped):
+            depth -= 1
+            if depth == 0:
+                return index
+    raise LessonSourceError(f"{path}:{start + 1}: this block is never closed (`:::`)")
+
+
+def _open_points(line: str, cell_id: str, where: str) -> float:
+    attribute = OPEN_POINTS.search(line[line.index("{"):])
+    if attribute is None:
+        raise LessonSourceError(
+            f"{where}: open-answer block {cell_id} has no points: write "
+            f'`::: {{#{cell_id} .open-answer points="2"}}`')
+    raw = attribute.group("quoted") if attribute.group("quoted") is not None \
+        else attribute.group("bare")
+    if not POINTS_NUMBER.fullmatch(raw.strip()) or float(raw) <= 0:
+        raise LessonSourceError(
+            f"{where}: the points of open-answer block {cell_id} must be a number above 0, "
+            f"not {raw!r}")
+    return float(raw)
+
+
+def _rubric(lines: list[str], start: int, end: int, points: float, cell_id: str,
+            path: Path) -> str:
+    """The text of the `**Rubric (N points):**` paragraph between lines start and end."""
+    for index in range(start + 1, end):
+        head = RUBRIC_START.match(lines[index].strip())
+        if not head:
+            continue
+        said = head.group("points").strip()
+        if not POINTS_NUMBER.fullmatch(said) or float(said) != points:
+            raise LessonSourceError(
+                f"{path}:{index + 1}: the rubric of {cell_id} says {said!r} points, its "
+                f"open-answer block {points:g}")
+        paragraph = [head.group("text")]
+        for line in lines[index + 1:end]:
+            if not line.strip():
+                break
+            paragraph.append(line.strip())
+        text = " ".join(" ".join(paragraph).split())
+        if not text:
+            raise LessonSourceError(f"{path}:{index + 1}: the rubric of {cell_id} is empty")
+        return text
+    raise LessonSourceError(
+        f"{path}:{start + 1}: the answers callout of {cell_id} has no rubric paragraph: add "
+        f"`**Rubric ({points:g} points):** 1 point: ...; 1 point: ...` to it")
+
+
+def _question_title(lines: list[str], index: int, question: re.Match) -> str:
+    """`Q1. ` and the first sentence of the question paragraph starting at `index`, cut."""
+    words = [question.group("text")]
+    for line in lines[index + 1:]:
+        if not line.strip():
+            break
+        words.append(line.strip())
+    text = " ".join(" ".join(words).split())
+    sentence = re.match(r"^.*?[?.](?=\s|$)", text)
+    title = f"{question.group('label')}. {sentence.group() if sentence else text}"
+    return title if len(title) <= TITLE_CHARS else title[:TITLE_CHARS - 3] + "..."
+
+
 def lesson_paths(root: Path) -> list[Path]:
     return sorted((root / LESSONS_DIR).glob("[0-9][0-9]-*.qmd"))
 
@@ -386,6 +520,7 @@ def rendered(root: Path) -> dict[Path, str]:
     files: dict[Path, str] = {}
     for path in lesson_paths(root):
         lesson = parse(path)
+        open_questions(lesson)  # every open answer has its points and rubric, or the build stops
         for variant in ("exercise", "solution"):
             target = root / OUTPUT_DIRS[variant] / f"{lesson.slug}.ipynb"
             files[target] = nbformat.writes(to_notebook(lesson, variant)) + "\n"

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import blanks
+from .. import blanks, student
 from ..blanks import BlankNotFilled, is_blank, refuse_blanks
 from ..messages import install_message_handler
 from ..runtime import book_page, current
 from . import cases, recording
+from . import numbers as varying
 
 # Checks reach these through `registry.`: each has its one home in the module named.
 from .cases import (  # noqa: F401
@@ -29,7 +30,8 @@ from .cases import (  # noqa: F401
     with_hidden,
 )
 from .compare import compare, same_result, to_numpy  # noqa: F401
-from .errors import NotStarted, VetoMisconception, WrongAnswer
+from .edition import class_edition
+from .errors import CourseInputError, NotStarted, VetoMisconception, WrongAnswer
 
 
 @dataclass
@@ -42,6 +44,7 @@ class Exercise:
     answers: dict | None = None  # the right answers of a self-check item, for tests
     kernel: bool = False  # answered by a @triton.jit kernel that the check launches
     sections: str | dict | None = None  # where the lesson explains a self-check item
+    numbers: dict | None = None  # a question's own numbers per student: name -> choices
 
     @property
     def lesson(self) -> str:
@@ -105,6 +108,13 @@ def _load_checks() -> None:
     # Choose the runtime before any check module defines a Triton kernel: Triton reads
     # TRITON_INTERPRET when a kernel is decorated, not when it runs.
     current()
+    if class_edition():  # its items come from data; found by name, like the lessons
+        class_items = importlib.import_module(f"{__package__}.class_items")
+        for stem in LESSON_MODULES:
+            if stem not in _SELF_CHECKS_DONE:
+                class_items.register(stem)
+                _SELF_CHECKS_DONE.add(stem)
+        return
     for stem, module in LESSON_MODULES.items():
         importlib.import_module(f"{__package__}.{module}")
         if stem not in _SELF_CHECKS_DONE:
@@ -127,7 +137,7 @@ def _register_self_checks(stem: str) -> None:
             f"its check module (known: {', '.join(LESSONS)})")
     for q in items.questions:
         questions(q.id, q.title, q.points, q.answers, q.why, rtol=q.rtol, sections=q.sections,
-                  rounded=q.rounded)
+                  rounded=q.rounded, numbers=q.numbers, formulas=q.formulas)
     if items.statements:
         misconceptions(items.lesson, items.statements, sections=items.statement_sections)
 
@@ -151,7 +161,8 @@ def check(exercise_id: str, answer) -> None:
     RESULTS.pop(exercise_id, None)
     try:
         with cases.keyed(cases.issued_key(exercise_id)), \
-                recording.recording(exercise_id, answer):
+                recording.recording(exercise_id, answer), \
+                _captured(exercise_id, answer) as answer:
             summary = _run_check(item, answer)
     except BaseException as err:
         ATTEMPTS[exercise_id] = attempt_state(err)
@@ -160,6 +171,20 @@ def check(exercise_id: str, answer) -> None:
     RESULTS[exercise_id] = item.points
     VETOES_HIT.pop(exercise_id, None)
     print(f"\u2713 {exercise_id}: {summary}")
+
+
+def _captured(exercise_id: str, answer):
+    """The answer as the check sees it: itself, or, while the class edition's examples are
+    captured from a solution ($FLASHCOURSE_CAPTURE_DIR), a stand-in that keeps its calls."""
+    import contextlib
+    import importlib
+    import os
+
+    if not os.environ.get("FLASHCOURSE_CAPTURE_DIR"):
+        return contextlib.nullcontext(answer)
+    # found by name, like the lesson modules: the build depends on the checks, not back
+    capture = importlib.import_module("flashcourse.authoring.capture")
+    return capture.capturing(exercise_id, answer)
 
 
 def _run_check(item: Exercise, answer) -> str:
@@ -293,6 +318,10 @@ def scorecard(lesson_id: str) -> float:
     re-read, then raise one short course error so the notebook run fails. Passed: the items and
     the next lesson; return the points."""
     _load_checks()
+    if class_edition():
+        import importlib
+
+        return importlib.import_module(f"{__package__}.class_items").scorecard(lesson_id)
     item = LESSONS[lesson_id]
     states = {ex.id: _state(ex) for ex in item.exercises}
     earned = sum(RESULTS.get(ex.id, 0.0) for ex in item.exercises)
@@ -449,10 +478,12 @@ def printable_answer(value, limit: int = 60) -> str:
 
 def questions(exercise_id: str, title: str, points: float, expected: dict, explanations: dict,
               rtol: float = 1e-9, sections: str | dict | None = None,
-              rounded: tuple[str, ...] = ()) -> None:
+              rounded: tuple[str, ...] = (), numbers: dict | None = None,
+              formulas: dict | None = None) -> None:
     """Register a self-check question: a dict of answers graded by `grade_answers`;
     `sections` names where the lesson explains each part; the answers of the `rounded` keys
-    are rounded to a whole number first."""
+    are rounded to a whole number first. With `numbers` and `formulas` (checks/numbers.py),
+    the keys that have a formula are graded with the current student's own numbers."""
     missing = set(expected) ^ set(explanations)
     if missing:
         raise KeyError(f"{exercise_id}: answers and explanations differ in {sorted(missing)}")
@@ -461,10 +492,30 @@ def questions(exercise_id: str, title: str, points: float, expected: dict, expla
     def _check(answers) -> str:
         require_answers(answers, list(expected), exercise_id)
         whole = {key: round(answers[key]) for key in rounded if _finite_number(answers[key])}
-        return grade_answers(exercise_id, dict(answers, **whole), expected, explanations,
-                             rtol=rtol, sections=sections)
+        graded_as = student.current() if formulas else None
+        right = varying.expected_answers(exercise_id, expected, numbers or {}, formulas or {},
+                                         graded_as)
+        try:
+            return grade_answers(exercise_id, dict(answers, **whole), right, explanations,
+                                 rtol=rtol, sections=sections)
+        except WrongAnswer as err:
+            if graded_as is None:  # the lesson's numbers, as the text says
+                raise
+            raise WrongAnswer(f"{err}\n  (graded with the numbers of student {graded_as}: "
+                              f'fc.numbers("{exercise_id}") prints them)') from None
 
     EXERCISES[exercise_id].sections = sections
+    EXERCISES[exercise_id].numbers = dict(numbers) if formulas else None
+
+
+def show_numbers(exercise_id: str) -> None:
+    """`fc.numbers("lesson/qN-...")`: print the numbers of that question for this student
+    (without a student id, the lesson's own)."""
+    item = get(exercise_id)
+    if not item.numbers:
+        raise CourseInputError(f"{exercise_id} has no numbers of its own per student: use the "
+                               "numbers in its text")
+    print(varying.numbers_line(item.id, item.title, item.numbers, student.current()))
 
 
 def _finite_number(value) -> bool:

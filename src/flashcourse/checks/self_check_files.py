@@ -5,7 +5,7 @@ are data"). This module reads and validates a file; `registry` registers what it
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -17,7 +17,8 @@ FOLDER = Path(__file__).with_name("self_checks")
 
 LESSON_KEYS = {"lesson", "question", "misconceptions"}
 QUESTION_KEYS = {"id", "title", "points", "answers", "why", "rtol", "round", "section",
-                 "sections"}
+                 "sections", "numbers", "formula"}
+MIN_CHOICES = 3  # of a varying number: the lesson's own and at least two others
 STATEMENT_KEYS = {"truth", "why", "section"}
 
 
@@ -35,6 +36,9 @@ class Question:
     sections: str | dict  # where the lesson explains it: one for all keys, or {key: section}
     rtol: float = 1e-9
     rounded: tuple[str, ...] = ()  # keys whose answers are rounded to a whole number first
+    # each student's own numbers (checks/numbers.py): name -> choices, the lesson's first
+    numbers: dict = field(default_factory=dict)
+    formulas: dict = field(default_factory=dict)  # answer key -> its expression of the numbers
 
 
 @dataclass
@@ -113,8 +117,61 @@ def _question(item, lesson: str, where: str) -> Question:
         if key not in answers or isinstance(answers[key], (bool, str)):
             raise SelfCheckFileError(f"{where}: round names {key!r}, which is not a numeric "
                                      "answer of this question")
+    numbers, formulas = _varying(item, answers, where)
     return Question(exercise_id, title, points, answers, why, _sections(item, answers, where),
-                    rtol, tuple(rounded))
+                    rtol, tuple(rounded), numbers, formulas)
+
+
+def _varying(item: dict, answers: dict, where: str) -> tuple[dict, dict]:
+    """`numbers.<name>` (choices, the lesson's first) and `formula.<key>` (an answer computed
+    from them), checked together: every number is used and every formula's name is known."""
+    from .numbers import FORMULA_NAMES, names_used, private_attributes
+
+    numbers = _required(item, "numbers", dict, where, "a table numbers.<name> = [choices]") \
+        if "numbers" in item else {}
+    formulas = _required(item, "formula", dict, where, "a table formula.<key> = <expression>") \
+        if "formula" in item else {}
+    for name, choices in numbers.items():
+        at = f"{where}: numbers.{name}"
+        if name in FORMULA_NAMES:
+            raise SelfCheckFileError(f"{at}: the name is taken by the formulas' namespace "
+                                     f"({name}); choose another")
+        if not isinstance(choices, list) or len(choices) < MIN_CHOICES:
+            raise SelfCheckFileError(f"{at}: give a list of at least {MIN_CHOICES} choices, the "
+                                     f"lesson's own first, not {choices!r}")
+        for choice in choices:
+            if isinstance(choice, bool) or not isinstance(choice, (int, float)):
+                raise SelfCheckFileError(f"{at}: every choice must be a number, not {choice!r}")
+        if len(set(choices)) < len(choices):
+            raise SelfCheckFileError(f"{at}: a choice appears twice in {choices}")
+    used: set[str] = set()
+    for key, formula in formulas.items():
+        at = f"{where}: formula.{key}"
+        if key not in answers:
+            raise SelfCheckFileError(f"{at} names no answer (answers.{key} is missing)")
+        if isinstance(answers[key], (bool, str)):
+            raise SelfCheckFileError(f"{at}: answers.{key} is not a number; only numbers have "
+                                     "formulas")
+        _text(formulas, key, f"{where}: formula")
+        try:
+            names = names_used(formula)
+        except SyntaxError as err:
+            raise SelfCheckFileError(f"{at} is not a Python expression: {err.msg}") from None
+        unknown = sorted(names - set(numbers) - set(FORMULA_NAMES))
+        if unknown:
+            raise SelfCheckFileError(f"{at} names {unknown[0]!r}, which is neither a number of "
+                                     "this question (numbers.<name>) nor a formula name")
+        if private_attributes(formula):
+            raise SelfCheckFileError(f"{at} reaches for {private_attributes(formula)[0]!r}: "
+                                     "no names starting with '_'")
+        if not names & set(numbers):
+            raise SelfCheckFileError(f"{at} uses none of the question's numbers")
+        used |= names
+    unused = [name for name in numbers if name not in used]
+    if unused:
+        raise SelfCheckFileError(f"{where}: numbers.{unused[0]} is used by no formula "
+                                 "(add formula.<key> = an expression of it)")
+    return numbers, formulas
 
 
 def _sections(item: dict, answers: dict, where: str) -> str | dict:

@@ -49,6 +49,24 @@ REFERENCES = (
     ("flashcourse.distributed.rings", "ring_backward"),
 )
 
+# Package functions that compute what an exercise asks for: "module": (names...). An answer
+# must not be or call one; and `./course release` replaces each in the class edition by a stub
+# that answers only the calls the lessons' own cells and figures make (checks/shipped_calls.py).
+# Found by tests/test_release.py, which offers every public function, kernel and data value of
+# the released package as every exercise's answer.
+ANSWER_FUNCTIONS = {
+    "flashcourse.models.roofline": ("gemm_intensity", "attainable_tflops",
+                                    "attention_intensities"),
+    "flashcourse.models.memory": ("sectors_and_lines", "warp_efficiency"),
+    "flashcourse.models.matmul": ("grouped_order", "launch_order"),
+    "flashcourse.kernels.modern_attention": ("classify_blocks",),
+    "flashcourse.distributed.model": ("zigzag_positions", "step_plan"),
+    "flashcourse.distributed.rings": ("merge_lse", "ring_forward", "ring_backward"),
+}
+REFERENCES = tuple(dict.fromkeys(
+    (*REFERENCES, *((module, name) for module, names in ANSWER_FUNCTIONS.items()
+                    for name in names))))
+
 _installed: dict[tuple[str, str], object] = {}  # (module, attribute) -> its tripwire
 _LIBRARY_ROOTS: tuple[str, ...] = ()
 

@@ -17,6 +17,8 @@ Which side of the sandbox each module runs on:
   the notebook, holds the channel's other end, and imports nothing of the course.
 - `score.py` (grader): replays every check on the records (`flashcourse.checks.recording`).
 - `report.py` (grader): scorecard, CSV, JUnit XML, HTML and JSON, written after every sandbox.
+- `written.py` (grader): the written answers: their points and rubrics from the lesson source,
+  and `--scores FILE`, an instructor's filled open-answers.csv, checked and folded in.
 - `submission.py` (grader): the result records (statuses, items, problems).
 - `pytest_plugin.py` (pytest): `pytest --nbval SUBMISSION.ipynb` grades through `cli.grade`.
 - `samples.py` (tests): filled-in and known-wrong submissions.

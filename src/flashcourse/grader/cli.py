@@ -1,5 +1,5 @@
 """`python -m flashcourse grade PATH... [--out DIR] [--jobs N] [--timeout S] [--memory GIB]
-[--secret TEXT] [--student-from folder|file|metadata] [--no-sandbox]`.
+[--secret TEXT] [--student-from folder|file|metadata] [--scores FILE] [--no-sandbox]`.
 
 For each submission the grader (this process, which never runs student code)
 
@@ -16,7 +16,17 @@ For each submission the grader (this process, which never runs student code)
    with the same keys, and scores (score.py). Hidden cases always run in the replay.
 
 Reports (report.py) are written only after every sandbox has ended. Exit status 0 when every
-submission passed, 1 otherwise, 2 when there was nothing to grade or no sandbox could be made.
+submission passed, 1 otherwise, 2 when there was nothing to grade, no sandbox could be made, or
+the scores file or a lesson source could not be used.
+
+The written answers (the open part of each question, its points and rubric in the lesson
+source) are scored by the instructor, on top of the automatic points: the reports include
+open-answers.csv, one row per submission and open question with a blank `score` column; graded
+again with `--scores FILE` (that file, filled in), every report folds the scores into the totals
+(written.py). A total stays marked provisional while any written answer of its submission is
+unscored; an answer left as the exercise gave it scores 0 by itself. The scores file is checked
+against this run before any sandbox starts. The pass line, and with it the exit status, stays on
+the automatic points.
 """
 
 from __future__ import annotations
@@ -35,8 +45,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import bench, runtime
+from ..authoring import build
 from ..checks import recording, registry
-from . import channel, collect, limits, report, sandbox, score
+from . import channel, collect, limits, report, sandbox, score, written
 from .submission import CRASHED, DEFAULT_TIMEOUT, MALFORMED, TIMEOUT, Submission
 
 STARTUP_ALLOWANCE = 120  # seconds of a run that are not any cell's (kernel start, imports)
@@ -170,17 +181,19 @@ def hidden_folders(root: Path, submitted: list[Path], out: Path | None) -> list[
 def grade(found: list[collect.Found], missing: list[str], out: Path | None = None,
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
           sandboxed: bool = True, progress=None, secret: str | None = None,
-          memory: int | None = None, student_from: str = "folder") -> list[Submission]:
+          memory: int | None = None, student_from: str = "folder",
+          scores: written.Scores | None = None) -> list[Submission]:
     """Grade every found notebook; write the reports under `out` when given. `secret` (else a
     random one) derives every exercise's key: the same secret and labels give the same inputs.
     `memory`: bytes of one sandbox. `student_from`: the rule that says whose each submission is
-    (report.student_of). The replays need grading mode in this process's environment: it is
-    restored afterwards."""
+    (report.student_of). `scores`: the instructor's scores of the written answers
+    (written.read_scores), checked against this run before any sandbox runs (ScoresError).
+    The replays need grading mode in this process's environment: it is restored afterwards."""
     saved = {name: os.environ.get(name) for name in (registry.GRADING_MODE_ENV,
                                                      registry.SECRET_ENV)}
     try:
         return _grade(found, missing, out, jobs, timeout, root, sandboxed, progress, secret,
-                      memory, student_from)
+                      memory, student_from, scores)
     finally:
         for name, value in saved.items():
             if value is None:
@@ -192,7 +205,8 @@ def grade(found: list[collect.Found], missing: list[str], out: Path | None = Non
 def _grade(found: list[collect.Found], missing: list[str], out: Path | None = None,
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
           sandboxed: bool = True, progress=None, secret: str | None = None,
-          memory: int | None = None, student_from: str = "folder") -> list[Submission]:
+          memory: int | None = None, student_from: str = "folder",
+          scores: written.Scores | None = None) -> list[Submission]:
     if student_from not in report.STUDENT_RULES:  # before any sandbox runs
         raise ValueError(f"unknown student rule {student_from!r}; the rules are: "
                          + ", ".join(report.STUDENT_RULES))
@@ -221,6 +235,11 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
         if job is not None:
             prepared.append((number, job))
     collect.stop_scanner()  # every submission is scanned: its helper process can go
+    for sub in subs:  # whose each is, before the scores (which name students) are checked
+        sub.student_from = student_from
+    written.attach(subs, root, exercises)
+    if scores is not None:  # a bad scores file stops the run before any sandbox
+        written.fold(subs, scores)
     grader = Grader(root, timeout, jobs, sandboxed, hidden,
                     secret.encode("utf-8", "surrogatepass") if secret else None,
                     memory or sandbox.SANDBOX_MEMORY_LIMIT)
@@ -258,8 +277,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a submitted notebook, or a folder of them (searched recursively)")
     parser.add_argument("--out", type=Path, default=Path("grading-output"),
                         help="folder for scorecard.txt, results.csv, students.csv, junit.xml, "
-                             "progress.html, results.json and executed/ (default: "
-                             "grading-output)")
+                             "progress.html, open-answers.csv, results.json and executed/ "
+                             "(default: grading-output)")
     parser.add_argument("--jobs", "-j", type=int, default=None,
                         help="submissions graded at once (default: one per CPU core)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
@@ -278,12 +297,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "folder, the first folder of its path (default); file, its file "
                              "name before `__` (as ./course submit names it); metadata, its "
                              "notebook's metadata.flashcourse.student")
+    parser.add_argument("--scores", type=Path, default=None, metavar="FILE",
+                        help="an open-answers.csv of an earlier run with its score column "
+                             "filled in: fold those scores of the written answers into every "
+                             "report (checked before anything runs; the pass line stays on the "
+                             "automatic points)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run submissions without bubblewrap (unsafe; every report line "
                              "says so)")
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    try:  # a scores file that cannot be used stops the run before anything is graded
+        scores = written.read_scores(args.scores) if args.scores else None
+    except written.ScoresError as err:
+        print(f"cannot grade: {err}", file=sys.stderr)
+        return 2
     found, missing = collect.collect(args.paths)
     if not found:
         print("nothing to grade: no .ipynb files under "
@@ -294,8 +323,8 @@ def run_cli(args: argparse.Namespace) -> int:
         subs = grade(found, missing, out=args.out, jobs=args.jobs, timeout=args.timeout,
                      root=args.root, sandboxed=not args.no_sandbox, secret=args.secret,
                      memory=int(args.memory * 2**30) if args.memory else None,
-                     student_from=args.student_from)
-    except sandbox.SandboxUnavailable as err:
+                     student_from=args.student_from, scores=scores)
+    except (sandbox.SandboxUnavailable, written.ScoresError, build.LessonSourceError) as err:
         print(f"cannot grade: {err}", file=sys.stderr)
         return 2
     print(report.scorecard_text(subs))
@@ -304,7 +333,12 @@ def run_cli(args: argparse.Namespace) -> int:
     print(f"\n{sum(s.passed for s in subs)} of {len(subs)} submissions passed "
           f"({elapsed:.1f} s{f', {timed_out} stopped at the time limit' if timed_out else ''})."
           f" Reports in {args.out}/: scorecard.txt, results.csv, students.csv, junit.xml, "
-          "progress.html, results.json, executed/")
+          "progress.html, open-answers.csv, results.json, executed/")
+    unscored = sum(s.unscored for s in subs)
+    if unscored:
+        print(f"{unscored} written answer{'s are' if unscored > 1 else ' is'} not scored yet: "
+              f"fill the score column of {args.out}/open-answers.csv and grade again with "
+              "--scores FILE.")
     return 0 if all(s.passed for s in subs) else 1
 
 

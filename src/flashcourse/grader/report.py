@@ -1,5 +1,12 @@
 """Reports of `python -m flashcourse grade`: the printed scorecard, results.csv, junit.xml,
-a standalone progress.html, students.csv, results.json and the executed notebooks (executed/).
+a standalone progress.html, students.csv, open-answers.csv, results.json and the executed
+notebooks (executed/).
+
+Written answers (Submission.written) are worth points on top of the automatic ones, scored by
+the instructor: open-answers.csv lists one row per submission and open question, with the
+question's points and rubric and a blank `score` to fill in; `grade --scores FILE` folds the
+filled file back (grader/written.py). Until every written answer of a submission is scored, its
+total says it is provisional in every report. The pass line stays on the automatic points.
 
 A submission's label is its path relative to the folder given (collect.collect). Whose it is
 follows grade's --student-from rule (student_of): `folder` (the default), the first folder of
@@ -126,7 +133,7 @@ def _submission_lines(sub: Submission) -> list[str]:
     for item in sub.exercises:
         lines.append(_item_line(item))
     if sub.exercises:
-        lines.append(f"    Total: {sub.earned:g}/{sub.total:g} (pass line {sub.pass_line:g})")
+        lines.append(f"    Total: {total_text(sub)} ({pass_text(sub)})")
     for veto in sub.vetoes:
         lines.append(f"    VETO misconception: {veto}")
     for change in sub.tampering:
@@ -135,21 +142,56 @@ def _submission_lines(sub: Submission) -> list[str]:
         lines.append(f"    PROBLEM: {problem}")
     for note in sub.notes:
         lines.append(f"    note: {note}")
-    for cell_id, text in sub.open_answers.items():
-        shown = " ".join(text.split())
-        lines.append(f"    open answer {cell_id}: "
-                     + (shown[:300] if answered(text) else "(not answered)"))
+    for item in sub.written:
+        shown = " ".join(item.answer.split())
+        lines.append(f"    open answer {item.id} [{_written_score(item)}]: "
+                     + (shown[:300] if item.answered else "(not answered)"))
+    if not sub.written:  # no lesson source named its points: the texts alone
+        for cell_id, text in sub.open_answers.items():
+            shown = " ".join(text.split())
+            lines.append(f"    open answer {cell_id}: "
+                         + (shown[:300] if answered(text) else "(not answered)"))
     return lines
 
 
 OPEN_PROMPT = "write it here."
 
 
-def answered(text: str) -> bool:
-    """False for an open-answer cell the student left as the exercise gave it (or empty)."""
+def answered(text: str, prompt: str = "") -> bool:
+    """False for an open-answer cell the student left as the exercise gave it (`prompt`, the
+    exercise's text of that cell, when known), or empty."""
     words = " ".join(text.split())
+    if prompt and words == " ".join(prompt.split()):
+        return False
     return bool(words) and not (words.startswith("**Your answer to")
                                 and words.endswith(OPEN_PROMPT))
+
+
+def _written_score(item) -> str:
+    return (f"not scored yet, {item.points:g} points" if item.score is None
+            else f"{item.score:g}/{item.points:g}")
+
+
+def total_text(sub: Submission) -> str:
+    """A submission's total: its automatic points alone while any written answer is not scored
+    yet (saying so: provisional), else automatic and written points together."""
+    automatic = f"{sub.earned:g}/{sub.total:g}"
+    if not sub.written:
+        return automatic
+    written = f"{sub.written_earned:g}/{sub.written_total:g}"
+    if sub.unscored == len(sub.written):
+        return f"{automatic} automatic, written {written} not scored yet (provisional)"
+    if sub.provisional:
+        return (f"{automatic} automatic, written {written}, {sub.unscored} of "
+                f"{len(sub.written)} not scored yet (provisional)")
+    return f"{sub.earned + sub.written_earned:g}/{sub.total + sub.written_total:g}"
+
+
+def pass_text(sub: Submission) -> str:
+    """The pass line, which is on the automatic points whatever the written answers score."""
+    if not sub.written:
+        return f"pass line {sub.pass_line:g}"
+    return f"pass line {sub.pass_line:g} of the {sub.total:g} automatic points"
 
 
 def scorecard_text(subs: list[Submission]) -> str:
@@ -171,6 +213,7 @@ def write_csv(subs: list[Submission], path: Path) -> None:
         writer = csv.writer(handle)
         writer.writerow([csv_safe(v) for v in [
             "submission", "lesson", "status", "passed", "points", "out_of", "pass_line",
+            "written_points", "written_max", "provisional",
             *columns, "vetoes", "tampering", "problems", "sandbox", "seconds"]])
         for sub in subs:
             by_id = {item.id: item for item in sub.exercises}
@@ -179,9 +222,13 @@ def write_csv(subs: list[Submission], path: Path) -> None:
                 item = by_id.get(column)
                 cells.append("" if item is None else
                              item.status if item.kind == "veto" else f"{item.earned:g}")
+            # `points` stays the automatic points, on which the pass line is
+            written = [f"{sub.written_earned:g}", f"{sub.written_total:g}",
+                       int(sub.provisional)] if sub.written else ["", "", ""]
             writer.writerow([csv_safe(v) for v in [
                 sub.label, sub.lesson, sub.status, int(sub.passed), f"{sub.earned:g}",
-                f"{sub.total:g}", f"{sub.pass_line:g}", *cells, " | ".join(sub.vetoes),
+                f"{sub.total:g}", f"{sub.pass_line:g}", *written, *cells,
+                " | ".join(sub.vetoes),
                 " | ".join(sub.tampering), " | ".join(sub.problems), sub.sandbox,
                 sub.seconds]])
 
@@ -205,15 +252,33 @@ def write_junit(subs: list[Submission], path: Path) -> None:
                                         f"{item.message}"[:500], type=item.status)
                 failure.text = item.message
             cases.append(case)
+        for item in sub.written:  # scored by the instructor: never a failure, at most skipped
+            case = ET.Element("testcase", classname=sub.label, name=f"{item.id} (written)")
+            if item.score is None:
+                ET.SubElement(case, "skipped", message=f"not scored yet ({item.points:g} "
+                                                       "points)")
+            else:
+                ET.SubElement(case, "system-out").text = f"{_written_score(item)}: " + (
+                    item.answer if item.answered else "not answered")
+            cases.append(case)
         total = ET.Element("testcase", classname=sub.label, name="total")
         if not sub.passed:
             ET.SubElement(total, "failure", type=sub.status,
-                          message=f"{sub.status}: {sub.earned:g}/{sub.total:g} (pass line "
-                                  f"{sub.pass_line:g})")
+                          message=f"{sub.status}: {total_text(sub)} ({pass_text(sub)})")
+        elif sub.written:
+            ET.SubElement(total, "system-out").text = f"{total_text(sub)} ({pass_text(sub)})"
         cases.append(total)
+        if sub.written:
+            properties = ET.SubElement(suite, "properties")
+            for name, value in (("total", total_text(sub)), ("written_points",
+                                f"{sub.written_earned:g}"), ("written_max",
+                                f"{sub.written_total:g}"), ("provisional",
+                                str(sub.provisional).lower())):
+                ET.SubElement(properties, "property", name=name, value=value)
         suite.extend(cases)
         suite.set("tests", str(len(cases)))
         suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+        suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
     for element in suites.iter():  # every attribute and text, whatever its origin
         if element.text:
             element.text = markup_safe(element.text)
@@ -287,7 +352,7 @@ def by_student(subs: list[Submission]) -> tuple[dict[Row, dict[str, list[Submiss
 
 
 def _lesson_summary(subs: list[Submission]) -> str:
-    return " + ".join(f"{s.status} {s.earned:g}/{s.total:g}" for s in subs)
+    return " + ".join(f"{s.status} {total_text(s)}" for s in subs)
 
 
 def write_students_csv(subs: list[Submission], path: Path) -> None:
@@ -316,13 +381,20 @@ def _submission_details(sub: Submission) -> str:
     notes = [*(f"veto: {v}" for v in sub.vetoes), *(f"tampered: {t}" for t in sub.tampering),
              *sub.problems, *sub.notes]
     opens = []
-    for cell_id, text in sub.open_answers.items():
-        body = (f"<pre class=\"open-answer\">{esc(text)}</pre>" if answered(text) else
+    for item in sub.written:
+        body = (f"<pre class=\"open-answer\">{esc(item.answer)}</pre>" if item.answered else
                 "<p><i>not answered</i></p>")
-        opens.append(f"<h4>{esc(cell_id)}</h4>{body}")
+        opens.append(f"<h4>{esc(item.id)}: {esc(item.title)} "
+                     f'<span class="written-score">[{esc(_written_score(item))}]</span></h4>'
+                     f'{body}<p class="rubric"><small>Rubric: {esc(item.rubric)}</small></p>')
+    if not sub.written:  # no lesson source named its points: the texts alone
+        for cell_id, text in sub.open_answers.items():
+            body = (f"<pre class=\"open-answer\">{esc(text)}</pre>" if answered(text) else
+                    "<p><i>not answered</i></p>")
+            opens.append(f"<h4>{esc(cell_id)}</h4>{body}")
     executed = f"executed/{executed_name(sub)}"
     return (f'<div class="submission"><p>{esc(sub.label)}: <b>{esc(sub.status)}</b> '
-            f"{sub.earned:g}/{sub.total:g} (pass line {sub.pass_line:g}) &middot; "
+            f"{esc(total_text(sub))} ({esc(pass_text(sub))}) &middot; "
             f'<a class="executed" href="{esc(executed)}">executed notebook</a></p>'
             f"<ul>{''.join(items)}</ul>"
             + (f"<p><small>{'<br>'.join(esc(n) for n in notes)}</small></p>" if notes else "")
@@ -359,9 +431,12 @@ def write_html(subs: list[Submission], path: Path) -> None:
 <html lang="en"><head><meta charset="utf-8"><title>Grading progress</title>
 <style>{STYLE}</style></head><body>
 <h1>Grading progress</h1>
-<p>{passed} of {len(subs)} submissions passed (pass line 8 of 10, no veto misconception, no
-tampering), from {students} students{at_top}. Click a lesson's cell for each item's reason,
-the executed notebook and the open answers. The same rows: <a href="students.csv">students.csv</a>.
+<p>{passed} of {len(subs)} submissions passed (pass line 8 of the 10 automatic points, no veto
+misconception, no tampering), from {students} students{at_top}. Written answers add their
+points on top once the instructor has scored them (open-answers.csv, then
+<code>grade --scores</code>); a total is provisional until then. Click a lesson's cell for each
+item's reason, the executed notebook and the open answers. The same rows:
+<a href="students.csv">students.csv</a>.
 Generated {esc(time.strftime("%Y-%m-%d %H:%M"))}.</p>
 <table id="progress"><thead><tr><th>student</th>{header}</tr></thead>
 <tbody>
@@ -371,6 +446,26 @@ Generated {esc(time.strftime("%Y-%m-%d %H:%M"))}.</p>
     path.write_text(page, encoding="utf-8")
 
 
+OPEN_ANSWER_COLUMNS = ("student", "lesson", "submission", "question", "points", "rubric",
+                       "answer", "score")
+NOT_ANSWERED = "(not answered: it scores 0)"
+
+
+def write_open_answers(subs: list[Submission], path: Path) -> None:
+    """open-answers.csv: one row per submission and open question, for the instructor to fill
+    the `score` column (blank: not scored yet) and grade again with `--scores` it. An answer
+    left as the exercise gave it already scores 0."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(OPEN_ANSWER_COLUMNS)
+        for sub in subs:
+            for item in sub.written:
+                writer.writerow([csv_safe(v) for v in [
+                    student_of(sub) or "", sub.lesson, sub.label, item.id, f"{item.points:g}",
+                    item.rubric, item.answer if item.answered else NOT_ANSWERED,
+                    "" if item.score is None else f"{item.score:g}"]])
+
+
 def write_all(subs: list[Submission], out: Path, timeout: float, jobs: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "scorecard.txt").write_text(scorecard_text(subs) + "\n", encoding="utf-8")
@@ -378,6 +473,7 @@ def write_all(subs: list[Submission], out: Path, timeout: float, jobs: int) -> N
     write_junit(subs, out / "junit.xml")
     write_html(subs, out / "progress.html")
     write_students_csv(subs, out / "students.csv")
+    write_open_answers(subs, out / "open-answers.csv")
     (out / "results.json").write_text(json.dumps(
         {"timeout": timeout, "jobs": jobs, "passed": sum(s.status == PASS for s in subs),
          "submissions": [json_safe(as_dict(s)) for s in subs]}, indent=1), encoding="utf-8")

@@ -22,9 +22,11 @@ LESSON1_MISTAKES = {
 
 
 def filled_notebook(root: Path, slug: str = "01-gpu-flash", mistakes: tuple[str, ...] = (),
-                    unfilled: tuple[str, ...] = ()) -> dict:
+                    unfilled: tuple[str, ...] = (), student: str | None = None) -> dict:
     """The exercise notebook with its blanks and stubs replaced by the solution's cells, except
-    the cells named in `unfilled`; then each named mistake applied."""
+    the cells named in `unfilled`; then each named mistake applied. `student`: the questions
+    with numbers of their own are answered for that student (`answered_as`); None: with the
+    lesson's numbers, as the solution answers them."""
     exercise = json.loads((root / "exercises" / f"{slug}.ipynb").read_text(encoding="utf-8"))
     solution = json.loads((root / "solutions" / f"{slug}.ipynb").read_text(encoding="utf-8"))
     answers = {c["id"]: cell_source(c) for c in solution["cells"]}
@@ -40,7 +42,47 @@ def filled_notebook(root: Path, slug: str = "01-gpu-flash", mistakes: tuple[str,
         if count != 1:
             raise ValueError(f"mistake {name!r} matched {count} lines of {cell_id}")
         by_id[cell_id]["source"] = new
-    return exercise
+    return exercise if student is None else answered_as(exercise, student, slug, root)
+
+
+def answered_as(nb: dict, student: str, slug: str = "01-gpu-flash",
+                root: Path | None = None) -> dict:
+    """`nb` (changed in place) answering each question with numbers of its own
+    (checks/numbers.py) with `student`'s values, as the grader replays it for that student:
+    each such key's line in the question's answer cell (`answer-qN`) that still holds the
+    solution's answer gets the student's value. Blanks and other answers are left as they are."""
+    from ..checks import numbers, self_check_files
+    from ..paths import COURSE_ROOT
+
+    solution = json.loads((Path(root or COURSE_ROOT) / "solutions" / f"{slug}.ipynb")
+                          .read_text(encoding="utf-8"))
+    solved = {c.get("id"): cell_source(c) for c in solution["cells"]}
+    cells = {c.get("id"): c for c in nb["cells"] if c.get("cell_type") == "code"}
+    for q in self_check_files.read(self_check_files.path_of(slug)).questions:
+        cell_id = f"answer-{q.id.split('/', 1)[1].split('-', 1)[0]}"
+        if not q.formulas or cell_id not in cells:
+            continue
+        right = numbers.expected_answers(q.id, q.answers, q.numbers, q.formulas, student)
+        text = cell_source(cells[cell_id])
+        for key in q.formulas:
+            text = _answer_line_replaced(text, solved.get(cell_id, ""), key, right[key])
+        cells[cell_id]["source"] = text
+    return nb
+
+
+def _answer_line_replaced(text: str, solution: str, key: str, value) -> str:
+    """`text` with the line `"key": <the solution's answer>,` answering `value` instead."""
+    line = re.compile(rf'^(\s*"{key}": )(.*?),(\s*#.*)?$', re.M)
+    solved = line.search(solution)
+    if solved is None:
+        return text
+
+    def answer(found: re.Match) -> str:
+        if found.group(2) != solved.group(2):  # a blank, or another answer: left as it is
+            return found.group(0)
+        return f"{found.group(1)}{value!r},{found.group(3) or ''}"
+
+    return line.sub(answer, text)
 
 
 def write(nb: dict, path: Path) -> Path:

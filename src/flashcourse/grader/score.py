@@ -9,12 +9,14 @@ the reports (the executed notebook), never through a link, within a size limit.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import math
 import os
 from pathlib import Path
 
 from ..blanks import BlankNotFilled
-from ..checks import recording, registry
+from ..checks import numbers, recording, registry
 from .channel import Conversation
 from .collect import Job, printable, read_regular
 from .submission import CRASHED, FAIL, PASS, TAMPERED, TIMEOUT, ExerciseResult, Submission
@@ -73,13 +75,16 @@ def cell_runs(state) -> tuple[dict[str, dict], str | None, bool]:
     return runs, (running[:200] if isinstance(running, str) and running else None), True
 
 
-def replay_item(ex, record, key: str | None = None) -> tuple[str, str]:
+def replay_item(ex, record, key: str | None = None,
+                student: str | None = None) -> tuple[str, str]:
     """(status, message) of one exercise, decided by replaying its check on `record` with the
-    key its inputs were built from."""
+    key its inputs were built from; a question is graded with `student`'s own numbers
+    (`checks/numbers.py`), the lesson's when None."""
     if record is None:
         return "not run", ""
     try:
-        summary = registry.replay(ex.id, record, key=key)
+        with numbers.as_student(student) if student else contextlib.nullcontext():
+            summary = registry.replay(ex.id, record, key=key)
     except registry.VetoMisconception as err:
         return "veto", message(err)
     except registry.WrongAnswer as err:
@@ -127,7 +132,15 @@ def _judge_record(ex, job: Job, talk: Conversation, sub: Submission) -> tuple[st
             else "the record does not say"
         sub.tampering.append(f"{ex.id}: the references' tripwires were taken away ({gone})")
         return "error", "the references' tripwires were taken away while it ran"
-    return replay_item(ex, record, talk.keys.get(ex.id))
+    return replay_item(ex, record, talk.keys.get(ex.id), student=graded_student(sub))
+
+
+def graded_student(sub: Submission) -> str:
+    """Whose numbers a submission's questions are graded with: its student by the report's
+    rule (`report.student_of`), else its label."""
+    # report imports this module, so it is looked up by name here (an import would be a cycle)
+    report = importlib.import_module(f"{__package__}.report")
+    return report.student_of(sub) or sub.label
 
 
 def score(sub: Submission, job: Job, talk: Conversation, timeout: float,

@@ -5,8 +5,8 @@ loopback) that the check starts itself: the ring forward with its merge of parti
 (`forward.py`), the causal plan of each ring step and the load-balanced (zigzag) split
 (`causal.py`), and the ring backward (`backward.py`). Each world size is one call of student
 code (`registry.run_student`) that starts the processes, runs every case and returns plain
-arrays (`jobs.py`, what runs in each rank); the grader's replay checks those arrays. Cases,
-inputs and references in `common.py`. The self-check questions and veto misconceptions are
+arrays (`distributed/tries.py`, what runs in each rank); the grader's replay checks those
+arrays. Cases in `common.py`. The self-check questions and veto misconceptions are
 data: self_checks/09-ring-attention.toml.
 """
 
@@ -16,7 +16,6 @@ from .. import registry
 from . import backward, causal, forward
 from .common import WORLD_SIZES  # noqa: F401  (the tests use these)
 from .forward import FORWARD_MISTAKES  # noqa: F401
-from .jobs import try_answer  # noqa: F401  (the lesson's try cells)
 
 LESSON = registry.lesson(
     "ring-attention", "Lesson 9: Attention across GPUs: ring attention", pass_line=8)

@@ -8,54 +8,16 @@ import numpy as np
 import torch
 
 from ... import runtime
+from ...kernels.softmax import (  # noqa: F401  (the lesson's launchers, used here)
+    launch_online_softmax,
+    launch_row_softmax,
+    num_warps_for,
+    online_softmax,
+    row_softmax,
+)
 from ...reference import softmax as reference_softmax
 from .. import buffers, guards, registry
 from .common import blocked_stats, describe, logits, passed
-
-# ---------------------------------------------------------------- kernels: launchers
-
-
-def num_warps_for(block: int) -> int:
-    return 4 if block <= 1024 else 8 if block <= 4096 else 16
-
-
-def launch_row_softmax(kernel, x: torch.Tensor, y: torch.Tensor) -> None:
-    """How the grader launches your fused row-softmax kernel: one program per row, one block
-    holding the whole row (BLOCK is the next power of two >= n_cols), strides passed in."""
-    import triton
-
-    n_rows, n_cols = x.shape
-    block = triton.next_power_of_2(n_cols)
-    kernel[(n_rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK=block,
-                      num_warps=num_warps_for(block))
-
-
-def launch_online_softmax(kernel, x: torch.Tensor, y: torch.Tensor, block: int) -> None:
-    """How the grader launches your online-softmax kernel: one program per row, which walks
-    over the row in blocks of BLOCK columns (any row length, BLOCK a power of two)."""
-    runtime.check_block_size("BLOCK", block)
-    n_rows, n_cols = x.shape
-    kernel[(n_rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK=block,
-                      num_warps=num_warps_for(block))
-
-
-def row_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
-    """Run a fused row-softmax kernel on a (rows, n_cols) tensor; returns a new tensor."""
-    guards.require_jit_kernel(kernel, "softmax/row-kernel", "softmax_row_kernel")
-    runtime.check_tensors(x, names=("x",))
-    y = torch.empty_like(x)
-    launch_row_softmax(kernel, x, y)
-    return y
-
-
-def online_softmax(kernel, x: torch.Tensor, block: int = 128) -> torch.Tensor:
-    """Run an online-softmax kernel on a (rows, n_cols) tensor; returns a new tensor."""
-    guards.require_jit_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
-    runtime.check_tensors(x, names=("x",))
-    y = torch.empty_like(x)
-    launch_online_softmax(kernel, x, y, block)
-    return y
-
 
 # ---------------------------------------------------------------- kernels: known mistakes
 

@@ -9,36 +9,11 @@ import numpy as np
 import torch
 
 from ... import runtime
+from ...kernels.softmax import launch_masked_softmax, masked_softmax  # noqa: F401
 from ...reference import softmax as reference_softmax
 from .. import buffers, guards, registry
 from .common import blocked_stats, describe, logits, passed
-from .kernel_exercises import DTYPES, KERNEL_TOLERANCE, NO_MAX_HINT, normalised, num_warps_for
-
-
-def launch_masked_softmax(kernel, x: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor,
-                          scale: float, block: int) -> None:
-    """How the grader launches your masked-softmax kernel: one program per row, which walks
-    over the row in blocks of BLOCK columns; lengths holds one int32 per row."""
-    runtime.check_block_size("BLOCK", block)
-    n_rows, n_cols = x.shape
-    kernel[(n_rows,)](x, y, lengths, n_cols, x.stride(0), y.stride(0), scale, BLOCK=block,
-                      num_warps=num_warps_for(block))
-
-
-def masked_softmax(kernel, x: torch.Tensor, lengths: torch.Tensor, scale: float = 1.0,
-                   block: int = 128) -> torch.Tensor:
-    """Run a masked-softmax kernel on a (rows, n_cols) tensor; returns a new tensor."""
-    guards.require_jit_kernel(kernel, "softmax/masked-softmax", "masked_softmax_kernel")
-    runtime.check_tensors(x, lengths, names=("x", "lengths"))
-    if lengths.dtype != torch.int32 or lengths.shape != (x.shape[0],):
-        raise runtime.CourseInputError(
-            f"lengths must be an int32 tensor with one entry per row of x, shape "
-            f"({x.shape[0]},); got {lengths.dtype} of shape {tuple(lengths.shape)}. Build it "
-            "with torch.tensor([...], dtype=torch.int32, device=x.device).")
-    y = torch.empty_like(x)
-    launch_masked_softmax(kernel, x, y, lengths, scale, block)
-    return y
-
+from .kernel_exercises import DTYPES, KERNEL_TOLERANCE, NO_MAX_HINT, normalised
 
 # (rows, n_cols, BLOCK, dtype, logit scale, kind, lengths, kernel scale, seed); kinds as in
 # `logits`, plus "equal" (every score of a row the same); lengths "full" (every column
