@@ -1,0 +1,52 @@
+"""No public function, kernel or data value of the class edition's package is an answer:
+each, offered as every exercise's answer, is rejected by the instructor's grader (run by
+tests/release_candidates.py, one process per lesson). In a module of its own, so that the
+suite's two workers share the release's tests."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flashcourse.authoring import build, release
+
+LESSONS = [p.stem for p in build.lesson_paths(Path(__file__).resolve().parents[1])]
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory, root):
+    out = tmp_path_factory.mktemp("class-answers") / "edition"
+    release.release(root, out, commit=False)
+    return out
+
+
+def _candidates(edition: Path, stem: str) -> dict:
+    done = subprocess.run([sys.executable, str(HERE / "release_candidates.py"), str(edition),
+                           stem], capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("stem", LESSONS)
+def test_no_public_name_of_the_edition_is_accepted_as_an_answer(edition, stem,
+                                                                record_rejection):
+    found = _candidates(edition, stem)
+    assert found["tried"] > 100, found
+    assert found["accepted"] == {}, found["accepted"]
+    record_rejection("release/no answer ships",
+                     f"{stem}: {found['tried']} public names offered as answers")
+
+
+def test_the_candidate_search_finds_an_answer_where_there_is_one(root):
+    """The harness is not vacuous: offered the instructor's own package, it finds the
+    reference of the online-softmax statistics in the check module."""
+    found = _candidates(root, "05-softmax")
+    assert "flashcourse.checks.softmax.common.blocked_stats" in \
+        found["accepted"].get("softmax/online-stats", [])
+
+
