@@ -110,22 +110,20 @@ def test_no_solution_text_in_the_released_book_or_notebooks(edition, root):
 # ---------------------------------------------------------------- graded by the instructor
 
 
-def _filled(edition: Path, root: Path, stem: str) -> nbformat.NotebookNode:
-    notebook = nbformat.read(edition / "exercises" / f"{stem}.ipynb", as_version=4)
-    solution = nbformat.read(root / "solutions" / f"{stem}.ipynb", as_version=4)
-    by_id = {c.id: c for c in solution.cells}
-    for cell in notebook.cells:
-        if cell.cell_type == "code" and cell.id in by_id:
-            cell.source = by_id[cell.id].source
-        elif cell.id.startswith("open-"):
-            cell.source = "My own answer, in my own words."
+def _filled(edition: Path, root: Path, stem: str, student: str = "ada") -> dict:
+    from flashcourse.grader import samples
+
+    notebook = samples.filled_notebook(root, stem, student=student,
+                                       exercises=edition / "exercises")
+    for cell in notebook["cells"]:
+        if cell["id"].startswith("open-"):
+            cell["source"] = "My answer, in my own words."
     return notebook
 
 
-def _flip_vetoes(notebook: nbformat.NotebookNode) -> None:
-    cell = next(c for c in notebook.cells if c.id == "answer-misconceptions")
-    cell.source = cell.source.replace(": True,", ": MAYBE,").replace(": False,", ": True,") \
-        .replace(": MAYBE,", ": False,")
+def _write(nb: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb), encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -136,16 +134,11 @@ def graded(edition, root, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("class-submissions")
     for stem in LESSONS:
-        filled = samples.answered_as(_filled(edition, root, stem), "ada", slug=stem)
-        (folder / "ada").mkdir(exist_ok=True)
-        nbformat.write(filled, folder / "ada" / f"{stem}.ipynb")
-        untouched = nbformat.read(edition / "exercises" / f"{stem}.ipynb", as_version=4)
+        _write(_filled(edition, root, stem), folder / "ada" / f"{stem}.ipynb")
         (folder / "bo").mkdir(exist_ok=True)
-        nbformat.write(untouched, folder / "bo" / f"{stem}.ipynb")
-    flipped = samples.answered_as(_filled(edition, root, LESSONS[1]), "cy", slug=LESSONS[1])
-    _flip_vetoes(flipped)
-    (folder / "cy").mkdir()
-    nbformat.write(flipped, folder / "cy" / f"{LESSONS[1]}.ipynb")
+        shutil.copy(edition / "exercises" / f"{stem}.ipynb", folder / "bo" / f"{stem}.ipynb")
+    flipped = samples.flip_vetoes(_filled(edition, root, LESSONS[1], student="cy"))
+    _write(flipped, folder / "cy" / f"{LESSONS[1]}.ipynb")
     out = tmp_path_factory.mktemp("class-grading")
     with contextlib.redirect_stdout(io.StringIO()):
         status = main(["grade", str(folder), "--out", str(out), "--jobs", "2", "--root",
@@ -204,8 +197,9 @@ def _errors(notebook) -> dict[str, str]:
 
 def test_the_class_notebook_records_questions_and_checks_code_by_examples(edition, root):
     stem = LESSONS[1]  # the roofline: numpy functions, kernels, questions, vetoes
-    notebook = _filled(edition, root, stem)
-    _flip_vetoes(notebook)
+    from flashcourse.grader import samples
+
+    notebook = nbformat.reads(json.dumps(samples.flip_vetoes(_filled(edition, root, stem))), 4)
     q1 = next(c for c in notebook.cells if c.id == "answer-q1")
     q1.source = q1.source.replace('"memory"', '"compute"')  # a wrong answer: no verdict here
     done = _run_in_edition(edition, notebook)
@@ -220,7 +214,7 @@ def test_the_class_notebook_records_questions_and_checks_code_by_examples(editio
 
 def test_the_class_notebook_names_the_case_a_wrong_kernel_fails(edition, root):
     stem = LESSONS[1]
-    notebook = _filled(edition, root, stem)
+    notebook = nbformat.reads(json.dumps(_filled(edition, root, stem)), 4)
     cell = next(c for c in notebook.cells if "def copy_kernel" in c.source)
     cell.source = cell.source.replace("mask=mask", "mask=offsets < n_elements - 1")
     done = _run_in_edition(edition, notebook)

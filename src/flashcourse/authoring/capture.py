@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from ..checks import examples, recording
 
 CAPTURE_DIR_ENV = "FLASHCOURSE_CAPTURE_DIR"
@@ -84,7 +86,9 @@ class Capture:
                 self.why_not = f"a launch's arguments are not plain data ({err})"
                 return original(*args, grid=grid, warmup=warmup, **kwargs)
             result = original(*args, grid=grid, warmup=warmup, **kwargs)
-            self.steps.append(launch.finish(self.label()))
+            step = launch.finish(self.label())
+            step["tf32_sensitive"] = _tf32_sensitive(original, step)
+            self.steps.append(step)
             return result
 
         kernel.run = run
@@ -99,6 +103,34 @@ class Capture:
             return {"steps": [], "why_no_examples": self.why_not or
                     "the check calls the answer in other processes; graded on submission"}
         return {"steps": self.steps}
+
+
+def _tf32_sensitive(run, step: dict) -> bool:
+    """Whether rounding the launch's float32 inputs to TF32 (what `tl.dot` does on a GPU)
+    changes its outputs beyond the GPU's float32 tolerance: scores of 1e3, say. The lessons'
+    checks run such cases in float16 on a GPU; their examples cannot be judged there."""
+    import torch
+
+    float32 = [spec for spec in [*step["args"], *step["kwargs"].values()]
+               if spec.get("tensor") == "float32" and step["after"][spec["storage"]] is None]
+    if not float32 or not any(after is not None for after in step["after"]):
+        return False
+    storages, args, kwargs = examples.build_launch(step, "cpu")
+    for spec in float32:
+        words = storages[spec["storage"]].view(torch.int32)
+        rounded = (words + 0x1000) & ~0x1FFF  # to 10 mantissa bits, nearest
+        finite = (words & 0x7F800000) != 0x7F800000  # NaN poison and infinities stay
+        words.copy_(torch.where(finite, rounded, words))
+    run(*args, grid=tuple(step["grid"]), warmup=False, **kwargs)
+    atol, rtol = examples.GPU_FLOAT32
+    for number, after in enumerate(step["after"]):
+        if after is None or step["storage_dtypes"][number] != "float32":
+            continue
+        want = examples.values_of(after, torch.float32)
+        got = storages[number].view(torch.float32).to(torch.float64).numpy()
+        if not np.isclose(got, want, atol=atol, rtol=rtol, equal_nan=True).all():
+            return True
+    return False
 
 
 @contextlib.contextmanager

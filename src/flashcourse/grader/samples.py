@@ -22,12 +22,15 @@ LESSON1_MISTAKES = {
 
 
 def filled_notebook(root: Path, slug: str = "01-gpu-flash", mistakes: tuple[str, ...] = (),
-                    unfilled: tuple[str, ...] = (), student: str | None = None) -> dict:
+                    unfilled: tuple[str, ...] = (), student: str | None = None,
+                    exercises: Path | None = None) -> dict:
     """The exercise notebook with its blanks and stubs replaced by the solution's cells, except
     the cells named in `unfilled`; then each named mistake applied. `student`: the questions
     with numbers of their own are answered for that student (`answered_as`); None: with the
-    lesson's numbers, as the solution answers them."""
-    exercise = json.loads((root / "exercises" / f"{slug}.ipynb").read_text(encoding="utf-8"))
+    lesson's numbers, as the solution answers them. `exercises`: the folder to take the
+    exercise notebook from (a class edition's), root/exercises by default."""
+    folder = exercises or root / "exercises"
+    exercise = json.loads((folder / f"{slug}.ipynb").read_text(encoding="utf-8"))
     solution = json.loads((root / "solutions" / f"{slug}.ipynb").read_text(encoding="utf-8"))
     answers = {c["id"]: cell_source(c) for c in solution["cells"]}
     for cell in exercise["cells"]:
@@ -89,3 +92,12 @@ def write(nb: dict, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(nb, indent=1), encoding="utf-8")
     return path
+
+
+def flip_vetoes(nb: dict) -> dict:
+    """`nb` (changed in place) with every true/false statement of its misconceptions cell
+    judged the other way."""
+    cell = next(c for c in nb["cells"] if c["id"] == "answer-misconceptions")
+    cell["source"] = re.sub(r": (True|False),", lambda m: f": {m.group(1) == 'False'},",
+                            cell_source(cell))
+    return nb
