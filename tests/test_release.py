@@ -59,7 +59,7 @@ def test_the_edition_is_a_committed_repository_without_answers(edition):
     readme = (edition / "README.md").read_text()
     assert "./course lab" in readme and "./course test" in readme
     script = (edition / "course").read_text()
-    assert "grade)" not in script and "build)" not in script and "lab)" in script
+    assert "lab)" in script and not any(f"{c})" in script for c in ("grade", "build", "release"))
     assert 'EDITION = CLASS' in (edition / "src/flashcourse/checks/edition.py").read_text()
 
 
@@ -251,3 +251,19 @@ def test_the_committed_examples_are_up_to_date(root):
     from flashcourse.authoring import capture
 
     assert capture.stale_examples(root) == [], "run: python -m flashcourse build --examples"
+
+
+def test_the_class_book_renders_without_answers(edition, tmp_path):
+    quarto = shutil.which("quarto")
+    if quarto is None:
+        pytest.skip("Quarto is not installed (README: Rendering the book)")
+    book = tmp_path / "edition"
+    shutil.copytree(edition, book, ignore=shutil.ignore_patterns(".git"))
+    done = subprocess.run([quarto, "render"], cwd=book, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    pages = sorted((book / "_book" / "book").glob("*.html"))
+    assert [p.stem for p in pages] == LESSONS
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert "Reference answer" not in text and "Rubric (" not in text, page.name

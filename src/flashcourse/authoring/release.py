@@ -28,7 +28,7 @@ from . import build, capture, shipping
 PACKAGE = Path("src/flashcourse")
 TEMPLATES = Path(__file__).with_name("student_edition")
 TOP_FILES = ("constraints.txt", "index.qmd", "assets/course.css", "assets/offline.scss")
-COMMANDS_DROPPED = ("build", "grade")  # the student's ./course has no lessons and no grader
+COMMANDS_DROPPED = ("build", "grade", "release")  # no lessons, no grader in the edition
 
 
 class ReleaseError(ValueError):
@@ -139,6 +139,9 @@ def _exercise_notebook(root: Path, lesson: build.Lesson) -> str:
     import nbformat
 
     notebook = build.to_notebook(lesson, "exercise")
+    for cell in notebook.cells:  # it says what is left to do, raising: `./course test` and
+        if cell.get("id") == "scorecard":  # Run All go on past it, as past the checks
+            cell.metadata["tags"] = [*cell.metadata.get("tags", []), build.RAISES_EXCEPTION]
     notebook.cells[0].source = (
         f"# {lesson.title}\n\n*Class edition.* Replace every `______` and every "
         "`raise NotImplementedError`, then run all cells. The check of a function or a "
@@ -175,9 +178,9 @@ def _course_script(root: Path) -> str:
     """./course without the commands that need the lessons' sources or the grader."""
     text = (root / "course").read_text(encoding="utf-8")
     for command in COMMANDS_DROPPED:
-        text = re.sub(rf"^#   \./course {command}\b.*\n", "", text, flags=re.M)
+        text = re.sub(rf"^#   \./course {command}\b.*\n(?:#      .*\n)*", "", text, flags=re.M)
         text = re.sub(rf"^  {command}\)\n(?:    .*\n)+?    ;;\n", "", text, flags=re.M)
-        text = text.replace(f"|{command} PATH...", "").replace(f"|{command}", "")
+        text = re.sub(rf"\|{command}(?: [A-Z.]+)?(?=[|\]])", "", text)
     if any(re.search(rf"^  {c}\)", text, re.M) for c in COMMANDS_DROPPED):
         raise ReleaseError("the course script changed shape: update authoring/release.py")
     return text
