@@ -487,3 +487,20 @@ def test_question_numbers_are_the_models():
     assert q1["skipped_fraction"] == skipped / (visited + skipped)
     q2 = registry.EXERCISES["flash-triton/q2-backward"].answers
     assert q2["p_bytes_n16k_fp16"] == score_matrix_bytes(16384, "fp16")
+
+
+def test_where_wrong_names_an_offset_mistake_only_when_slice_0_0_is_right():
+    import numpy as np
+
+    from flashcourse.checks.flash_attention.common import where_wrong
+
+    expected = np.zeros((2, 3, 4, 4))
+    others = expected.copy()
+    others[1:] = 1.0  # batch 0 right, batch 1 wrong
+    assert "batch 0 is right" in where_wrong(others, expected, 1e-3, 1e-3)
+    heads = expected.copy()
+    heads[:, 1:] = 1.0  # slice (0, 0) right, other heads wrong
+    assert "slice (0, 0) is right" in where_wrong(heads, expected, 1e-3, 1e-3)
+    first = expected.copy()
+    first[0, 0] = first[1, 2] = 1.0  # wrong AT slice (0, 0): no offset diagnosis
+    assert where_wrong(first, expected, 1e-3, 1e-3) == ""

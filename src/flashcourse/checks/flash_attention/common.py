@@ -110,15 +110,17 @@ def where_wrong(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: flo
     per_slice = bad.reshape(bad.shape[0], bad.shape[1], -1).any(-1)  # (B, H)
     if per_slice.all() or not per_slice.any():
         return ""
+    if per_slice[0, 0]:  # the first slice is wrong too: not an offset mistake
+        return ""
     if not per_slice[0].any():
         return ("Likely mistake: batch 0 is right but later batches are not. The batch offset "
                 "must use the batch stride: here the inputs are not contiguous, so the batch "
                 "stride is not H times the head stride. See \"Strides, not shapes\" in "
                 "section 2.")
-    return ("Likely mistake: the (batch, head) slice (0, 0) is right but others are not: "
-            "compute b = bh // H, h = bh % H and offset every pointer by b * stride_b + "
-            "h * stride_h, using the strides you are given. See \"Strides, not shapes\" in "
-            "section 2.")
+    return ("Likely mistake: the (batch, head) slice (0, 0) is right but others are not: the "
+            "offset of each program's (batch, head) slice is wrong. Which slice a program "
+            "owns, and how far its data lies from the start, are explained in \"Strides, not "
+            "shapes\" in section 2.")
 
 
 FORWARD_SECTION = 'section 2 ("The FA2 forward kernel")'
