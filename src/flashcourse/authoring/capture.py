@@ -5,8 +5,9 @@ solution on its visible cases (`checks/examples.py` replays them against a stude
 with $FLASHCOURSE_CAPTURE_DIR set; `registry.check` then hands the check a capturing stand-in
 for the answer: a function's calls keep their arguments and results, a kernel's launches
 their grids, arguments and storages. Each lesson's examples go to
-`src/flashcourse/checks/examples/NN-slug.json.gz`, with a fingerprint of what made them, so
-`check-sync` can say when they are out of date without running anything.
+`src/flashcourse/checks/examples/NN-slug.json.gz`, and a fingerprint of what made them to
+`fingerprints.json` beside them, so `check-sync` can say when they are out of date without
+running anything.
 """
 
 from __future__ import annotations
@@ -245,16 +246,26 @@ def stale_examples(root: Path) -> list[str]:
     """Lessons whose examples are missing or were made from other sources."""
     from . import build
 
-    stale = []
-    for path in build.lesson_paths(root):
-        target = examples.path_of(path.stem, root / "src/flashcourse/checks/examples")
-        try:
-            made_from = examples.read(target).get("fingerprint")
-        except (OSError, ValueError):
-            made_from = None
-        if made_from != fingerprint(root, path.stem):
-            stale.append(path.stem)
-    return stale
+    made_from = _fingerprints(root)
+    return [path.stem for path in build.lesson_paths(root)
+            if not examples.path_of(path.stem, _folder(root)).exists()
+            or made_from.get(path.stem) != fingerprint(root, path.stem)]
+
+
+def _folder(root: Path) -> Path:
+    return root / "src/flashcourse/checks/examples"
+
+
+# What each lesson's examples were made from, apart from them: examples that come out the same
+# are the same bytes, and git keeps one copy.
+FINGERPRINTS = "fingerprints.json"
+
+
+def _fingerprints(root: Path) -> dict[str, str]:
+    try:
+        return json.loads((_folder(root) / FINGERPRINTS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 def _metadata(stem: str) -> dict:
@@ -331,15 +342,19 @@ def capture_lesson(root: Path, stem: str, timeout: int = 900) -> dict:
             item.update(found.get(item["id"], {"steps": [], "why_no_examples":
                                                "its check did not run in the solution"}))
     data["shipped_calls"] = shipped
-    data["fingerprint"] = fingerprint(root, stem)
     return data
 
 
 def build_examples(root: Path, stems: list[str] | None = None) -> list[Path]:
     """Capture the examples of the given lessons (default: those out of date)."""
     written = []
+    made_from = _fingerprints(root)
     for stem in (stale_examples(root) if stems is None else stems):
-        target = examples.path_of(stem, root / "src/flashcourse/checks/examples")
+        target = examples.path_of(stem, _folder(root))
         examples.write(target, capture_lesson(root, stem))
+        made_from[stem] = fingerprint(root, stem)
+        (_folder(root) / FINGERPRINTS).write_text(json.dumps(made_from, indent=1,
+                                                             sort_keys=True) + "\n",
+                                                  encoding="utf-8")
         written.append(target)
     return written
