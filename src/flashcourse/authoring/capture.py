@@ -26,7 +26,7 @@ import numpy as np
 
 from ..checks import examples, recording
 
-CAPTURE_DIR_ENV = "FLASHCOURSE_CAPTURE_DIR"
+CAPTURE_DIR_ENV = recording.CAPTURE_DIR_ENV
 # What the examples of a lesson depend on, besides its source: the checks and what they use.
 FINGERPRINT_FOLDERS = ("checks", "kernels", "models", "distributed")
 FINGERPRINT_FILES = ("blanks.py", "runtime.py", "launch.py", "reference.py", "hardware.py")

@@ -25,6 +25,12 @@ def _locate(flat_index: int, shape: Sequence[int], tile_rows: int | None) -> str
     return f"index {int(index[0])}"
 
 
+def printable_answer(value, limit: int = 60) -> str:
+    """A value as a message shows it: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def compare(actual, expected, case: str, atol: float, rtol: float = 0.0,
             tile_rows: int | None = None, hint: str = "") -> None:
     """Raise WrongAnswer unless `actual` matches `expected` (shape, finiteness, values)."""

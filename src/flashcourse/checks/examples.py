@@ -27,7 +27,7 @@ import torch
 from .. import runtime
 from ..blanks import BlankNotFilled, is_blank, refuse_blanks, source_of
 from . import recording
-from .compare import compare
+from .compare import compare, printable_answer
 from .errors import NotStarted, WrongAnswer
 
 FOLDER = Path(__file__).with_name("examples")
@@ -242,21 +242,16 @@ def _compare_value(got, want, label: str, where: str = "the result") -> None:
         return
     if isinstance(want, bool) or isinstance(want, str) or want is None:
         if got != want:
-            raise WrongAnswer(f"{label}: {where} is {recording_repr(got)}, which is not the "
+            raise WrongAnswer(f"{label}: {where} is {printable_answer(got)}, which is not the "
                               "expected value.")
         return
     if isinstance(want, (int, float)):
         number = isinstance(got, (int, float, np.number)) and not isinstance(got, bool)
         if not number or not np.isclose(float(got), float(want), rtol=1e-6, atol=1e-9,
                                         equal_nan=True):
-            raise WrongAnswer(f"{label}: {where} is {recording_repr(got)}, which is not the "
+            raise WrongAnswer(f"{label}: {where} is {printable_answer(got)}, which is not the "
                               "expected value.")
         return
-
-
-def recording_repr(value, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _run_call(answer, step: dict) -> None:

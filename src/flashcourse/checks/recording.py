@@ -44,6 +44,8 @@ from .errors import WrongAnswer
 
 RECORD_DIR_ENV = "FLASHCOURSE_RECORD_DIR"
 RECORD_CHANNEL_ENV = "FLASHCOURSE_RECORD_CHANNEL"  # "display": records go out as outputs
+# Set while the class edition's examples are captured from a solution (authoring/capture.py)
+CAPTURE_DIR_ENV = "FLASHCOURSE_CAPTURE_DIR"
 RECORD_MIME = "application/vnd.flashcourse.record+json"
 TRIPWIRE_MIME = "application/vnd.flashcourse.tripwire+json"
 MAX_RECORD_BYTES = 256 * 2**20  # one record file larger than this is refused unread

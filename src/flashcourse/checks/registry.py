@@ -29,7 +29,7 @@ from .cases import (  # noqa: F401
     hidden_note,
     with_hidden,
 )
-from .compare import compare, same_result, to_numpy  # noqa: F401
+from .compare import compare, printable_answer, same_result, to_numpy  # noqa: F401
 from .edition import class_edition
 from .errors import CourseInputError, NotStarted, VetoMisconception, WrongAnswer
 
@@ -180,7 +180,7 @@ def _captured(exercise_id: str, answer):
     import importlib
     import os
 
-    if not os.environ.get("FLASHCOURSE_CAPTURE_DIR"):
+    if not os.environ.get(recording.CAPTURE_DIR_ENV):
         return contextlib.nullcontext(answer)
     # found by name, like the lesson modules: the build depends on the checks, not back
     capture = importlib.import_module("flashcourse.authoring.capture")
@@ -469,11 +469,6 @@ def grade_answers(exercise_id: str, answers, expected: dict, explanations: dict,
         raise WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers are "
                           "wrong:\n" + "\n".join(wrong))
     return f"all {len(expected)} answers right"
-
-
-def printable_answer(value, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def questions(exercise_id: str, title: str, points: float, expected: dict, explanations: dict,

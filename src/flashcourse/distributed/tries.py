@@ -12,6 +12,7 @@ import torch
 from .. import distributed as ring
 from ..blanks import refuse_blanks
 from ..checks.cases import case_seed
+from ..checks.compare import printable_answer
 from ..checks.edition import class_edition
 from ..checks.errors import CourseInputError, WrongAnswer
 
@@ -78,7 +79,7 @@ def _tensors(result, count: int, what: str) -> tuple:
     if not isinstance(result, (tuple, list)) or len(result) != count or not all(
             torch.is_tensor(t) for t in result):
         raise TypeError(f"return {what}: a tuple of {count} tensors, not "
-                        f"{_shown(result)}")
+                        f"{printable_answer(result)}")
     return tuple(result)
 
 
@@ -117,7 +118,7 @@ def _plan_job(answer):
 def _plan_rows(step: int, pairs) -> list[list[int]]:
     if not isinstance(pairs, (list, tuple)):
         raise TypeError(f"return a list of (q_chunk, kv_chunk, kind) triples, not "
-                        f"{_shown(pairs)}")
+                        f"{printable_answer(pairs)}")
     rows = []
     for pair in pairs:
         ok = (isinstance(pair, (tuple, list)) and len(pair) == 3
@@ -126,7 +127,7 @@ def _plan_rows(step: int, pairs) -> list[list[int]]:
         if not ok:
             raise TypeError(f"each entry of the plan is (q_chunk, kv_chunk, kind) with two "
                             f"chunk numbers and a kind among {ring.KINDS}, not "
-                            f"{_shown(pair)}")
+                            f"{printable_answer(pair)}")
         rows.append([step, int(pair[0]), int(pair[1]), ring.KINDS.index(pair[2])])
     return rows
 
@@ -203,8 +204,3 @@ def try_answer(answer, job: str, world: int = 2, n: int = 16, d: int = 4,
         expected = (case["o"], case["lse"])
     return {"matches": all(np.allclose(g, e, atol=1e-8) for g, e in zip(got, expected,
                                                                           strict=True))}
-
-
-def _shown(value, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
