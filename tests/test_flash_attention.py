@@ -1,6 +1,7 @@
 """Lesson 6's grader: the lesson's kernels pass; known-wrong kernels, built by editing the
 solution's source, are rejected with the message that names their mistake."""
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -504,3 +505,21 @@ def test_where_wrong_names_an_offset_mistake_only_when_slice_0_0_is_right():
     first = expected.copy()
     first[0, 0] = first[1, 2] = 1.0  # wrong AT slice (0, 0): no offset diagnosis
     assert where_wrong(first, expected, 1e-3, 1e-3) == ""
+
+
+def test_a_gpu_run_names_the_same_scratch_mistake(known_wrong, monkeypatch):
+    """On a GPU the large-logit float32 case runs in float16 (TF32 would move its scores), and
+    a kernel whose running max starts at 0 must get the diagnosis it gets in the interpreter."""
+    from flashcourse.checks.flash_attention import padded
+
+    def as_on_a_gpu(case):
+        if case.dtype == torch.float32 and case.large:
+            return dataclasses.replace(case, dtype=torch.float16)
+        return case
+
+    monkeypatch.setattr(padded, "case_for_device", as_on_a_gpu)
+    edits, message = WRONG_SCRATCH["m initialised to 0 instead of -inf"]
+    with known_wrong(SCRATCH_ID, "m initialised to 0 (the GPU's fp16 case)",
+                     match=re.escape(message)) as caught:
+        check(SCRATCH_ID, scratch_kernel(*edits))
+    assert "float16" in str(caught.value).split("\n")[0]

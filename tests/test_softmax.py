@@ -143,7 +143,8 @@ WRONG = {
     ("softmax/masked-softmax", "hidden columns loaded as 0 (other=0.0)"): (
         dict(replace=[('other=float("-inf")', "other=0.0", 2)]), "loaded as 0"),
     ("softmax/masked-softmax", "lengths ignored: the whole row visible"): (
-        dict(replace=[("mask=cols < length,", "mask=cols < n_cols,", 2)]), "not cols < n_cols"),
+        dict(replace=[("mask=cols < length,", "mask=cols < n_cols,", 2)]),
+        "not the tensor's width"),
     ("softmax/masked-softmax", "a row with nothing visible written as 0, not NaN"): (
         dict(lines={"y": "tl.where(l > 0, tl.exp(s * scale - m) / l, 0.0)"}),
         "must be NaN throughout"),

@@ -199,7 +199,7 @@ def _check_strided(strided_copy_kernel) -> str:
             guards.unwritten_hint(
                 out.unwritten().cpu(), case,
                 "(NaN: never stored, or loaded from outside the input.) The mask compares "
-                "output indices: offsets < n_elements, on the load and the store.")
+                "output indices with the output's length, on the load and the store.")
             registry.compare(got, want.cpu(), case, atol=0,
                             hint="y[i] must be x[i * stride]; a masked-off load without "
                                  "`other` gives undefined values.")

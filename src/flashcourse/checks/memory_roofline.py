@@ -201,10 +201,11 @@ def _copy_hint(out, values, n, block, does: str = "copies") -> str:
                 "offsets. Each program must start at its own block (its program id times "
                 f"the block size): {registry.section_of('roofline/q3-copy')}.")
     if bool(written[:-1].all()) and not bool(written[-1]):
-        return ("The last element was never written: the mask must keep offsets < n_elements "
-                "(not n_elements - 1).")
-    return (f"Each program {does} elements pid*BLOCK .. pid*BLOCK + BLOCK - 1 that are "
-            "< n_elements: load and store them with the same offsets and mask.")
+        return ("The last element was never written: the mask switches off one index too "
+                f"many at the end: {registry.section_of('roofline/q3-copy')}.")
+    return (f"Each program {does} the elements of its own block that lie inside the "
+            "vector: load and store them with the same offsets and mask "
+            f"({registry.section_of('roofline/q3-copy')}).")
 
 
 @registry.exercise("roofline/copy-kernel", "Triton copy kernel (masked tail)", 1, kernel=True)

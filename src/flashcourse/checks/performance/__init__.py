@@ -64,15 +64,15 @@ def _diagnose(out: np.ndarray, case: Case, q, k, v) -> str:
     """Name a known mistake when the output is exactly what that mistake computes."""
     if np.isnan(out).any():
         return ("Some outputs are NaN: a loop without masks read past the last key into the "
-                "padding (the grader fills it with NaN). The unmasked loop must stop at a "
-                "multiple of BLOCK_N that is <= N: (N // BLOCK_N) * BLOCK_N without causal "
-                "masking, start_m * BLOCK_M (the diagonal block) with it.")
+                "padding (the grader fills it with NaN). The unmasked loop may only visit "
+                "key blocks that lie wholly inside the sequence and, with the causal mask, "
+                "wholly left of the diagonal block (section 3, the causal split).")
     candidates = [
         (case.scale() * LN2, "This is attention with the scale multiplied by ln 2: exp2 was "
-         "applied to sm_scale * s without log2(e). Since exp(x) = exp2(x * log2(e)), fold it "
-         "in: qk_scale = sm_scale * 1.4426950408889634."),
+         "applied to sm_scale * s without the change of base: exp(x) is exp2 of x times "
+         "log2(e) (section 3, the exp2 rung)."),
         (case.scale() * LN2 * LN2, "This is attention with the scale multiplied by (ln 2)^2: "
-         "log2(e) was divided out instead of multiplied in. qk_scale = sm_scale * log2(e)."),
+         "log2(e) was divided out instead of multiplied in (section 3, the exp2 rung)."),
     ]
     for scale, message in candidates:
         cand, _ = _attention64(q, k, v, case.causal, scale)

@@ -37,8 +37,9 @@ NO_MAX_HINT = (
     "row max before tl.exp.")
 NO_LOAD_MASK_HINT = (
     "Every output of the row is NaN: the load read past the end of the row, and the grader "
-    "puts NaN there (on a GPU it would be another row's data or a fault). Load with "
-    "mask=cols < n_cols and other=float(\"-inf\").")
+    "puts NaN there (on a GPU it would be another row's data or a fault). The load needs a "
+    "mask of the row's real columns and a fill value that neither wins the max nor adds to "
+    "the sum (section 3).")
 NO_GUARD_HINT = (
     "A row whose first block is masked entirely (all -inf) turns NaN: its running max is still "
     "-inf, and exp(-inf - (-inf)) is NaN, which then stays in the running sum. Shift by a safe "
@@ -99,8 +100,8 @@ def _diagnose_kernel(output, x, candidates, atol, stored_nothing) -> str:
             return "Likely mistake: " + NO_LOAD_MASK_HINT
     if out.shape[0] > 1 and np.isfinite(out[0]).all() and np.isnan(out[1:]).all():
         return "Likely mistake: " + ROW_STRIDE_HINT
-    return ("Hint: y = exp(x - max) / sum(exp(x - max)) per row, computed in float32, loaded "
-            "with mask=cols < n_cols and other=float(\"-inf\").")
+    return ("Hint: each row is the stable softmax of section 2, computed in float32 from a "
+            "masked load whose padding lanes take no part in the max or the sum (section 3).")
 
 
 def _strided_like_contiguous(canaried: buffers.Canaried, rows: int, n: int) -> bool:

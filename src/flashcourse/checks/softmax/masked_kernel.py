@@ -79,9 +79,8 @@ def _masked_mistakes(x64, lengths, scale, block):
          "exp(0 - max) to the sum and gets a weight of its own. Load them as -inf: its "
          "exponential is 0 and it never wins the max."),
         (output(scale * x64),
-         "Every column of the row is visible in your output: mask the loads with "
-         "cols < lengths[row] (the row's own length, loaded from lengths_ptr + row), "
-         "not cols < n_cols."),
+         "Every column of the row is visible in your output: the loads' mask must follow "
+         "the row's own length (in lengths), not the tensor's width (section 5)."),
         (empty_as_zero,
          "A row with no visible finite score must be NaN throughout, as torch.softmax gives "
          "(section 4: a row masked entirely has no distribution); yours writes 0 there."),
@@ -97,7 +96,8 @@ def _masked_mistakes(x64, lengths, scale, block):
         (output(scores, subtract_max=False), NO_MAX_HINT),
         (np.where(hidden, np.nan, right),
          "The columns past the row's length were never written: every column below n_cols "
-         "gets a value, 0 for a hidden one. Mask the store with cols < n_cols."),
+         "gets a value, 0 for a hidden one: the store's mask is the tensor's width, not "
+         "the row's length (section 5)."),
     ]
 
 

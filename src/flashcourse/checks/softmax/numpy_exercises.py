@@ -281,8 +281,9 @@ def check_merge_states(merge_states) -> str:
                     registry.compare(got, ref, f"{step_label}, merged {name}", atol=1e-12,
                                     rtol=1e-9)
                 except registry.WrongAnswer as err:
-                    hint = ("Hint: m = max(m1, m2); a1 = exp(m1 - m); a2 = exp(m2 - m); "
-                            "l = a1*l1 + a2*l2; o = a1*o1 + a2*o2.")
+                    hint = ("Hint: both states must be brought to one common max before "
+                            "their sums and outputs add up; the merged state is then a state "
+                            "of the union of the two chunks (section 6).")
                     for mistake, why in MERGE_MISTAKES.items():
                         candidate = merge_candidate(merged, state, mistake)
                         if all(registry.same_result(g, c, 1e-9)

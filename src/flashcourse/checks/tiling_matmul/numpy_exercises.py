@@ -44,7 +44,7 @@ def _byte_mistakes(M, N, K, BM, BN, BK, itemsize):
                          "of B."),
         (steps * (BM * BK + BK * BN) * itemsize,
          "You counted every tile as full-size, but edge tiles are smaller when the shape is not "
-         "a multiple of the tile: count the elements actually loaded (a.nbytes + b.nbytes)."),
+         "a multiple of the tile: count the bytes of the tiles actually loaded (section 3)."),
         (reads + M * N * itemsize, "Count only the reads of A and B, not the output C."),
         ((M * K * cdiv(N, BM) + K * N * cdiv(M, BN)) * itemsize,
          "A is re-read once per column block of C (cdiv(N, BN) times) and B once per row block "
@@ -72,8 +72,9 @@ def check_blocked(blocked_matmul) -> str:
         scale = float((np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))).max())
         tol = 1e-5 if dtype == "float32" else 1e-12
         registry.compare(C, expected, f"{label}, the product C", atol=tol * scale,
-                        tile_rows=BM, hint="Each output tile C[i:i+BM, j:j+BN] is the sum over "
-                        "K steps of A[i:i+BM, k:k+BK] @ B[k:k+BK, j:j+BN].")
+                        tile_rows=BM, hint="Each output tile is the sum, over the K steps, of the "
+                        "product of the A tile in its rows and the B tile in its columns, "
+                        "both cut at that step's K range (section 3).")
         itemsize = np.dtype(dtype).itemsize
         reads = tiled_read_bytes(M, N, K, BM, BN, itemsize)
         if is_blank(bytes_read):
@@ -117,9 +118,9 @@ def check_order(grouped_order_fn) -> str:
             hint = (f"tile {missing[0]} is never computed" if missing else "")
             hint += ("; " if missing and twice else "") + \
                 (f"tile {twice[0]} is computed twice" if twice else "")
-            extra = (" The last group may hold fewer than GROUP_M rows: take "
-                     "group_rows = min(num_pid_m - first_pid_m, GROUP_M) and use it for both "
-                     "% and //." if pm % group else "")
+            extra = (" The last group may hold fewer than GROUP_M rows of tiles: the "
+                     "count of rows in a group must be the rows that are left there, for the "
+                     "row and for the column of a program (section 5)." if pm % group else "")
             raise registry.WrongAnswer(f"{label}: every tile must be computed by exactly one "
                                       f"program, but {hint}.{extra}")
         pid = next(p for p, (g, w) in enumerate(zip(got, want, strict=True)) if g != w)

@@ -1,0 +1,139 @@
+"""Run every from-scratch exercise's known-wrong answers through its check, compiled on a GPU,
+and see that each gets the diagnosis the test suite asserts in the interpreter.
+
+Run from the repository root:  python gpu/check_known_wrong.py [--out FILE.csv]
+The known-wrong answers are the test suite's own tables (tests/), each an edit of the lesson's
+solution cell with the message its check must give. `FLASHCOURSE_INTERPRET=1` runs the same
+sets in the interpreter (that is what the suite does), so the two tables can be compared row by
+row. Writes one row per answer: exercise, mistake, runtime, verdict, the message's line that
+names the mistake. Exits 1 when any verdict is not "diagnosed".
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import os
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import torch  # noqa: E402
+
+from flashcourse import runtime  # noqa: E402
+
+RUNTIME = runtime.setup()  # before triton is imported: the interpreter or the GPU
+
+import triton  # noqa: E402
+
+from flashcourse import check  # noqa: E402
+from flashcourse.checks import registry  # noqa: E402
+from flashcourse.checks.errors import CourseInputError, WrongAnswer  # noqa: E402
+
+LESSONS = ROOT / "lessons"
+
+
+def _roofline():
+    tests = importlib.import_module("test_roofline")
+    lesson = LESSONS / "02-memory-roofline.qmd"
+    exercise = "roofline/axpy-kernel"
+    return exercise, {
+        mistake: (lambda edits=edits: tests.answer(lesson, *tests.CELLS[exercise], *edits),
+                  message)
+        for mistake, (edits, message) in tests.WRONG[exercise].items()}
+
+
+def _softmax():
+    tests = importlib.import_module("test_softmax")
+    exercise = "softmax/masked-softmax"
+    return exercise, {
+        mistake: (lambda edits=edits: tests.answer(ROOT, exercise, **edits), message)
+        for (exercise_id, mistake), (edits, message) in tests.WRONG.items()
+        if exercise_id == exercise}
+
+
+def _flash_scratch():
+    tests = importlib.import_module("test_flash_attention")
+    return tests.SCRATCH_ID, {
+        mistake: (lambda edits=edits: tests.scratch_kernel(*edits), message)
+        for mistake, (edits, message) in tests.WRONG_SCRATCH.items()}
+
+
+def _table_module(module_name: str):
+    """A lesson's table of its own (tests/wrong_kernels_NN.py): EXERCISE_ID, answer(edits)
+    and WRONG = {mistake: (edits, message regex)}."""
+    def load():
+        table = importlib.import_module(module_name)
+        return table.EXERCISE_ID, {
+            mistake: (lambda edits=edits: table.answer(edits), message)
+            for mistake, (edits, message) in table.WRONG.items()}
+    return load
+
+
+SETS = [_roofline, _softmax, _flash_scratch]
+for _name in ("wrong_kernels_08", "wrong_kernels_10"):
+    if (ROOT / "tests" / f"{_name}.py").exists():
+        SETS.append(_table_module(_name))
+
+
+def first_line_naming(text: str, pattern: str) -> str:
+    for line in text.splitlines():
+        if re.search(pattern, line):
+            return line.strip()
+    return text.strip().splitlines()[-1] if text.strip() else ""
+
+
+def run_set(load, where: str) -> list[dict]:
+    exercise, wrong = load()
+    rows = []
+    for mistake, (make, message) in wrong.items():
+        pattern = re.escape(message) if not message.startswith("re:") else message[3:]
+        registry.RESULTS.pop(exercise, None)
+        try:
+            check(exercise, make())
+        except (WrongAnswer, CourseInputError) as err:
+            text = str(err)
+            verdict = "diagnosed" if re.search(pattern, text) else "other message"
+            line = first_line_naming(text, pattern)
+        except Exception as err:  # noqa: BLE001 (a crash is a finding, reported as such)
+            verdict, line = "crashed", f"{type(err).__name__}: {err}"[:300]
+        else:
+            verdict, line = "accepted", ""
+        rows.append({"exercise": exercise, "mistake": mistake, "runtime": where,
+                     "verdict": verdict, "message": line, "expected": message})
+        print(f"{verdict:13s} {exercise}: {mistake}")
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path,
+                        default=ROOT / "assets" / "results" / "known-wrong-gpu.csv")
+    args = parser.parse_args()
+    rt = RUNTIME
+    if not rt.interpreter and not torch.cuda.is_available():
+        print("no CUDA GPU: set FLASHCOURSE_INTERPRET=1 to run the sets in the interpreter")
+        return 2
+    where = ("interpreter" if rt.interpreter else
+             f"{torch.cuda.get_device_name()}, Triton {triton.__version__}, torch "
+             f"{torch.__version__}")
+    os.environ.pop(registry.GRADING_MODE_ENV, None)  # the suite's visible cases
+    rows = [row for load in SETS for row in run_set(load, where)]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    wrong = [row for row in rows if row["verdict"] != "diagnosed"]
+    print(f"{len(rows) - len(wrong)} of {len(rows)} known-wrong answers diagnosed as in the "
+          f"suite ({where}); table: {args.out}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
