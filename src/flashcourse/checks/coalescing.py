@@ -350,17 +350,18 @@ def _batched_mistake(kernel, got, values, batch, m, n, blocks, dtype, case, seed
     square = blocks[0] == blocks[1] and m % blocks[0] == 0 and n % blocks[0] == 0
     if square and registry.same_result(
             got, _tiles_not_transposed(values, blocks[0]), 0):
-        return ("Likely mistake: every tile lands in the right place but is not transposed: "
-                "store tl.trans(tile), to pointers laid out (BLOCK_N, BLOCK_M).")
+        return ("Likely mistake: every tile lands in the right place but is not transposed "
+                "itself: the values inside a tile must swap rows and columns too, and the store's "
+                "pointers must have the transposed tile's shape (section 3).")
     again, _ = run_batched_transpose(kernel, batch, m, n, blocks, dtype, case,
                                      seed=seed, contiguous=True)
     if registry.same_result(again.tensor.cpu(), values.transpose(1, 2).cpu(), 0):
         return ("Likely mistake: your kernel is right on contiguous tensors only: it computes "
                 "a stride from the shape (N, M or M * N) instead of using the one it is given. "
                 "The grader's tensors have padding after every row and every matrix.")
-    return ("Hint: y[b, j, i] must be x[b, i, j]: offset both pointers by the batch index times "
-            "their own batch stride, read x with stride_xm, write y with stride_yn, masks on "
-            "both sides.")
+    return ("Hint: y[b, j, i] must be x[b, i, j] for every matrix b of the batch. Each tensor "
+            "has strides of its own, the batch's included (the grader pads every row and every "
+            "matrix), and the edge tiles need masks on the load and the store (section 3).")
 
 
 @registry.exercise("coalescing/batched-transpose", "Triton batched transpose, written from "
