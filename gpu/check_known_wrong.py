@@ -3,9 +3,9 @@ and see that each gets the diagnosis the test suite asserts in the interpreter.
 
 Run from the repository root:  python gpu/check_known_wrong.py [--out FILE.csv]
 The known-wrong answers are the test suite's own tables (tests/), each an edit of the lesson's
-solution cell with the message its check must give. `FLASHCOURSE_INTERPRET=1` runs the same
-sets in the interpreter (that is what the suite does), so the two tables can be compared row by
-row. Writes one row per answer: exercise, mistake, runtime, verdict, the message's line that
+solution cell with the message its check must give. Without a GPU, or with
+`FLASHCOURSE_INTERPRET=1`, it runs the same sets in the interpreter (as the suite does), so the
+two tables can be compared row by row. Writes one row per answer: exercise, mistake, runtime, verdict, the message's line that
 names the mistake. Exits 1 when any verdict is not "diagnosed".
 """
 
@@ -112,13 +112,12 @@ def run_set(load, where: str) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path,
-                        default=ROOT / "assets" / "results" / "known-wrong-gpu.csv")
+    parser.add_argument("--out", type=Path, help="the table (default: assets/results/"
+                        "known-wrong-gpu.csv, or known-wrong-interpreter.csv without a GPU)")
     args = parser.parse_args()
     rt = RUNTIME
-    if not rt.interpreter and not torch.cuda.is_available():
-        print("no CUDA GPU: set FLASHCOURSE_INTERPRET=1 to run the sets in the interpreter")
-        return 2
+    kind = "interpreter" if rt.interpreter else "gpu"
+    args.out = args.out or ROOT / "assets" / "results" / f"known-wrong-{kind}.csv"
     where = ("interpreter" if rt.interpreter else
              f"{torch.cuda.get_device_name()}, Triton {triton.__version__}, torch "
              f"{torch.__version__}")
