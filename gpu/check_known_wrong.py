@@ -5,8 +5,8 @@ Run from the repository root:  python gpu/check_known_wrong.py [--out FILE.csv]
 The known-wrong answers are the test suite's own tables (tests/), each an edit of the lesson's
 solution cell with the message its check must give. Without a GPU, or with
 `FLASHCOURSE_INTERPRET=1`, it runs the same sets in the interpreter (as the suite does), so the
-two tables can be compared row by row. Writes one row per answer: exercise, mistake, runtime, verdict, the message's line that
-names the mistake. Exits 1 when any verdict is not "diagnosed".
+two tables can be compared row by row. Writes one row per answer: exercise, mistake, runtime,
+verdict, the message's line that names the mistake. Exits 1 when any verdict is not "diagnosed".
 """
 
 from __future__ import annotations

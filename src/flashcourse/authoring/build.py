@@ -26,6 +26,8 @@ from pathlib import Path
 
 import nbformat
 
+from . import results_table
+
 LESSONS_DIR = "lessons"
 OUTPUT_DIRS = {"exercise": "exercises", "solution": "solutions", "book": "book"}
 PRIVATE_OPTIONS = {"id", "tags"}
@@ -525,6 +527,10 @@ def rendered(root: Path) -> dict[Path, str]:
             target = root / OUTPUT_DIRS[variant] / f"{lesson.slug}.ipynb"
             files[target] = nbformat.writes(to_notebook(lesson, variant)) + "\n"
         files[root / OUTPUT_DIRS["book"] / f"{lesson.slug}.qmd"] = to_book_page(lesson)
+    readme = root / "README.md"
+    if readme.exists() and results_table.BEGIN in readme.read_text(encoding="utf-8"):
+        files[readme] = results_table.readme_with_table(readme.read_text(encoding="utf-8"),
+                                                        root / "assets" / "results")
     return files
 
 

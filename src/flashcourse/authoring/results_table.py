@@ -1,0 +1,106 @@
+"""The README's table of results on the course GPU, computed from `assets/results/*.csv`.
+
+`build` writes it between the two marker lines of README.md and `check-sync` fails when the
+README's copy differs, so a number the README quotes cannot drift from its recorded table.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+BEGIN = "<!-- results table: made by `python -m flashcourse build` from assets/results/ -->"
+END = "<!-- end of the results table -->"
+
+
+def _rows(results: Path, name: str) -> list[dict]:
+    with (results / f"{name}.csv").open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _span(values: list[float], digits: int = 2) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.{digits}f}x" if f"{low:.{digits}f}" == f"{high:.{digits}f}" else \
+        f"{low:.{digits}f}x to {high:.{digits}f}x"
+
+
+def _where(rows: list[dict], **equal) -> list[dict]:
+    return [row for row in rows if all(row[key] == value for key, value in equal.items())]
+
+
+def _one(rows: list[dict], **equal) -> dict:
+    found = _where(rows, **equal)
+    if len(found) != 1:
+        raise ValueError(f"results table: {len(found)} rows where {equal}, expected one")
+    return found[0]
+
+
+def table(results: Path) -> str:
+    """The markdown table, each line from its CSV."""
+    lines = ["| lesson | measurement (same run, H200) | result | table |", "|---|---|---|---|"]
+
+    def add(lesson, measurement, result, name):
+        lines.append(f"| {lesson} | {measurement} | {result} | `{name}.csv` |")
+
+    copies = _rows(results, "02-copy-bandwidth")
+    best = max(_where(copies, kernel="copy_kernel"), key=lambda row: float(row["GB/s"]))
+    torch_copy = _one(copies, kernel="torch copy_")
+    add(2, f"copy kernel (BLOCK {best['BLOCK']}) vs `torch` device-to-device copy, 1 GiB fp32",
+        f"{float(best['GB/s']):.0f} vs {float(torch_copy['GB/s']):.0f} GB/s "
+        f"({float(best['vs torch']):.3f}x)", "02-copy-bandwidth")
+
+    coalescing = _rows(results, "03-coalescing")
+    strided = _one(coalescing, kernel="strided copy, stride 32")
+    add(3, "strided copy, stride 32 vs 1", f"{float(strided['vs coalesced']):.3f}x the bandwidth",
+        "03-coalescing")
+    tiled = _one(coalescing, kernel="transpose, tiled 64 x 64")
+    naive = _one(coalescing, kernel="transpose, naive")
+    add(3, "tiled vs naive transpose, 8192^2 fp32",
+        f"{float(naive['ms']) / float(tiled['ms']):.1f}x faster "
+        f"({float(tiled['useful GB/s']):.0f} vs {float(naive['useful GB/s']):.0f} GB/s)",
+        "03-coalescing")
+
+    matmul = _rows(results, "04-matmul")
+    best = max(_where(matmul, kernel="tiled Triton"), key=lambda row: float(row["tflops"]))
+    cublas = _one(matmul, kernel="torch.matmul")
+    add(4, "tiled `tl.dot` matmul vs `torch.matmul` (cuBLAS), fp16 4096^3",
+        f"{float(best['tflops']):.0f} vs {float(cublas['tflops']):.0f} TFLOP/s "
+        f"({float(best['vs_torch']):.3f}x)", "04-matmul")
+
+    softmax = _rows(results, "05-softmax")
+    fused = _one(softmax, kernel="fused Triton", n_cols="4096")
+    torch_softmax = _one(softmax, kernel="torch.softmax", n_cols="4096")
+    add(5, "fused row softmax vs `torch.softmax`, fp16 rows of 4096",
+        f"{float(fused['GB/s']):.0f} vs {float(torch_softmax['GB/s']):.0f} GB/s", "05-softmax")
+
+    lesson6 = [row for row in _rows(results, "06-flash-attention-fwd") if int(row["N"]) >= 4096]
+    triton6 = sorted({row["triton"] for row in lesson6})
+    add(6, f"lesson 6's forward vs SDPA flash backend, N >= 4096 (Triton {', '.join(triton6)})",
+        _span([float(row["fwd ratio"]) for row in lesson6]), "06-flash-attention-fwd")
+    add(6, "lesson 6's forward+backward vs SDPA flash backend, same cases",
+        _span([float(row["fwd+bwd ratio"]) for row in lesson6]), "06-flash-attention-fwd")
+
+    sweeps = (("forward", "07-attention-fwd"), ("forward+backward", "07-attention-fwdbwd"))
+    for mode, name in sweeps:
+        rows = _rows(results, name)
+        versions = ", ".join(sorted({row["triton"] for row in rows}))
+        shapes = "fp16/bf16, d 64/128, N 1k-16k"
+        add(7, f"reference kernel {mode} vs SDPA cuDNN backend, {shapes} (Triton {versions})",
+            _span([float(row["course/cudnn"]) for row in rows]), name)
+        add(7, f"reference kernel {mode} vs SDPA flash backend, same cases",
+            _span([float(row["course/flash"]) for row in rows]), name)
+
+    ladder = _where(_rows(results, "07-ladder"), step="7", N="4096", dtype="fp16")
+    versions = ", ".join(sorted({row["triton"] for row in ladder}))
+    add(7, f"optimisation ladder, step 7 vs step 0, fp16 N = 4096 (Triton {versions})",
+        _span([float(row["vs_step0"]) for row in ladder]), "07-ladder")
+    return "\n".join(lines)
+
+
+def readme_with_table(readme_text: str, results: Path) -> str:
+    """README.md's text with the table between its markers made anew."""
+    if BEGIN not in readme_text or END not in readme_text:
+        raise ValueError(f"README.md lacks the results table's markers: {BEGIN!r} ... {END!r}")
+    head, rest = readme_text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{table(results)}\n{END}{tail}"

@@ -1,0 +1,40 @@
+"""The README's results table is made from assets/results/: a number that drifts is caught."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from flashcourse.authoring import build, results_table
+
+
+def test_the_readme_table_is_the_recorded_one(root):
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert results_table.table(root / "assets" / "results") in readme
+    assert "1.18x to 1.40x" not in readme  # the stale figures of an older run
+
+
+def test_a_changed_csv_makes_the_readme_stale(root, tmp_path):
+    copy = tmp_path / "course"
+    shutil.copytree(root / "assets" / "results", copy / "assets" / "results")
+    shutil.copy(root / "README.md", copy / "README.md")
+    assert build.rendered(copy)[copy / "README.md"] == (copy / "README.md").read_text()
+    matmul = copy / "assets" / "results" / "04-matmul.csv"
+    matmul.write_text(matmul.read_text().replace("700.99", "650.99"))
+    stale = build.rendered(copy)[copy / "README.md"]
+    assert "663 vs 651 TFLOP/s" in stale
+
+
+def test_a_missing_row_is_an_error_naming_it(root, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(root / "assets" / "results", results)
+    rows = (results / "04-matmul.csv").read_text().splitlines()
+    (results / "04-matmul.csv").write_text(
+        "\n".join(line for line in rows if "torch.matmul" not in line) + "\n")
+    with pytest.raises(ValueError, match="0 rows where {'kernel': 'torch.matmul'}"):
+        results_table.table(results)
+
+
+def test_a_readme_without_markers_is_refused():
+    with pytest.raises(ValueError, match="markers"):
+        results_table.readme_with_table("# no table here\n", Path("."))
