@@ -18,22 +18,23 @@ class MemoryLevel:
     shared_by: str  # who can see the data
 
 
-# NVIDIA H100 SXM (Hopper), the chip the course's numbers describe.
+# NVIDIA H200 SXM (Hopper), the chip the course measures on: the H100 SXM's die (SMs, tensor
+# cores, caches) with 141 GB of HBM3e at 4.8 TB/s (datasheet).
 # Shared memory / L1: 132 SMs x 128 B per clock x 1.8-1.98 GHz = about 30-33 TB/s.
 # Registers: an estimate, not a published figure. Each SM's four schedulers can each read up
 # to three 32-lane fp32 operands per clock (4 x 384 B); 132 SMs at about 1.8 GHz give several
 # hundred TB/s.
-H100_MEMORY = (
+H200_MEMORY = (
     MemoryLevel("Registers", "256 KB per SM", (300, 400), (0.5, 1), "one thread"),
     MemoryLevel("Shared memory / L1", "228 KB per SM", (30, 33), (20, 30),
                 "one thread block"),
-    MemoryLevel("L2 cache", "50 MB per chip", (5, 8), (100, 200), "whole chip"),
-    MemoryLevel("HBM3", "80 GB per chip", (3.35, 3.35), (400, 800), "whole chip + host"),
+    MemoryLevel("L2 cache", "60 MiB per chip", (5, 8), (100, 200), "whole chip"),
+    MemoryLevel("HBM3e", "141 GB per chip", (4.8, 4.8), (400, 800), "whole chip + host"),
 )
 
-H100_SMS = 132
-H100_DENSE_BF16_TFLOPS = 989  # tensor cores, dense, datasheet
-H100_HBM_TBS = 3.35
+H200_SMS = 132
+H200_DENSE_BF16_TFLOPS = 989  # tensor cores, dense, datasheet
+H200_HBM_TBS = 4.8  # datasheet
 WARP_SIZE = 32
 # What one thread block may use on Hopper (sm_90: H100 and H200), from NVIDIA's CUDA
 # programming guide: shared memory (227 KB of the SM's 228 KB, opted in above the default
@@ -45,7 +46,7 @@ HOPPER_REGISTERS_PER_THREAD = 255
 H200_MEASURED_GEMM_BF16_TFLOPS = 790
 H200_MEASURED_COPY_TBS = 4.3
 # L2 of the course's H200 as the device reports it (torch.cuda.get_device_properties(0)
-# .L2_cache_size = 62914560 bytes); the H100 SXM's is 50 MB.
+# .L2_cache_size = 62914560 bytes).
 H200_L2_MIB = 60
 # NVLink of one H200 SXM (datasheet): 900 GB/s per GPU, both directions together, so a ring's
 # transfer to the next GPU gets half of it.

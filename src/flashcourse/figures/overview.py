@@ -5,10 +5,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..hardware import H100_MEMORY, MemoryLevel
+from ..hardware import H200_MEMORY, MemoryLevel
 
 
-def memory_hierarchy(levels: tuple[MemoryLevel, ...] = H100_MEMORY):
+def memory_hierarchy(levels: tuple[MemoryLevel, ...] = H200_MEMORY):
     """Bandwidth and latency of each memory level, log scale, fastest level first."""
     names = [level.name for level in levels]
     y = np.arange(len(levels))

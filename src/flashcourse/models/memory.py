@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hardware import H100_SMS, WARP_SIZE
+from ..hardware import H200_SMS, WARP_SIZE
 
 SECTOR_BYTES = 32
 LINE_BYTES = 128
@@ -54,10 +54,10 @@ def warp_efficiency(predicate) -> float:
 
 
 def coarsening_table(elements: int, factors=(1, 2, 4, 8, 16, 32), overhead: int = 6,
-                     work: int = 2, resident_threads: int = H100_SMS * 2048) -> list[dict]:
+                     work: int = 2, resident_threads: int = H200_SMS * 2048) -> list[dict]:
     """Instructions per element when each thread handles `factor` elements: a fixed
     per-thread overhead (index arithmetic, bounds check) is shared by more elements, as long as
-    enough threads remain to fill every SM (`resident_threads`, an H100's 132 SMs x 2048)."""
+    enough threads remain to fill every SM (`resident_threads`, an H200's 132 SMs x 2048)."""
     rows = []
     for factor in factors:
         threads = -(-elements // factor)
