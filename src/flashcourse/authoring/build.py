@@ -26,7 +26,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import results_table
+from . import learning_path, results_table
 
 LESSONS_DIR = "lessons"
 OUTPUT_DIRS = {"exercise": "exercises", "solution": "solutions", "book": "book"}
@@ -85,6 +85,10 @@ class Lesson:
     path: Path
     title: str
     cells: list[Cell]
+    # the front matter's `needs`, `skills` and `time`: what to know first, and how long it takes
+    needs: list[int] = field(default_factory=list)  # lesson numbers
+    skills: str = ""  # knowledge beyond the lessons, in words
+    time: str = ""  # e.g. "about 3 h"
 
     @property
     def slug(self) -> str:
@@ -133,7 +137,8 @@ def parse(path: Path) -> Lesson:
         markdown.append(line)
         index += 1
     _flush_markdown(markdown, cells, path)
-    return Lesson(path, title_match.group(1), cells)
+    return Lesson(path, title_match.group(1), cells, **learning_path.front_matter(
+        match.group(1), path))
 
 
 def _flush_markdown(markdown: list[str], cells: list[Cell], path: Path) -> None:
@@ -306,7 +311,9 @@ def to_notebook(lesson: Lesson, variant: str) -> nbformat.NotebookNode:
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
     }
-    title = nbformat.v4.new_markdown_cell(f"# {lesson.title}\n\n{_banner(lesson, variant)}")
+    start = learning_path.before_you_start(lesson, book=False)
+    title = nbformat.v4.new_markdown_cell(
+        f"# {lesson.title}\n\n{_banner(lesson, variant)}" + (f"\n\n{start}" if start else ""))
     title.id = "title"
     nb.cells.append(title)
     used_ids = {"title"}
@@ -351,6 +358,8 @@ def to_book_page(lesson: Lesson, answers: bool = True) -> str:
         " do not edit. -->",
         "",
     ]
+    start = learning_path.before_you_start(lesson, book=True)
+    parts += [start, ""] if start else []
     for cell in lesson.cells:
         if cell.kind == "markdown":
             text = cell.source if cell.book_source is None else cell.book_source
@@ -527,6 +536,10 @@ def rendered(root: Path) -> dict[Path, str]:
             target = root / OUTPUT_DIRS[variant] / f"{lesson.slug}.ipynb"
             files[target] = nbformat.writes(to_notebook(lesson, variant)) + "\n"
         files[root / OUTPUT_DIRS["book"] / f"{lesson.slug}.qmd"] = to_book_page(lesson)
+    index = root / "index.qmd"
+    if index.exists() and learning_path.BEGIN in index.read_text(encoding="utf-8"):
+        files[index] = learning_path.index_with_map(index.read_text(encoding="utf-8"),
+                                                    [parse(path) for path in lesson_paths(root)])
     readme = root / "README.md"
     if readme.exists() and results_table.BEGIN in readme.read_text(encoding="utf-8"):
         files[readme] = results_table.readme_with_table(readme.read_text(encoding="utf-8"),
