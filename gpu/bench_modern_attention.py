@@ -14,8 +14,10 @@ the lesson). The kernels are the solution cells of lessons/08-modern-attention.q
   BlockMask are built once, outside the timings.
 * 08-decode.csv: one new token per sequence against a cache of 4k to 128k keys, batch 1, 8 and
   64, 32 query heads: fp16 at d = 128 with MHA (32 K/V heads) and GQA (8), fp16 GQA at d = 64,
-  bf16 GQA at d = 128 (shapes whose K and V pass 16 GiB are left out): split-KV plus merge, the
-  unsplit paged kernel (pages of 64, shuffled), SDPA's flash, efficient, cuDNN and math
+  bf16 GQA at d = 128 (shapes whose K and V pass 16 GiB are left out): exercise 4's paged
+  split-KV kernel plus merge (pages of 64, shuffled) at the split size of the lesson's
+  `choose_split_size`, the same with one split per sequence ("unsplit"), SDPA's flash,
+  efficient, cuDNN and math
   backends (enable_gqa=True) and FlexAttention compiled. Figures are bytes of K and V read per
   second; "copy figure GB/s" is the same number of bytes over the time a device-to-device copy
   of them takes (the copy also writes them, so a kernel that only reads can exceed it).
@@ -42,8 +44,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 LESSON = ROOT / "lessons" / "08-modern-attention.qmd"
-KERNEL_CELLS = ("exercise-sparse-kernel", "exercise-split-kv", "exercise-merge-splits",
-                "exercise-paged-decode")
+KERNEL_CELLS = ("exercise-sparse-kernel", "exercise-split-size", "exercise-paged-split",
+                "exercise-merge-states")
 TOLERANCE = {"float16": 2e-2, "bfloat16": 6e-2, "float32": 5e-3}  # max abs error, O(1) outputs
 WINDOW = 1024
 PAGE_SIZE = 64
@@ -406,27 +408,28 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
     row = {"batch": batch, "cache": cache, "dtype": dtype_name, "d": d, "heads": h,
            "kv heads": h_kv, "KV MiB": kv_bytes / 2**20}
     reference = decode_reference(torch, q, k, v)
-    split = ma.splits_for(batch, h_kv, cache, block_n)
-    splits = ma.split_count(cache, split)
-    row["split size"], row["splits"] = split, splits
-    m = torch.empty(batch, h, splits, device=b.device)
-    l = torch.empty_like(m)
-    o = torch.empty(batch, h, splits, d, device=b.device)
-    out = torch.empty_like(q)
-
-    def ours():
-        ma.launch_split_decode(kernels.split_decode_kernel, q, k, v, lengths, m, l, o,
-                               split, block_n)
-        ma.launch_merge(kernels.merge_splits_kernel, m, l, o, out)
-        return out
-
+    sms = (4 if b.mode == "interpreter" else
+           torch.cuda.get_device_properties(0).multi_processor_count)
+    split = kernels.choose_split_size(batch, h_kv, cache, sms, block_n)
+    row["split size"], row["splits"] = split, ma.split_count(cache, split)
     k_pages, v_pages, table = paged_copy(torch, k, v, page_size, seed=cache)
-    paged_out = torch.empty_like(q)
 
-    def paged():
-        ma.launch_paged_decode(kernels.paged_decode_kernel, q, k_pages, v_pages, table,
-                               lengths, paged_out, block_n)
-        return paged_out
+    def decoder(split_size):
+        splits = ma.split_count(cache, split_size)
+        m = torch.empty(batch, h, splits, device=b.device)
+        l = torch.empty_like(m)
+        o = torch.empty(batch, h, splits, d, device=b.device)
+        out = torch.empty_like(q)
+
+        def run():
+            ma.launch_paged_split(kernels.paged_split_kernel, q, k_pages, v_pages, table,
+                                  lengths, m, l, o, split_size, block_n)
+            ma.launch_merge(kernels.merge_states_kernel, m, l, o, out)
+            return out
+        return run
+
+    ours = decoder(split)
+    paged = decoder(ma.cdiv(cache, block_n) * block_n)  # one split per sequence
 
     candidates = {"ours split-KV": ours, "ours paged, unsplit": paged}
     q4 = q[:, :, None]

@@ -64,21 +64,33 @@ def _flash_scratch():
         for mistake, (edits, message) in tests.WRONG_SCRATCH.items()}
 
 
-def _table_module(module_name: str):
-    """A lesson's table of its own (tests/wrong_kernels_NN.py): EXERCISE_ID, answer(edits)
-    and WRONG = {mistake: (edits, message regex)}."""
-    def load():
-        table = importlib.import_module(module_name)
-        return table.EXERCISE_ID, {
-            mistake: (lambda edits=edits: table.answer(edits), message)
-            for mistake, (edits, message) in table.WRONG.items()}
-    return load
+def _table_sets(module_name: str) -> list:
+    """A lesson's tables of its own (tests/wrong_kernels_NN.py): TABLES = {exercise id:
+    {mistake: (edits, message)}} and answer(edits, exercise_id), or one table: EXERCISE_ID,
+    WRONG and answer(edits)."""
+    table = importlib.import_module(module_name)
+    tables = table.TABLES if hasattr(table, "TABLES") else {table.EXERCISE_ID: table.WRONG}
+
+    def loader(exercise):
+        def load():
+            def make(edits):
+                if hasattr(table, "TABLES"):
+                    return lambda: table.answer(edits, exercise)
+                return lambda: table.answer(edits)
+            return exercise, {mistake: (make(edits), message)
+                              for mistake, (edits, message) in tables[exercise].items()}
+        return load
+    return [loader(exercise) for exercise in tables]
 
 
 SETS = [_roofline, _softmax, _flash_scratch]
 for _name in ("wrong_kernels_08", "wrong_kernels_10"):
     if (ROOT / "tests" / f"{_name}.py").exists():
-        SETS.append(_table_module(_name))
+        SETS += _table_sets(_name)
+
+
+def _id_of(load) -> str:
+    return load()[0]
 
 
 def first_line_naming(text: str, pattern: str) -> str:
@@ -114,7 +126,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="the table (default: assets/results/"
                         "known-wrong-gpu.csv, or known-wrong-interpreter.csv without a GPU)")
+    parser.add_argument("--only", default="", help="comma-separated exercise ids: run just "
+                        "their sets (several processes can then share the work)")
+    parser.add_argument("--list", action="store_true", help="print the exercise ids and stop")
     args = parser.parse_args()
+    sets = {exercise: load for exercise, load in ((_id_of(load), load) for load in SETS)}
+    if args.list:
+        print("\n".join(sets))
+        return 0
+    wanted = [name for name in args.only.split(",") if name] or list(sets)
+    unknown = sorted(set(wanted) - set(sets))
+    if unknown:
+        print(f"no known-wrong set for {', '.join(unknown)}; the sets: {', '.join(sets)}")
+        return 2
     rt = RUNTIME
     kind = "interpreter" if rt.interpreter else "gpu"
     args.out = args.out or ROOT / "assets" / "results" / f"known-wrong-{kind}.csv"
@@ -122,7 +146,7 @@ def main() -> int:
              f"{torch.cuda.get_device_name()}, Triton {triton.__version__}, torch "
              f"{torch.__version__}")
     os.environ.pop(registry.GRADING_MODE_ENV, None)  # the suite's visible cases
-    rows = [row for load in SETS for row in run_set(load, where)]
+    rows = [row for name in wanted for row in run_set(sets[name], where)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))

@@ -7,10 +7,11 @@
 The kernels are the solution cells of lessons/08-modern-attention.qmd, taken by cell id and
 imported from a real file (flashcourse.authoring.cells). Every kernel runs in fp16 and bf16 at
 head dims 64 and 128 (fp32 and fp16 at small sizes with --interpreter): the block-sparse forward
-on causal, window and document masks, the GQA forward, split-KV decoding with the merge, and
-paged decoding with pages out of order and ragged lengths. Inputs are non-contiguous views;
-outputs sit inside NaN padding that must stay untouched. Exits 1 on any mismatch, 2 without a
-GPU.
+on causal, window and document masks, the GQA forward, and exercise 4's paged split-KV decoding
+(the split kernel with the merge) with pages out of order and ragged lengths, at the split size
+of the lesson's `choose_split_size` and with one split per sequence. Inputs are non-contiguous
+views; outputs sit inside NaN padding that must stay untouched. Exits 1 on any mismatch, 2
+without a GPU.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # flashcourse is imported once Triton's mode is chosen
 LESSON = ROOT / "lessons" / "08-modern-attention.qmd"
-KERNEL_CELLS = ("exercise-sparse-kernel", "exercise-gqa-kernel", "exercise-split-kv",
-                "exercise-merge-splits", "exercise-paged-decode")
+KERNEL_CELLS = ("exercise-sparse-kernel", "exercise-gqa-kernel", "exercise-split-size",
+                "exercise-paged-split", "exercise-merge-states")
 TOLERANCE = {"fp32": 5e-3, "fp16": 2e-2, "bf16": 6e-2}  # max abs error, outputs of size ~1
 PAD = 8  # NaN columns after each output row
 
@@ -148,26 +149,25 @@ def check_decode(c: Checker, kernels, ma):
                                    dtype, H + D)
                 lens = torch.tensor(lengths, dtype=torch.int32, device=c.device)
                 expected = ma.decode_reference(q, k, v, lengths)
-                split = 32 if c.small else ma.splits_for(B, H_KV, n_max, block_n)
-                splits = ma.split_count(n_max, split)
-                m, m_wide = c.output((B, H, splits), torch.float32)
-                l, l_wide = c.output((B, H, splits), torch.float32)
-                o, _ = c.output((B, H, splits, D), torch.float32)
-                ma.launch_split_decode(kernels.split_decode_kernel, c.view(q), c.view(k),
-                                       c.view(v), lens, m, l, o, split, block_n)
-                out, wide = c.output((B, H, D), dtype)
-                ma.launch_merge(kernels.merge_splits_kernel, m, l, o, out)
                 label = f"H={H} H_KV={H_KV} D={D} {dtype_name} lengths {lengths}"
-                c.report(f"split-KV + merge ({splits} splits of {split}) {label}", out, wide,
-                         expected, dtype_name)
+                sms = 32 if c.small else torch.cuda.get_device_properties(0).multi_processor_count
+                chosen = kernels.choose_split_size(B, H_KV, n_max, sms, block_n)
+                one_split = ma.cdiv(n_max, block_n) * block_n
                 for page_size in (16, 64):
                     k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths, page_size, seed=D)
-                    out, wide = c.output((B, H, D), dtype)
-                    ma.launch_paged_decode(kernels.paged_decode_kernel, c.view(q),
-                                           k_pages.to(c.device), v_pages.to(c.device),
-                                           table.to(c.device), lens, out, block_n)
-                    c.report(f"paged (pages of {page_size}, out of order) {label}", out, wide,
-                             expected, dtype_name)
+                    for split in sorted({chosen, one_split}):
+                        splits = ma.split_count(n_max, split)
+                        m, _ = c.output((B, H, splits), torch.float32)
+                        l, _ = c.output((B, H, splits), torch.float32)
+                        o, _ = c.output((B, H, splits, D), torch.float32)
+                        ma.launch_paged_split(kernels.paged_split_kernel, c.view(q),
+                                              k_pages.to(c.device), v_pages.to(c.device),
+                                              table.to(c.device), lens, m, l, o, split, block_n)
+                        out, wide = c.output((B, H, D), dtype)
+                        ma.launch_merge(kernels.merge_states_kernel, m, l, o, out)
+                        c.report(f"paged split-KV + merge (pages of {page_size}, out of order; "
+                                 f"{splits} splits of {split}) {label}", out, wide, expected,
+                                 dtype_name)
 
 
 def run_graders() -> int:
@@ -176,9 +176,9 @@ def run_graders() -> int:
     kernels = load_kernels()
     answers = {"modern-attention/sparse-kernel": kernels.sparse_attention_kernel,
                "modern-attention/gqa-kernel": kernels.gqa_attention_kernel,
-               "modern-attention/split-kv": kernels.split_decode_kernel,
-               "modern-attention/merge-splits": kernels.merge_splits_kernel,
-               "modern-attention/paged-decode": kernels.paged_decode_kernel}
+               "modern-attention/split-size": kernels.choose_split_size,
+               "modern-attention/paged-split": kernels.paged_split_kernel,
+               "modern-attention/merge-states": kernels.merge_states_kernel}
     failures = 0
     os.environ[registry.GRADING_MODE_ENV] = "1"  # hidden cases too
     for exercise_id, kernel in answers.items():

@@ -98,7 +98,6 @@ def _takes(value, count: int) -> bool:
 
 def sequential_ranks(job, world_size: int, cases: list, label: str, **_options) -> list:
     """run_ranks without processes: each rank's job in turn, results as run_ranks gives them."""
-    import numpy as np
     import torch
 
     from flashcourse.distributed import rings
@@ -111,7 +110,7 @@ def sequential_ranks(job, world_size: int, cases: list, label: str, **_options) 
             found = job(rank, world_size, case)
             found = {k: v.detach().cpu().numpy() if torch.is_tensor(v) else v
                      for k, v in found.items()}
-            found["events"] = np.array([rings.EVENT_CODES[e] for e in events], dtype=np.int8)
+            found["events"] = rings.encode_events(events)
             per_rank.append(found)
         results.append(per_rank)
     return results

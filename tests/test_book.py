@@ -3,7 +3,9 @@ what only a notebook needs, and where Quarto is installed the book renders for r
 book without execution, then lesson 1 executed, with no render error, no missing page, no broken
 local link or anchor, headings numbered once and math as MathML."""
 
+import contextlib
 import html
+import json
 import os
 import re
 import shutil
@@ -313,11 +315,10 @@ def test_pages_in_a_browser(root, executed_lesson, book, browser_page):
         page.screenshot(path=str(shots / f"book-{stem}.png"))
 
 
-def test_the_book_served_here_needs_no_network(root, executed_lesson, book, browser_page):
-    """Served on localhost as `./course book` serves it, with every request that would leave the
-    machine blocked: every page loads with no blocked and no failed request, the executed page
-    prints no runtime line meant for a notebook, and the table of contents follows the reader
-    down the page."""
+@contextlib.contextmanager
+def _served_offline(book: Path, page):
+    """The rendered book served on localhost as `./course book` serves it, with every request
+    that would leave the machine blocked: yields (base URL, blocked URLs, failed URLs)."""
     import functools
     import http.server
     import threading
@@ -330,7 +331,6 @@ def test_the_book_served_here_needs_no_network(root, executed_lesson, book, brow
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}/"
-    page = browser_page
     left, failed = [], []
 
     def only_here(route):
@@ -340,13 +340,33 @@ def test_the_book_served_here_needs_no_network(root, executed_lesson, book, brow
             left.append(route.request.url)
             route.abort()
 
+    def record_failure(request):
+        failed.append(request.url)
+
     page.route("**/*", only_here)
-    page.on("requestfailed", lambda request: failed.append(request.url))
+    page.on("requestfailed", record_failure)
     try:
+        yield base, left, failed
+    finally:
+        page.remove_listener("requestfailed", record_failure)
+        page.unroute("**/*")
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_book_served_here_needs_no_network(root, executed_lesson, book, browser_page):
+    """Served on localhost as `./course book` serves it, with every request that would leave the
+    machine blocked: every page loads with no blocked and no failed request, the executed page
+    prints no runtime line meant for a notebook, and the table of contents follows the reader
+    down the page."""
+    page = browser_page
+    with _served_offline(book, page) as (base, left, failed):
         pages = sorted(p.relative_to(book).as_posix() for p in book.rglob("*.html"))
         for name in pages:
             page.goto(base + name)
             page.wait_for_load_state("load")
+            if page.locator("script[type='ojs-module-contents']").count():
+                page.wait_for_load_state("networkidle")  # the diagrams' data, fetched after load
         assert not left, f"pages asked the network for {sorted(set(left))[:10]}"
         assert not failed, f"requests failed: {sorted(set(failed))[:10]}"
 
@@ -359,10 +379,6 @@ def test_the_book_served_here_needs_no_network(root, executed_lesson, book, brow
         page.wait_for_function(
             "first => { const a = document.querySelector('#TOC a.active');"
             " return a && a.innerText !== first; }", arg=first)
-    finally:
-        page.unroute("**/*")
-        server.shutdown()
-        server.server_close()
 
 
 def test_course_book_serves_the_rendered_book_on_localhost(book, tmp_path):
@@ -385,3 +401,212 @@ def test_course_book_serves_the_rendered_book_on_localhost(book, tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+# ---------------------------------------------------------------- the interactive diagrams
+
+DIAGRAM_LESSON = """---
+title: "Demo"
+---
+
+Before the diagram.
+
+<!-- interactive: tile-map -->
+
+```{ojs}
+demo = 1 + 1
+```
+
+After it.
+"""
+
+
+def test_interactive_diagrams_reach_only_the_book_page(tmp_path):
+    from flashcourse.figures import interactive
+
+    lesson = tmp_path / "01-demo.qmd"
+    lesson.write_text(DIAGRAM_LESSON)
+    parsed = build.parse(lesson)
+    page = build.to_book_page(parsed)
+    assert interactive.ojs_cell("tile-map") in page
+    assert "```{ojs}\ndemo = 1 + 1\n```" in page and "<!-- interactive" not in page
+    for variant in ("exercise", "solution"):
+        notebook = build.to_notebook(parsed, variant)
+        text = "\n".join(cell.source for cell in notebook.cells[1:])  # after the title
+        assert text == "Before the diagram.\n\nAfter it.", variant
+        assert "ojs" not in text and "interactive" not in text and "demo" not in text, variant
+    assert "FileAttachment" in build.to_book_page(parsed, answers=False)
+
+
+@pytest.mark.parametrize("source, message", [
+    (DIAGRAM_LESSON.replace("tile-map", "no-such-map"),
+     "no interactive diagram is called 'no-such-map'; the diagrams are"),
+    (DIAGRAM_LESSON.replace("demo = 1 + 1\n```", "demo = 1 + 1"), "an OJS cell is never closed"),
+    (DIAGRAM_LESSON.replace("<!-- interactive: tile-map -->",
+                            "::: {.notebook-only}\n<!-- interactive: tile-map -->\n:::"),
+     "sits in a notebook-only block"),
+], ids=["unknown-diagram", "ojs-never-closed", "diagram-in-notebook-only-block"])
+def test_a_misplaced_diagram_stops_the_build(tmp_path, source, message):
+    lesson = tmp_path / "01-demo.qmd"
+    lesson.write_text(source)
+    with pytest.raises(build.LessonSourceError, match=re.escape(message)):
+        build.parse(lesson)
+
+
+def test_the_exported_tables_are_generated_files(root):
+    from flashcourse.figures import interactive
+
+    data = root / "book" / build.INTERACTIVE_DATA
+    files = interactive.data_files(data)
+    assert set(files) == {data / f"{name}.json" for name in interactive.TABLES}
+    for path, text in files.items():
+        assert path.exists() and path.read_text() == text, (
+            f"{path.name} is stale: run python -m flashcourse build")
+    assert {"tile-traffic", "online-softmax", "tile-map"} <= _placed_diagrams(root)
+
+
+def _placed_diagrams(root) -> set[str]:
+    """The diagrams the lessons place, by name."""
+    marks = (build.INTERACTIVE_MARK.match(line.strip()) for path in build.lesson_paths(root)
+             for line in path.read_text().splitlines())
+    return {mark.group("name") for mark in marks if mark}
+
+
+DIAGRAM_WAIT_MS = 30_000  # a diagram redraws in well under a second; a broken one fails soon
+
+
+def _move(page, label: str, value) -> None:
+    """Set the control labelled `label` as a reader would, and tell the page it moved."""
+    field = page.locator("label.fc-control", has_text=label).locator("input, select")
+    field.evaluate("(field, value) => { field.value = value;"
+                   " field.dispatchEvent(new Event('input', {bubbles: true})); }", str(value))
+
+
+def _changed(page, selector: str, before: str) -> str:
+    page.wait_for_function("([selector, before]) => { const e = document.querySelector(selector);"
+                           " return e && e.innerHTML !== before; }", arg=[selector, before],
+                           timeout=DIAGRAM_WAIT_MS)
+    return page.locator(selector).inner_html()
+
+
+def _tile_traffic(page, picture):
+    from flashcourse.models import matmul, traffic
+
+    _move(page, "BLOCK_M", 4)  # the fifth tile side: 256
+    _move(page, "BLOCK_N", 4)
+    page.wait_for_function("() => document.querySelector('#tile-traffic-picture .fc-readout')"
+                           ".innerText.includes('BLOCK_M = 256, BLOCK_N = 256')",
+                           timeout=DIAGRAM_WAIT_MS)
+    read = matmul.tiled_read_bytes(4096, 4096, 4096, 256, 256, 2)
+    intensity = matmul.matmul_flops(4096, 4096, 4096) / (read + 4096 * 4096 * 2)
+    assert picture.locator(".reads").inner_text() == traffic.format_bytes(read)
+    assert picture.locator(".intensity").inner_text() == f"{intensity:.1f}"
+
+
+def _tile_map(page, picture):
+    from flashcourse.kernels import modern_attention
+
+    _move(page, "BLOCK_M", 0)  # 16 x 16 tiles
+    _move(page, "BLOCK_N", 0)
+    page.wait_for_function("() => document.querySelector('#tile-map-picture .fc-readout')"
+                           ".innerText.includes('63 x 63 tiles')", timeout=DIAGRAM_WAIT_MS)
+    assert picture.locator(".skipped").inner_text() == str(_causal_skipped(1000, 16))
+    before = picture.locator(".fc-readout").inner_html()
+    _move(page, "mask", 1)  # a sliding window of 128 keys
+    _changed(page, "#tile-map-picture .fc-readout", before)
+    window = modern_attention.classify_rule(1000, 16, 16, left=127, right=0)
+    assert picture.locator(".skipped").inner_text() == str(
+        modern_attention.tile_counts(window)["empty"])
+
+
+def _causal_skipped(n: int, block: int) -> int:
+    from flashcourse.kernels import attention
+
+    return attention.causal_tiles(n, block, block)[1]
+
+
+def _ring_schedule(page, picture):
+    from flashcourse import distributed
+
+    _move(page, "ranks P", 6)  # P = 8
+    _move(page, "split", 1)  # zigzag
+    page.wait_for_function("() => document.querySelector('#ring-schedule-picture .fc-readout')"
+                           ".innerText.includes('P = 8, zigzag split')", timeout=DIAGRAM_WAIT_MS)
+    assert picture.locator(".busiest").inner_text() == str(
+        max(distributed.plan_work(4096, 8, True)))
+    assert picture.locator("rect.cell").count() == 8 * 8 * 4
+
+
+ROW_TYPED = ("1000, 999, -inf, 998, -5, 2", "1, 2, 3, 4, 5, 6", 2)
+
+
+def _online_softmax(page, picture):
+    from flashcourse.figures import softmax_blocks
+
+    scores, values, block = ROW_TYPED
+    _move(page, "scores of the row", scores)
+    _move(page, "values (one per key)", values)
+    _move(page, "keys per block", block - 1)
+    page.wait_for_function("() => document.querySelector('#online-softmax-picture table')"
+                           "?.dataset.steps.includes('\"end\":2,')", timeout=DIAGRAM_WAIT_MS)
+    shown = json.loads(picture.locator("table").get_attribute("data-steps"))
+    expected = softmax_blocks.running_states(
+        [float(x) for x in scores.split(",")], [float(x) for x in values.split(",")], block)
+    _assert_same_states(shown, expected)
+    assert picture.locator(".output").inner_text() == f"{expected[-1]['out']:.6f}"
+
+
+def _assert_same_states(shown: list[dict], expected: list[dict]) -> None:
+    assert len(shown) == len(expected)
+    for got, want in zip(shown, expected, strict=True):
+        got = {key: float("-inf") if value is None else value for key, value in got.items()}
+        assert (got["start"], got["end"], got["m"]) == (want["start"], want["end"], want["m"])
+        for key in ("l", "o", "out"):
+            assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-300), (key, got, want)
+
+
+DIAGRAM_CHECKS = {"tile-traffic": _tile_traffic, "online-softmax": _online_softmax,
+                  "tile-map": _tile_map, "ring-schedule": _ring_schedule}
+
+
+def test_interactive_diagrams_answer_their_controls(root, book, browser_page):
+    """On the book served offline, every diagram a lesson places draws; moving its controls as a
+    reader would redraws the picture, and the numbers it prints are the package's."""
+    page = browser_page
+    placed = {}
+    for path in build.lesson_paths(root):
+        for line in path.read_text().splitlines():
+            mark = build.INTERACTIVE_MARK.match(line.strip())
+            if mark:
+                placed[mark.group("name")] = path.stem
+    assert set(placed) <= set(DIAGRAM_CHECKS), "a diagram without a browser check"
+    with _served_offline(book, page) as (base, left, failed):
+        for name, stem in sorted(placed.items()):
+            page.goto(base + f"book/{stem}.html")
+            picture = page.locator(f"#{name}-picture")
+            picture.wait_for(timeout=DIAGRAM_WAIT_MS)
+            drawn = picture.locator("svg").inner_html()
+            DIAGRAM_CHECKS[name](page, picture)
+            assert picture.locator("svg").inner_html() != drawn, f"{name}: the picture stayed"
+        assert not left, f"the diagrams asked the network for {sorted(set(left))[:10]}"
+        assert not failed, f"requests failed: {sorted(set(failed))[:10]}"
+
+
+def test_online_softmax_port_agrees_with_the_package(root, book, browser_page):
+    """The browser's online softmax (figures/ojs/online_softmax.js, run in Chromium) returns the
+    states of `running_states` on rows with masked blocks and large logits."""
+    from flashcourse.figures import interactive, softmax_blocks
+
+    inf = float("-inf")
+    rows = [([1.0, 3.0, 2.0, 8.0, 5.0, 0.0, 9.0, inf, 4.0], [1, 0, 2, -1, 3, 0, 1, 5, 2], b)
+            for b in (1, 2, 4, 9, 20)]
+    rows += [([inf, inf, 2.0, 1.0], [5.0, 5.0, 1.0, 3.0], 2), ([inf, inf, inf], [1, 2, 3], 2),
+             ([1000.0, 999.0, -5.0, 998.0, 0.5], [0.25, -1.0, 3.0, 2.0, 7.0], 3)]
+    page = browser_page
+    page.goto((book / "index.html").as_uri())
+    shown = page.evaluate(
+        "([source, rows]) => { const port = new Function(source + '\\nreturn onlineSoftmax;')();"
+        " return rows.map(([s, v, b]) => port(s, v, b)); }", [interactive.online_softmax_js(),
+                                                              [list(r) for r in rows]])
+    for (scores, values, block), states in zip(rows, shown, strict=True):
+        _assert_same_states(states, softmax_blocks.running_states(scores, values, block))

@@ -1,7 +1,8 @@
 """Lesson 8's grader: the solutions pass (and with the hidden cases), known-wrong answers built
 by editing the lesson's own solution cells are rejected with the message that names the
-mistake, blanks say "Fill in the blank", the launchers and references agree with PyTorch, and
-the questions' answers agree with the package's models."""
+mistake (exercise 4's, written from scratch, are data in wrong_kernels_08.py), blanks say
+"Fill in the blank" and untouched stubs "not implemented", the launchers refuse bad inputs and
+agree with PyTorch, and the questions' answers agree with the package's models."""
 
 import re
 
@@ -15,8 +16,15 @@ from flashcourse.checks import registry
 
 runtime.setup(verbose=False)  # before triton is imported or any kernel defined: the interpreter
 
+import wrong_kernels_08  # noqa: E402
+
 from flashcourse.checks.modern_attention import decoding, masks  # noqa: E402
 from flashcourse.kernels import modern_attention as ma  # noqa: E402
+
+CELLS, FUNCTIONS = wrong_kernels_08.CELLS, wrong_kernels_08.FUNCTIONS
+WRONG_SCRATCH = {(exercise_id, mistake): (edits, message)
+                 for exercise_id, table in wrong_kernels_08.TABLES.items()
+                 for mistake, (edits, message) in table.items()}
 
 LESSON = "08-modern-attention.qmd"
 PRELUDE = cells.PRELUDE + "from flashcourse.kernels.modern_attention import EMPTY, FULL, PARTIAL\n"
@@ -25,9 +33,9 @@ EXERCISES = {  # exercise id: (solution cell id, function name)
     "modern-attention/block-map": ("exercise-block-map", "block_map"),
     "modern-attention/sparse-kernel": ("exercise-sparse-kernel", "sparse_attention_kernel"),
     "modern-attention/gqa-kernel": ("exercise-gqa-kernel", "gqa_attention_kernel"),
-    "modern-attention/split-kv": ("exercise-split-kv", "split_decode_kernel"),
-    "modern-attention/merge-splits": ("exercise-merge-splits", "merge_splits_kernel"),
-    "modern-attention/paged-decode": ("exercise-paged-decode", "paged_decode_kernel"),
+    "modern-attention/split-size": ("exercise-split-size", "choose_split_size"),
+    "modern-attention/paged-split": ("exercise-paged-split", "paged_split_kernel"),
+    "modern-attention/merge-states": ("exercise-merge-states", "merge_states_kernel"),
 }
 
 WRONG = {
@@ -93,57 +101,6 @@ WRONG = {
         dict(lines={"V_head": "V + b * svb + (h % H_KV) * svh"}), "K and V are read from"),
     ("modern-attention/gqa-kernel", "K offset with Q's strides"): (
         dict(lines={"K_head": "K + b * sqb + kv_h * sqh"}), "own batch and head strides"),
-    # exercise 4: the split kernel
-    ("modern-attention/split-kv", "split not cut at the length"): (
-        dict(lines={"hi": "lo + SPLIT_SIZE"}), "read past its length"),
-    ("modern-attention/split-kv", "splits BLOCK_N apart"): (
-        dict(lines={"lo": "split * BLOCK_N"}), "not s * BLOCK_N"),
-    ("modern-attention/split-kv", "partial output normalised"): (
-        dict(replace=[("tl.store(O + o_state, acc,", "tl.store(O + o_state, acc / l_i[:, None],",
-                       1)]), "o is stored divided by l"),
-    ("modern-attention/split-kv", "group heads interleaved"): (
-        dict(lines={"heads": "kv_h + g * H_KV"}), "kv_h * group + g"),
-    ("modern-attention/split-kv", "every split writes slot 0"): (
-        dict(lines={"state": "b * smb + heads * smh"}), "were never written"),
-    ("modern-attention/split-kv", "keys past the split's end not masked"): (
-        dict(lines={"inside": "cols < hi + BLOCK_N"}), "read past its length"),
-    ("modern-attention/split-kv", "scores past the split's end kept"): (
-        dict(replace=[('        s = tl.where(inside[None, :], s, float("-inf"))\n', "", 1)]),
-        "the loaded 0s count as keys"),
-    # exercise 5: the merge kernel
-    ("modern-attention/merge-splits", "no rescale"): (
-        dict(lines={"weight": "tl.where(real, 1.0, 0.0)"}), "added without rescaling"),
-    ("modern-attention/merge-splits", "no safe max"): (
-        dict(lines={"m_safe": "m"}), "every split empty"),
-    ("modern-attention/merge-splits", "no division guard"): (
-        dict(lines={"l_safe": "l"}), "every split empty"),
-    ("modern-attention/merge-splits", "padding splits load m = 0"): (
-        dict(replace=[('mask=real, other=float("-inf"))', "mask=real, other=0.0)", 1)]),
-        "load m as 0"),
-    ("modern-attention/merge-splits", "not divided by l"): (
-        dict(replace=[("(o / l_safe).to(", "o.to(", 1)]), "without dividing"),
-    ("modern-attention/merge-splits", "o not rescaled"): (
-        dict(lines={"o": "tl.sum(o_s, 0)"}), "l is rescaled but o is not"),
-    ("modern-attention/merge-splits", "weights flipped"): (
-        dict(lines={"weight": "tl.exp(m_safe - m_s)"}), "point the wrong way"),
-    # exercise 6: the paged kernel
-    ("modern-attention/paged-decode", "page index not looked up"): (
-        dict(lines={"page_id": "pos // PAGE_SIZE"}), "look it up in the page table"),
-    ("modern-attention/paged-decode", "slot is the position"): (
-        dict(lines={"slot": "pos"}), "it is pos % PAGE_SIZE"),
-    ("modern-attention/paged-decode", "table row of sequence 0"): (
-        dict(lines={"page_id": "tl.load(Pages + pos // PAGE_SIZE, mask=inside, other=0)"}),
-        "reads the page table of sequence 0"),
-    ("modern-attention/paged-decode", "page index divided by BLOCK_N"): (
-        dict(lines={"page_id": "tl.load(Pages + b * s_pages + pos // BLOCK_N, mask=inside, "
-                            "other=0)"}), "not by PAGE_SIZE"),
-    ("modern-attention/paged-decode", "scores past the length kept"): (
-        dict(replace=[('        s = tl.where(inside[None, :], s, float("-inf"))\n', "", 1)]),
-        "a score of 0 counts as a key"),
-    ("modern-attention/paged-decode", "a sequence with no key divided by 0"): (
-        dict(lines={"l_safe": "l_i"}), "a sequence with no key (length 0) comes out NaN"),
-    ("modern-attention/paged-decode", "V rows from K's strides"): (
-        dict(lines={"v_rows": "page * skp + slot * skh"}), "their own page and slot strides"),
 }
 
 
@@ -154,6 +111,18 @@ def answer(root, exercise_id, lines=None, replace=()):
     runtime.setup(verbose=False)  # the interpreter must be chosen before @triton.jit runs
     source = cells.edit(cells.solution_source(root / "lessons" / LESSON, cell_id), replace, lines)
     return getattr(cells.load(source, prelude=PRELUDE), name)
+
+
+def scratch_answer(exercise_id, edits=()):
+    """Exercise 4's solution cells (loaded together) with the (old, new) edits of
+    wrong_kernels_08: the answer to `exercise_id`."""
+    runtime.setup(verbose=False)
+    return wrong_kernels_08.answer(edits, exercise_id)
+
+
+def pattern_of(message: str) -> str:
+    """wrong_kernels_08's messages: text to find, or a regular expression after "re:"."""
+    return message[3:] if message.startswith("re:") else re.escape(message)
 
 
 # ---------------------------------------------------------------- right answers
@@ -175,9 +144,14 @@ def test_grader_replay_gives_the_same_verdict(root, record_check, exercise_id):
     its hidden cases, and the exercise's first known-wrong answer fails with its message."""
     _, right = record_check(exercise_id, answer(root, exercise_id), folder="right")
     assert "cases" in registry.replay(exercise_id, right)
-    (edits, message), = [value for key, value in WRONG.items() if key[0] == exercise_id][:1]
-    _, wrong = record_check(exercise_id, answer(root, exercise_id, **edits), folder="wrong")
-    with pytest.raises(registry.WrongAnswer, match=re.escape(message)):
+    if exercise_id in FUNCTIONS:
+        (edits, message), = list(wrong_kernels_08.TABLES[exercise_id].values())[:1]
+        wrong_answer, pattern = scratch_answer(exercise_id, edits), pattern_of(message)
+    else:
+        (edits, message), = [value for key, value in WRONG.items() if key[0] == exercise_id][:1]
+        wrong_answer, pattern = answer(root, exercise_id, **edits), re.escape(message)
+    _, wrong = record_check(exercise_id, wrong_answer, folder="wrong")
+    with pytest.raises(registry.WrongAnswer, match=pattern):
         registry.replay(exercise_id, wrong)
 
 
@@ -197,10 +171,24 @@ def test_known_wrong_answer_is_rejected_with_its_message(root, known_wrong, exer
     assert exercise_id not in registry.RESULTS
 
 
+@pytest.mark.parametrize("exercise_id, mistake", list(WRONG_SCRATCH))
+def test_wrong_scratch_answer_is_rejected_with_its_message(known_wrong, exercise_id, mistake):
+    edits, message = WRONG_SCRATCH[exercise_id, mistake]
+    wrong = scratch_answer(exercise_id, edits)
+    with known_wrong(exercise_id, mistake, match=pattern_of(message)) as caught:
+        check(exercise_id, wrong)
+    text = str(caught.value)
+    assert re.search(r"case \d+/\d+ \(", text), text  # names the case
+    assert "Traceback" not in text
+    assert exercise_id not in registry.RESULTS
+
+
 def test_every_exercise_has_five_known_wrong_answers():
     for exercise_id in EXERCISES:
-        count = len([key for key in WRONG if key[0] == exercise_id])
+        count = len([key for key in {**WRONG, **WRONG_SCRATCH} if key[0] == exercise_id])
         assert count >= 5, (exercise_id, count)
+    kernels = [key for key in WRONG_SCRATCH if key[0] != "modern-attention/split-size"]
+    assert len(kernels) >= 10
 
 
 def test_hidden_cases_hold_the_edge_cases():
@@ -208,7 +196,8 @@ def test_hidden_cases_hold_the_edge_cases():
     are among the hidden cases too, not only the visible ones."""
     assert any(c.mask.kind == "causal-documents" and sum(c.mask.docs) < c.mask.n
                for c in masks.SPARSE_HIDDEN)  # padding rows see no key
-    assert any(0 < n % c.page_size for c in decoding.PAGED_HIDDEN for n in c.lengths)
+    assert any(0 < n % c.page_size for c in decoding.SPLIT_HIDDEN for n in c.lengths)
+    assert any(0 in c.lengths for c in decoding.SPLIT_HIDDEN)  # a sequence with no key
     assert any(0 in c.lengths for c in decoding.MERGE_HIDDEN)  # every split empty
 
 
@@ -223,10 +212,11 @@ def test_failure_message_says_where_and_how_much(root, known_wrong):
 
 
 def test_kernel_crash_names_the_case(root, known_wrong):
-    wrong = answer(root, "modern-attention/merge-splits", lines={"m": "tl.max(m_s, 1)"})
-    with known_wrong("modern-attention/merge-splits", "max over an axis it lacks (crash)",
+    wrong = scratch_answer("modern-attention/merge-states",
+                           [("m = tl.max(m_s, 0)", "m = tl.max(m_s, 1)")])
+    with known_wrong("modern-attention/merge-states", "max over an axis it lacks (crash)",
                      match=r"case 1/\d+ .*launching your kernel raised"):
-        check("modern-attention/merge-splits", wrong)
+        check("modern-attention/merge-states", wrong)
 
 
 # ---------------------------------------------------------------- blanks and wrong types
@@ -234,18 +224,28 @@ def test_kernel_crash_names_the_case(root, known_wrong):
 
 @pytest.mark.parametrize("exercise_id, target", [
     ("modern-attention/block-map", "tile"), ("modern-attention/sparse-kernel", "start_n"),
-    ("modern-attention/sparse-kernel", "l_safe"), ("modern-attention/gqa-kernel", "kv_h"),
-    ("modern-attention/split-kv", "hi"), ("modern-attention/merge-splits", "weight"),
-    ("modern-attention/paged-decode", "slot")])
+    ("modern-attention/sparse-kernel", "l_safe"), ("modern-attention/gqa-kernel", "kv_h")])
 def test_blank_says_fill_in_the_blank(root, refuses_blank, exercise_id, target):
     refuses_blank(exercise_id, answer(root, exercise_id, lines={target: "______"}), target)
 
 
+@pytest.mark.parametrize("exercise_id", list(FUNCTIONS))
+def test_untouched_scratch_exercise_is_not_implemented(root, exercise_id):
+    from flashcourse.checks.errors import NotStarted
+
+    runtime.setup(verbose=False)
+    cell_id, name = EXERCISES[exercise_id]
+    source = cells.exercise_source(root / "lessons" / LESSON, cell_id)
+    untouched = getattr(cells.load(source, prelude=PRELUDE), name)
+    with pytest.raises(NotStarted, match="still raises NotImplementedError"):
+        check(exercise_id, untouched)
+
+
 def test_passing_something_else_than_a_kernel(root, known_wrong):
-    kernel = answer(root, "modern-attention/split-kv")
-    with known_wrong("modern-attention/split-kv", "kernel.fn, not the kernel",
+    kernel = answer(root, "modern-attention/paged-split")
+    with known_wrong("modern-attention/paged-split", "kernel.fn, not the kernel",
                      match="pass the @triton.jit kernel itself"):
-        check("modern-attention/split-kv", kernel.fn)
+        check("modern-attention/paged-split", kernel.fn)
 
 
 def test_block_map_must_not_modify_the_mask(known_wrong):
@@ -331,22 +331,53 @@ def test_paged_cache_scatters_every_key():
     assert table[1, 1:].eq(nan_page).all()  # unused entries name the NaN page
 
 
-def test_splits_fill_the_gpu():
-    split = ma.splits_for(1, 8, 131072, 64)
-    programs = 8 * ma.split_count(131072, split)
-    assert split % 64 == 0 and programs >= 2 * 132
-    assert ma.splits_for(64, 8, 4096, 64) == 4096  # a big batch fills the GPU unsplit
+def test_split_sizes_of_the_reference_and_the_solution_have_the_properties(root):
+    """Over a sweep of shapes, the check's reference and the lesson's solution both give a
+    split size the check accepts; the reference is the largest one."""
+    solution = answer(root, "modern-attention/split-size")
+    for batch in (1, 3, 8, 64):
+        for kv_heads in (1, 2, 8, 32):
+            for max_len in (1, 16, 100, 777, 4096, 131072):
+                for num_sms, block_n in ((132, 64), (108, 32), (16, 16)):
+                    shape = (batch, kv_heads, max_len, num_sms, block_n)
+                    best = decoding.split_size_reference(*shape)
+                    assert decoding._split_size_problem(best, *shape) is None, shape
+                    assert decoding._split_size_problem(solution(*shape), *shape) is None, shape
+                    assert best + block_n > max(block_n, -(-max_len // block_n) * block_n) or (
+                        decoding._split_size_problem(best + block_n, *shape)), shape
+    assert decoding.split_size_reference(64, 8, 4096, 132, 64) == 4096  # the batch fills it
 
 
-def test_launchers_match_the_lesson(root):
-    kernels = cells.load_cells(root / "lessons" / LESSON,
-                               ["exercise-split-kv", "exercise-merge-splits"], prelude=PRELUDE)
+def test_paged_split_decode_matches_the_reference(root):
+    kernels = cells.load_cells(root / "lessons" / LESSON, list(CELLS), prelude=PRELUDE)
     q = torch.randn(2, 4, 16)
     k, v = (torch.randn(2, 2, 70, 16) for _ in range(2))
-    lengths = torch.tensor([70, 33], dtype=torch.int32)
-    out = ma.split_decode(kernels.split_decode_kernel, kernels.merge_splits_kernel, q, k, v,
-                          lengths, split_size=32, block_n=16)
+    lengths = [70, 33]
+    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths, page_size=8, seed=1)
+    out = ma.paged_split_decode(kernels.paged_split_kernel, kernels.merge_states_kernel, q,
+                                k_pages, v_pages, table, torch.tensor(lengths, dtype=torch.int32),
+                                split_size=32, block_n=16, max_len=70)
     assert torch.allclose(out.double(), ma.decode_reference(q, k, v, lengths), atol=1e-5)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(lengths=torch.tensor([70, 33])), r"lengths must be a \(B,\) = \(2,\) int32"),
+    (dict(table_dtype=torch.int64), r"page_table must be a \(B, max_pages\) = \(2, ...\) int32"),
+    (dict(split_size=40), r"split_size=40 must be a positive multiple of BLOCK_N=16"),
+    (dict(heads=3), r"H=3 query heads must be a multiple of the H_KV=2"),
+])
+def test_paged_split_launcher_refuses_bad_inputs(root, change, message):
+    kernel = answer(root, "modern-attention/paged-split")
+    q = torch.randn(2, change.get("heads", 4), 16)
+    k = torch.randn(2, 2, 70, 16)
+    k_pages, v_pages, table, _ = ma.paged_cache(k, k, [70, 33], page_size=8)
+    lengths = change.get("lengths", torch.tensor([70, 33], dtype=torch.int32))
+    m, l = (torch.empty(2, q.shape[1], 3) for _ in range(2))
+    o = torch.empty(2, q.shape[1], 3, 16)
+    with pytest.raises(runtime.CourseInputError, match=message):
+        ma.launch_paged_split(kernel, q, k_pages, v_pages,
+                              table.to(change.get("table_dtype", torch.int32)), lengths, m, l, o,
+                              change.get("split_size", 32), 16)
 
 
 # ---------------------------------------------------------------- questions and misconceptions
@@ -386,7 +417,7 @@ def test_q3_matches_the_machine():
 
     q3 = answers_of("modern-attention/q3-decode")
     programs, splits = q3["programs_without_split"], q3["splits_to_fill_sms"]
-    assert programs * splits >= hardware.H100_SMS > programs * (splits - 1)
+    assert programs * splits >= hardware.H200_SMS > programs * (splits - 1)
     assert q3["kv_gib_per_step"] == 2 * 32 * 131072 * 128 * 2 / 2**30
 
 

@@ -3,9 +3,10 @@
 For every exercise cell of every lesson, the answer of each `# BLANK` line and each line of a
 `# BEGIN SOLUTION` body (comments and whitespace removed; at least MIN_CHARS left) must not
 appear, whitespace removed, in what a student reads: the lesson's prose in the exercise
-notebook, the comments and docstrings of its code cells, the self-check file's questions and
-hints, and every message the checks can print (each string literal under `checks/` that is
-not a docstring). A hit is dictation: the text hands over the line instead of teaching it.
+notebook, the comments and docstrings of its code cells, the levels `fc.hint` shows, the
+self-check file's questions and hints, and every message the checks can print (each string
+literal under `checks/` that is not a docstring). A hit is dictation: the text hands over the
+line instead of teaching it.
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ def student_texts(lesson_path: Path) -> list[tuple[str, str]]:
             texts.append((where, cell.source))
         else:
             texts += [(where, text) for text in _comments_and_docstrings(cell.source)]
+    texts += [(f"hint {number} of {block.exercise}", text) for block in lesson.hints
+              for number, text in enumerate(block.levels, start=1)]  # what fc.hint shows
     toml = SELF_CHECKS / f"{lesson.slug}.toml"
     if toml.exists():
         texts.append((str(toml.relative_to(ROOT)), toml.read_text(encoding="utf-8")))

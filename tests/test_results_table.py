@@ -38,3 +38,18 @@ def test_a_missing_row_is_an_error_naming_it(root, tmp_path):
 def test_a_readme_without_markers_is_refused():
     with pytest.raises(ValueError, match="markers"):
         results_table.readme_with_table("# no table here\n", Path("."))
+
+
+def test_the_measured_ceilings_are_the_recorded_ones(root):
+    """Lesson 2's ridge point comes from ceilings the course recorded (02-ceilings.csv)."""
+    import csv
+
+    from flashcourse import hardware
+
+    with (root / "assets" / "results" / "02-ceilings.csv").open(newline="") as handle:
+        rows = {(row["ceiling"], row["shape"]): float(row["rate"])
+                for row in csv.DictReader(handle)}
+    gemm = rows[("GEMM bf16 (torch.matmul, cuBLAS)", "8192^3")]
+    copy = rows[("device-to-device copy", "2 GiB")]
+    assert hardware.H200_MEASURED_GEMM_BF16_TFLOPS == round(gemm)
+    assert hardware.H200_MEASURED_COPY_TBS == round(copy, 1)

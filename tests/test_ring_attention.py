@@ -8,12 +8,14 @@ import time
 
 import numpy as np
 import pytest
+from wrong_answers_09 import DEADLOCKS, WRONG
 
 from flashcourse import check
 from flashcourse import distributed as ring
 from flashcourse.authoring import cells
 from flashcourse.checks import recording, registry, self_check_files
 from flashcourse.checks import ring_attention as checks
+from flashcourse.checks.ring_attention import mistakes, protocol
 
 LESSON = "lessons/09-ring-attention.qmd"
 PRELUDE = cells.PRELUDE + (
@@ -25,10 +27,11 @@ EXERCISES = {  # exercise id: (solution cell id, function name)
     "ring-attention/zigzag-split": ("exercise-zigzag-split", "zigzag_split"),
     "ring-attention/ring-backward": ("exercise-ring-backward", "ring_attention_backward"),
 }
-DEADLOCK_TIMEOUT_S = 3.0  # the tests' deadlocks end sooner than a student's
+DEADLOCK_TIMEOUT_S = 1.0  # the tests' deadlocks end sooner than a student's (always in case 1)
 
 
 def answer(root, exercise_id, lines=None, replace=()):
+    """The lesson's solution of an exercise, after textual edits (`cells.edit`)."""
     cell_id, name = EXERCISES[exercise_id]
     source = cells.edit(cells.solution_source(root / LESSON, cell_id), replace, lines)
     return getattr(cells.load(source, prelude=PRELUDE), name)
@@ -49,138 +52,19 @@ def test_hidden_cases_run_in_grading_mode(root, graded_case_count, exercise_id):
 
 # ---------------------------------------------------------------- known-wrong answers
 
-BLOCKING_FORWARD = (
-    "            requests = dist.batch_isend_irecv(ops)",
-    "            for t in arriving:\n"
-    "                dist.recv(t, recv_from)\n"
-    "            for t in (k, v, k_pos):\n"
-    "                dist.send(t, send_to)\n"
-    "            requests = []")
-ODD_EVEN_FORWARD = (  # no deadlock, right result, but no overlap
-    "            requests = dist.batch_isend_irecv(ops)",
-    "            for first in (0, 1):\n"
-    "                if rank % 2 == first:\n"
-    "                    for t in (k, v, k_pos):\n"
-    "                        dist.send(t, send_to)\n"
-    "                else:\n"
-    "                    for t in arriving:\n"
-    "                        dist.recv(t, recv_from)\n"
-    "            requests = []")
-WAIT_FIRST_FORWARD = (  # waits for the next block before computing: never its own block
-    "        block_o, block_lse = block_attention(q, k, v, q_pos, k_pos, causal)\n",
-    "        if not last:\n"
-    "            for request in requests:\n"
-    "                request.wait()\n"
-    "            k, v, k_pos = arriving\n"
-    "            requests = []\n"
-    "        block_o, block_lse = block_attention(q, k, v, q_pos, k_pos, causal)\n")
-POST_AFTER_COMPUTE = [  # right result, but the transfer starts after the compute
-    ("        block_o, block_lse = block_attention(q, k, v, q_pos, k_pos, causal)\n", ""),
-    ("        last = step == world_size - 1\n",
-     "        last = step == world_size - 1\n"
-     "        block_o, block_lse = block_attention(q, k, v, q_pos, k_pos, causal)\n")]
-BLOCKING_BACKWARD = (
-    "        for request in dist.batch_isend_irecv(ops):\n"
-    "            request.wait()\n",
-    "        for t in arriving:\n"
-    "            dist.recv(t, recv_from)\n"
-    "        for t in travelling:\n"
-    "            dist.send(t, send_to)\n")
-NO_LAST_HOP = (
-    "        last = step == world_size - 1\n",
-    "        last = step == world_size - 1\n"
-    "        if last:\n"
-    "            break\n")
-
-WRONG = {
-    # exercise 1: the ring forward
-    ("ring-attention/ring-forward", "merged without rescaling"): (
-        dict(replace=[("o = old_share * o + block_share * block_o", "o = o + block_o", 1)]),
-        "added without rescaling"),
-    ("ring-attention/ring-forward", "lse kept from the first step"): (
-        dict(replace=[("        lse = new_lse\n", "        lse = new_lse if step == 0 else lse\n",
-                       1)]), "lse is not updated"),
-    ("ring-attention/ring-forward", "one step short"): (
-        dict(replace=[("for step in range(world_size):", "for step in range(world_size - 1):",
-                       1)]), "stops one step early"),
-    ("ring-attention/ring-forward", "wrong step order: waits before computing"): (
-        dict(replace=[WAIT_FIRST_FORWARD]), "never computes its own block"),
-    ("ring-attention/ring-forward", "received block never used"): (
-        dict(lines={"k, v, k_pos": "k, v, k_pos"}), "own block again"),
-    ("ring-attention/ring-forward", "causal mask dropped"): (
-        dict(replace=[("block_attention(q, k, v, q_pos, k_pos, causal)",
-                       "block_attention(q, k, v, q_pos, k_pos, False)", 1)]),
-        "masked by position"),
-    ("ring-attention/ring-forward", "deadlock: every rank receives first"): (
-        dict(replace=[BLOCKING_FORWARD]), "deadlock"),
-    ("ring-attention/ring-forward", "blocking send/recv, odd-even order"): (
-        dict(replace=[ODD_EVEN_FORWARD]), "blocking send/recv"),
-    ("ring-attention/ring-forward", "transfer posted after the compute"): (
-        dict(replace=POST_AFTER_COMPUTE), "do not overlap"),
-    # exercise 2: the causal plan
-    ("ring-attention/causal-plan", "ring turned the wrong way"): (
-        dict(lines={"source": "(rank + step) % world_size"}), r"rank \(r - s\) mod P"),
-    ("ring-attention/causal-plan", "diagonal block skipped"): (
-        dict(replace=[('kind = "diagonal"', 'kind = "skip"', 1)]),
-        "diagonal block\\) is skipped"),
-    ("ring-attention/causal-plan", "diagonal block without the mask"): (
-        dict(replace=[('kind = "diagonal"', 'kind = "full"', 1)]), "without the mask"),
-    ("ring-attention/causal-plan", "earlier blocks masked"): (
-        dict(replace=[('kind = "full"', 'kind = "diagonal"', 1)]), "the mask would change"),
-    ("ring-attention/causal-plan", "later blocks computed"): (
-        dict(replace=[('kind = "skip"', 'kind = "diagonal"', 1)]), "the mask empties it"),
-    ("ring-attention/causal-plan", "comparison inverted"): (
-        dict(replace=[("if kv_chunk < q_chunk:", "if kv_chunk > q_chunk:", 1)]),
-        "the mask empties it|earlier chunk"),
-    ("ring-attention/causal-plan", "skipped pairs left out"): (
-        dict(replace=[("            plan.append((q_chunk, kv_chunk, kind))",
-                       "            if kind != 'skip':\n"
-                       "                plan.append((q_chunk, kv_chunk, kind))", 1)]),
-        "missing from the plan"),
-    # exercise 3: the zigzag split
-    ("ring-attention/zigzag-split", "contiguous split"): (
-        dict(lines={"chunks": "np.array_split(np.arange(n), world_size)",
-                    "second": "chunks[rank][:0]"}), "contiguous split"),
-    ("ring-attention/zigzag-split", "chunks in the wrong order"): (
-        dict(replace=[("np.concatenate([first, second])", "np.concatenate([second, first])",
-                       1)]), "wrong order"),
-    ("ring-attention/zigzag-split", "mirror off by one"): (
-        dict(lines={"second": "chunks[(2 * world_size - rank) % (2 * world_size)]"}),
-        "on no rank"),
-    ("ring-attention/zigzag-split", "second chunk from the middle"): (
-        dict(lines={"second": "chunks[world_size + rank]"}), "chunks \\d+ and \\d+ of 2P"),
-    ("ring-attention/zigzag-split", "remainder dropped"): (
-        dict(lines={"chunks": "[np.arange(n)[c * (n // (2 * world_size)):(c + 1) * "
-                              "(n // (2 * world_size))] for c in range(2 * world_size)]"}),
-        "on no rank"),
-    # exercise 4: the ring backward
-    ("ring-attention/ring-backward", "dK, dV one hop short of home"): (
-        dict(replace=[NO_LAST_HOP]), "one more hop"),
-    ("ring-attention/ring-backward", "delta from dO alone"): (
-        dict(lines={"delta": "(do * do).sum(dim=-1)"}), "delta = rowsum"),
-    ("ring-attention/ring-backward", "dq overwritten each step"): (
-        dict(replace=[("dq = dq + block_dq", "dq = block_dq", 1)]), "dq must add"),
-    ("ring-attention/ring-backward", "dk not accumulated"): (
-        dict(lines={"dk": "block_dk"}), "look at the dK line"),
-    ("ring-attention/ring-backward", "gradients left behind"): (
-        dict(lines={"travelling": "[dk, dv] if last else [k, v, k_pos, dk * 0, dv * 0]"}),
-        "must travel with K and V|one more hop|dK line"),
-    ("ring-attention/ring-backward", "deadlock: every rank receives first"): (
-        dict(replace=[BLOCKING_BACKWARD]), "deadlock"),
-}
-
 
 @pytest.mark.parametrize("exercise_id, mistake", list(WRONG))
 def test_known_wrong_answer_is_rejected_with_its_message(root, known_wrong, monkeypatch,
                                                          exercise_id, mistake):
-    monkeypatch.setattr(ring.ranks, "RANK_TIMEOUT_S", DEADLOCK_TIMEOUT_S)
+    if (exercise_id, mistake) in DEADLOCKS:  # stopped sooner than a student's would be
+        monkeypatch.setattr(ring.ranks, "RANK_TIMEOUT_S", DEADLOCK_TIMEOUT_S)
     edits, message = WRONG[exercise_id, mistake]
-    wrong = answer(root, exercise_id, **edits)
+    wrong = answer(root, exercise_id, replace=edits)
     started = time.monotonic()
-    with known_wrong(exercise_id, mistake, match=message) as caught:
+    with known_wrong(exercise_id, mistake, match="(?s)" + message) as caught:
         check(exercise_id, wrong)
     text = str(caught.value)
-    assert re.search(r"case \d+(/\d+)?", text), text  # names the case
+    assert re.search(r"case \d+(/\d+)? \(n=\d+, \d ranks", text), text  # names the case
     assert "Traceback" not in text
     assert exercise_id not in registry.RESULTS
     assert time.monotonic() - started < 30  # a deadlock ends in seconds, never hangs
@@ -189,6 +73,19 @@ def test_known_wrong_answer_is_rejected_with_its_message(root, known_wrong, monk
 def test_known_wrong_counts():
     per_exercise = {ex: sum(1 for e, _ in WRONG if e == ex) for ex in EXERCISES}
     assert all(count >= 5 for count in per_exercise.values()), per_exercise
+    messages = [message for (ex, _), (_, message) in WRONG.items()
+                if ex in ("ring-attention/ring-forward", "ring-attention/ring-backward")]
+    assert len(set(messages)) == len(messages)  # each mistake its own message
+
+
+def test_messages_never_print_code():
+    """The named mistakes say what is wrong and where the lesson explains it, never a line of
+    the solution: no assignment, call of torch or dist, or index of a chunk list."""
+    texts = [why for _, why in mistakes.FORWARD_MISTAKES.values()]
+    texts += list(mistakes.BACKWARD_MISTAKES.values())
+    for text in texts:
+        assert re.search(r"\(section \d", text), text
+        assert not re.search(r"torch\.|dist\.|\w+ = |\[.*\]|\w\(\w", text), text
 
 
 def test_a_deadlock_kills_every_rank(monkeypatch):
@@ -202,7 +99,8 @@ def test_a_deadlock_kills_every_rank(monkeypatch):
         return {"x": incoming}
 
     started = time.monotonic()
-    with pytest.raises(registry.WrongAnswer, match="no progress for 1 s in case 1.*deadlock"):
+    with pytest.raises(registry.WrongAnswer, match="case 1: no rank made progress for 1 s.*"
+                                                   "waited for each other"):
         ring.run_ranks(receive_first, 4, [None], "test", timeout_s=1)
     assert time.monotonic() - started < 10
     import multiprocessing
@@ -262,16 +160,30 @@ def test_wrong_return_type_is_named(root, known_wrong):
 
 
 @pytest.mark.parametrize("exercise_id, target", [
-    ("ring-attention/ring-forward", "block_share"), ("ring-attention/ring-forward", "requests"),
-    ("ring-attention/causal-plan", "source"), ("ring-attention/zigzag-split", "second"),
-    ("ring-attention/ring-backward", "delta")])
+    ("ring-attention/causal-plan", "source"), ("ring-attention/causal-plan", "same_chunk"),
+    ("ring-attention/zigzag-split", "second")])
 def test_blank_says_fill_in_the_blank(root, refuses_blank, exercise_id, target):
     refuses_blank(exercise_id, answer(root, exercise_id, lines={target: "______"}), target)
 
 
-def test_exercise_cells_have_blanks(root):
-    for cell_id, _ in EXERCISES.values():
-        assert "______" in cells.exercise_source(root / LESSON, cell_id)
+def test_exercise_cells_are_blanks_or_stubs(root):
+    """Exercises 2 and 3 hold blanks; exercises 1 and 4 are written from scratch: the
+    student's cell keeps the signature and docstring, and the stub is refused as not started."""
+    for exercise_id, (cell_id, _) in EXERCISES.items():
+        student = cells.exercise_source(root / LESSON, cell_id)
+        scratch = exercise_id in ("ring-attention/ring-forward", "ring-attention/ring-backward")
+        assert ('raise NotImplementedError' in student) == scratch, exercise_id
+        assert ("______" in student) != scratch, exercise_id
+
+
+@pytest.mark.parametrize("exercise_id", ["ring-attention/ring-forward",
+                                         "ring-attention/ring-backward"])
+def test_stub_is_not_started(root, exercise_id):
+    cell_id, name = EXERCISES[exercise_id]
+    stub = getattr(cells.load(cells.exercise_source(root / LESSON, cell_id), prelude=PRELUDE),
+                   name)
+    with pytest.raises(registry.NotStarted, match="still raises NotImplementedError"):
+        check(exercise_id, stub)
 
 
 # ---------------------------------------------------------------- record and replay
@@ -293,12 +205,21 @@ def test_replay_gives_the_same_verdict(root, record_check, exercise_id):
         registry.replay(exercise_id, record)
 
 
-def test_replay_of_a_deadlock_says_deadlock(root, record_check, monkeypatch):
+def test_replay_of_a_deadlock_says_deadlock(root, record_check, replay_agrees, monkeypatch):
     monkeypatch.setattr(ring.ranks, "RANK_TIMEOUT_S", DEADLOCK_TIMEOUT_S)
-    wrong = answer(root, "ring-attention/ring-forward", replace=[BLOCKING_FORWARD])
-    _, record = record_check("ring-attention/ring-forward", wrong)
-    with pytest.raises(registry.WrongAnswer, match="deadlock"):
-        registry.replay("ring-attention/ring-forward", record)
+    exercise_id = "ring-attention/ring-forward"
+    edits, _ = WRONG[exercise_id, "deadlock: every rank receives first"]
+    raised, record = record_check(exercise_id, answer(root, exercise_id, replace=edits))
+    assert "a deadlock" in str(raised)
+    replay_agrees(exercise_id, raised, record, "")
+
+
+def test_replay_of_a_protocol_mistake_gives_the_same_verdict(root, record_check, replay_agrees):
+    exercise_id = "ring-attention/ring-backward"
+    edits, message = WRONG[exercise_id, "waits on dK/dV before the next compute"]
+    raised, record = record_check(exercise_id, answer(root, exercise_id, replace=edits))
+    assert re.search("(?s)" + message, str(raised)), raised
+    replay_agrees(exercise_id, raised, record, "")
 
 
 # ---------------------------------------------------------------- the model and references
@@ -315,13 +236,55 @@ def test_numpy_model_matches_standard_attention(causal, zigzag):
         assert all(np.allclose(g, e) for g, e in zip(got, expected, strict=True))
 
 
-def test_every_simulated_mistake_is_wrong():
-    rng = np.random.default_rng(2)
-    q, k, v = (rng.standard_normal((16, 4)) * 3 for _ in range(3))
-    expected = ring.reference_attention(q, k, v, True)
-    for mistake in checks.FORWARD_MISTAKES:
-        got = ring.simulate_ring(q, k, v, 4, True, mistake=mistake)
-        assert not all(np.allclose(g, e) for g, e in zip(got, expected, strict=True)), mistake
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_replayed_mistake_is_wrong(world):
+    """Each known wrong ring the checks replay to name a mistake gives a wrong result (on a
+    ragged causal case), so no right answer can be named as one."""
+    from flashcourse.distributed.tries import case_arrays, reference_gradients
+
+    case = {"n": 13, "causal": True, **case_arrays(13, 4, 7)}
+    case["o"], case["lse"] = ring.reference_attention(case["q"], case["k"], case["v"], True)
+    for mistake, got in mistakes.forward_candidates(case, world).items():
+        compared = mistakes.FORWARD_MISTAKES[mistake][0]
+        wrong = [not np.allclose(got[0], case["o"])]
+        if compared == "o and lse":
+            wrong.append(not np.allclose(got[1], case["lse"]))
+        assert any(wrong), mistake
+    expected = reference_gradients(case, True)
+    for mistake, forms in mistakes.backward_candidates(case, world).items():
+        for form in forms:
+            assert not all(np.allclose(g, e) for g, e in zip(form, expected, strict=True)), \
+                mistake
+
+
+def test_protocol_reads_the_reference_rings_log():
+    """The reference backward keeps the protocol the check asks for, and a log in which the
+    accumulators are waited on at once is refused."""
+    def backward(rank, world_size, case):
+        from flashcourse.distributed.tries import _backward_job
+
+        return _backward_job(ring.ring_backward)(rank, world_size, case)
+
+    from flashcourse.distributed.tries import case_arrays
+
+    case = {"n": 9, "causal": True, **case_arrays(9, 3, 5)}
+    case["o"], case["lse"] = ring.reference_attention(case["q"], case["k"], case["v"], True)
+    for per_rank in ring.run_ranks(backward, 2, [case], "test", timeout_s=10):
+        for rank, result in enumerate(per_rank):
+            protocol.check_backward(result["events"], 2, f"rank {rank}")
+    compute, post, wait = (ring.EVENT_CODES[e] for e in ("compute", "post", "wait"))
+    kv, other = ring.rings.CARRIES["kv"], ring.rings.CARRIES["other"]
+    log = [[post, 0, 0, kv], [post, 1, 1, kv], [compute, -1, -1, -1], [wait, 0, 0, kv],
+           [wait, 1, 1, kv], [post, 2, 0, other], [post, 3, 1, other], [wait, 2, 0, other],
+           [wait, 3, 1, other], [compute, -1, -1, -1], [post, 4, 0, other], [wait, 4, 0, other]]
+    with pytest.raises(registry.WrongAnswer, match="before step 1's compute: .*waits for it"):
+        protocol.check_backward(log, 2, "rank 0")
+    split_home_hop = log[:5] + [  # right: the hop of dk and dv, then dk home, then dv home
+        [post, 2, 0, other], [post, 3, 1, other], [post, 4, 0, other], [post, 5, 1, other],
+        [compute, -1, -1, -1], [wait, 3, 1, other], [wait, 5, 1, other],
+        [post, 6, 0, other], [post, 7, 1, other], [wait, 7, 1, other],
+        [post, 8, 0, other], [post, 9, 1, other], [wait, 9, 1, other]]
+    protocol.check_backward(split_home_hop, 2, "rank 0")
 
 
 @pytest.mark.parametrize("n, world_size", [(16, 2), (23, 4), (9, 4), (100, 3)])

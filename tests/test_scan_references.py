@@ -29,6 +29,11 @@ SDPA_HELPER = ("import torch.nn.functional as F\n\n\n"
 
 # disguise -> (cells, what a finding must say)
 DISGUISES = {
+    "a kernel module reached beside the table of tiles": (
+        _cells(("imports", "from flashcourse.kernels import tiles, forward\n"),
+               (ANSWER, "def flash_attention(Q, K, V):\n"
+                        "    return forward.attn_fwd_inner(Q, K, V, tiles.TUNED)\n")),
+        "forward"),
     "a helper defined in another cell": (
         _cells(("helpers", SDPA_HELPER),
                (ANSWER, "def flash_attention(Q, K, V):\n    return helper(Q, K, V)\n")),
@@ -136,6 +141,10 @@ LEGITIMATE = {
     "a local named like a builtin the scan watches": _cells(
         (ANSWER, "def flash_attention(Q, K, V, compile=False):\n"
                  "    return Q if compile else V\n")),
+    "the table of tiles, data beside the kernels": _cells(
+        ("imports", "from flashcourse.kernels import tiles\n"),
+        (ANSWER, "def flash_attention(Q, K, V):\n    block = tiles.SPARSE_CONFIGS[64][0]\n"
+                 "    return Q[:block] @ K.T @ V\n")),
 }
 
 

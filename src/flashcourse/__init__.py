@@ -11,6 +11,7 @@ from . import figures, hardware, models, reference  # noqa: E402,F401  (fc.figur
 from .blanks import BlankNotFilled, ______
 from .checks.registry import VetoMisconception, WrongAnswer, check, scorecard
 from .checks.registry import show_numbers as numbers  # fc.numbers("lesson/qN-...")
+from .hints import hint  # fc.hint("lesson/exercise"): the next hint level
 from .launch import run_kernel
 from .models import traffic  # noqa: F401  (fc.traffic, used by the lessons' cells)
 from .runtime import CourseInputError, setup
@@ -23,6 +24,7 @@ __all__ = [
     "VetoMisconception",
     "WrongAnswer",
     "check",
+    "hint",
     "numbers",
     "run_kernel",
     "scorecard",

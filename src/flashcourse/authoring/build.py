@@ -15,6 +15,11 @@ Text meant only for the notebooks ("Run the next cell first.") is marked in mark
 `[text]{.notebook-only}`, or as a block between `::: {.notebook-only}` and `:::`. The notebooks
 keep the text without the marks; the book page leaves it out. The book page also drops `______`
 from `from flashcourse import ...` lines: only the exercises use it.
+
+An exercise's hints are a block `::: {.hints exercise="lesson/exercise"}` after its code cell,
+a numbered list of 2-3 levels. The book page shows them as nested collapsed callouts before the
+reference answer; the notebooks get only a line naming `fc.hint(...)`, which reads the levels
+at run time from `src/flashcourse/hints/NN-slug.json`, generated here.
 """
 
 from __future__ import annotations
@@ -46,6 +51,12 @@ RUNS_ON_TO_END_PREFIXES = ("try-", "check-")
 RAISES_EXCEPTION = "raises-exception"
 NOTEBOOK_ONLY_SPAN = re.compile(r"\[(?P<text>[^\[\]]*)\]\{\.notebook-only\}")
 NOTEBOOK_ONLY_BLOCK = re.compile(r"^:::+\s*\{\.notebook-only\}\s*$")
+# Book-only: an interactive diagram placed with a line of its own, `<!-- interactive: NAME -->`
+# (figures/interactive.py; the page gets its OJS cell), and any ```{ojs} cell of the lesson. OJS
+# runs in the reader's browser; the notebooks have no use for it and leave it out.
+INTERACTIVE_MARK = re.compile(r"^<!--\s*interactive:\s*(?P<name>[a-z0-9-]+)\s*-->$")
+OJS_FENCE = "```{ojs}"
+INTERACTIVE_DATA = "data"  # book/data/NAME.json: the tables the diagrams load
 BLANK_IMPORT = re.compile(
     r"^(?P<head>\s*from flashcourse import )(?P<names>[^#]*?)\s*(?P<comment>#.*)?$")
 
@@ -61,6 +72,15 @@ POINTS_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 RUBRIC_START = re.compile(r"^\*\*Rubric \((?P<points>[^)]*?) points?\):\*\*\s*(?P<text>.*)$")
 QUESTION_START = re.compile(r"^\*\*(?P<label>Q\d+)\.\*\*\s*(?P<text>.*)$")
 TITLE_CHARS = 100  # of a question's title: its first sentence, cut
+
+# `::: {.hints exercise="roofline/copy-kernel"}`, then `1. ...`, `2. ...`, then `:::`: the hint
+# levels of the exercise whose code cell comes before it (the concept, the relation, the shape
+# of the code). Never text of the notebooks: `fc.hint` reads them from HINTS_DIR's JSON.
+HINTS_DIV = re.compile(r'^:::+\s*\{\.hints\s+exercise="(?P<exercise>[^"]+)"\s*\}$')
+HINT_LEVEL = re.compile(r"^(?P<number>\d+)\.\s+(?P<text>.*)$")
+HINT_LEVELS = (2, 3)  # fewest and most levels of one exercise
+HINTS_DIR = Path("src") / "flashcourse" / "hints"
+GRADING_CALL = re.compile(r"""^\s*check\(\s*["'](?P<exercise>[^"']+)["']""", re.M)
 
 
 class LessonSourceError(ValueError):
@@ -80,6 +100,15 @@ class Cell:
         return self.kind == "code" and (BEGIN in self.source or "# BLANK" in self.source)
 
 
+@dataclass(frozen=True)
+class HintBlock:
+    """The hint levels of one exercise, attached to its code cell."""
+    exercise: str  # the id its grading cell checks, e.g. "roofline/copy-kernel"
+    levels: tuple[str, ...]  # markdown, level 1 first
+    cell_index: int  # of the exercise's code cell in Lesson.cells
+    line: int  # of the block's first line in the source
+
+
 @dataclass
 class Lesson:
     path: Path
@@ -89,6 +118,7 @@ class Lesson:
     needs: list[int] = field(default_factory=list)  # lesson numbers
     skills: str = ""  # knowledge beyond the lessons, in words
     time: str = ""  # e.g. "about 3 h"
+    hints: list[HintBlock] = field(default_factory=list)  # in the lesson's order
 
     @property
     def slug(self) -> str:
@@ -109,8 +139,16 @@ def parse(path: Path) -> Lesson:
     markdown: list[str] = []
     lines = body.splitlines()
     index = 0
+    hints: list[HintBlock] = []
+    first_body_line = text[:match.end()].count("\n") + 1
     while index < len(lines):
         line = lines[index]
+        hinted = HINTS_DIV.match(line.strip())
+        if hinted:
+            _flush_markdown(markdown, cells, path)
+            index = _hint_block(lines, index, hinted.group("exercise"), cells, hints, path,
+                                first_body_line)
+            continue
         if line.strip() == "```{python}":
             _flush_markdown(markdown, cells, path)
             end = index + 1
@@ -137,8 +175,73 @@ def parse(path: Path) -> Lesson:
         markdown.append(line)
         index += 1
     _flush_markdown(markdown, cells, path)
+    _check_hint_targets(hints, cells, path)
     return Lesson(path, title_match.group(1), cells, **learning_path.front_matter(
-        match.group(1), path))
+        match.group(1), path), hints=hints)
+
+
+def hint_call_text(exercise: str, levels: int) -> str:
+    """The notebooks' line in place of a hints block."""
+    return (f'Stuck? `fc.hint("{exercise}")` in a cell of your own shows a hint, one level at '
+            f"a time ({levels} levels: the idea, then how the quantities relate, then the shape "
+            "of the code).")
+
+
+def _hint_block(lines: list[str], start: int, exercise: str, cells: list[Cell],
+                hints: list[HintBlock], path: Path, first_body_line: int) -> int:
+    """Read the hints block opened at lines[start]; attach it to the exercise's code cell (the
+    last cell with a solution before it) and leave the notebooks their `fc.hint` line. Returns
+    the index of the line after the block."""
+    where = f"{path}:{first_body_line + start}"
+    end = start + 1
+    while end < len(lines) and not re.match(r"^:::+\s*$", lines[end].strip()):
+        if lines[end].strip().startswith(":::"):
+            raise LessonSourceError(f"{where}: a hints block holds no other block")
+        end += 1
+    if end == len(lines):
+        raise LessonSourceError(f"{where}: the hints block of {exercise} is never closed (`:::`)")
+    levels: list[list[str]] = []
+    for line in lines[start + 1:end]:
+        level = HINT_LEVEL.match(line.strip())
+        if level and int(level.group("number")) == len(levels) + 1:
+            levels.append([level.group("text")])
+        elif level or (line.strip() and not levels):
+            raise LessonSourceError(
+                f"{where}: the hints of {exercise} must be a numbered list 1., 2., 3. (one "
+                f"level per item), not {line.strip()[:60]!r}")
+        elif line.strip():
+            levels[-1].append(line.strip())
+    texts = tuple(" ".join(" ".join(level).split()) for level in levels)
+    fewest, most = HINT_LEVELS
+    if not fewest <= len(texts) <= most or not all(texts):
+        raise LessonSourceError(f"{where}: {exercise} has {len(texts)} hint levels; give "
+                                f"{fewest} to {most}, none empty")
+    owner = next((number for number in range(len(cells) - 1, -1, -1)
+                  if cells[number].has_solution), None)
+    owner_id = "" if owner is None else cells[owner].options.get("id", "")
+    if not owner_id.startswith("exercise-"):
+        raise LessonSourceError(f"{where}: the hints of {exercise} must come after its exercise "
+                                "cell (`#| id: exercise-...`), the last cell with a solution "
+                                "before them")
+    if any(block.cell_index == owner or block.exercise == exercise for block in hints):
+        raise LessonSourceError(f"{where}: a second hints block for {exercise} or {owner_id}")
+    hints.append(HintBlock(exercise, texts, owner, first_body_line + start))
+    call = hint_call_text(exercise, len(texts))
+    cell_id = "hints-" + owner_id.removeprefix("exercise-")  # a stable id, like its exercise's
+    cells.append(Cell("markdown", call, options={"id": cell_id, "hints": exercise},
+                      book_source=""))
+    return end + 1
+
+
+def _check_hint_targets(hints: list[HintBlock], cells: list[Cell], path: Path) -> None:
+    """Each hints block names an exercise that a grading cell of the lesson checks."""
+    checked = {match.group("exercise") for cell in cells if cell.kind == "code"
+               for match in GRADING_CALL.finditer(cell.source)}
+    for block in hints:
+        if block.exercise not in checked:
+            raise LessonSourceError(
+                f"{path}:{block.line}: the hints name {block.exercise!r}, which no grading "
+                "cell of this lesson checks; use the id of its `check(...)` call")
 
 
 def _flush_markdown(markdown: list[str], cells: list[Cell], path: Path) -> None:
@@ -153,8 +256,18 @@ def _split_notebook_only(text: str, path: Path) -> tuple[str, str]:
     """The notebooks' text (notebook-only marks removed) and the book's (marked text removed)."""
     notebook: list[str] = []
     book: list[str] = []
-    in_block = False
+    in_block = in_ojs = book_only = False
     for line in text.splitlines():
+        if in_ojs or line.strip() == OJS_FENCE or INTERACTIVE_MARK.match(line.strip()):
+            if in_block:
+                raise LessonSourceError(f"{path}: an OJS cell or interactive diagram sits in a "
+                                        "notebook-only block, where the book never shows it")
+            book_only = True
+            mark = INTERACTIVE_MARK.match(line.strip())
+            book.append(_interactive_cell(mark.group("name"), path) if mark else line)
+            in_ojs = (in_ojs or line.strip() == OJS_FENCE) and not (in_ojs and
+                                                                     line.strip() == "```")
+            continue
         if NOTEBOOK_ONLY_BLOCK.match(line.strip()):
             if in_block:
                 raise LessonSourceError(f"{path}: a notebook-only block opens inside another")
@@ -172,13 +285,30 @@ def _split_notebook_only(text: str, path: Path) -> tuple[str, str]:
             book.append(shown)
     if in_block:
         raise LessonSourceError(f"{path}: a notebook-only block is never closed (`:::`)")
+    if in_ojs:
+        raise LessonSourceError(f"{path}: an OJS cell is never closed (```)")
     for lines in (notebook, book):
         joined = "\n".join(lines)
         if "notebook-only" in joined:
             near = joined[max(0, joined.index("notebook-only") - 40):][:80]
             raise LessonSourceError(f"{path}: a notebook-only mark is malformed near: {near!r}")
     book_text = re.sub(r"\n\s*\n(\s*\n)+", "\n\n", "\n".join(book))
-    return "\n".join(notebook).strip("\n"), book_text.strip("\n")
+    notebook_text = "\n".join(notebook)
+    if book_only:  # the blank lines around what was left out
+        notebook_text = re.sub(r"\n\s*\n(\s*\n)+", "\n\n", notebook_text)
+    return notebook_text.strip("\n"), book_text.strip("\n")
+
+
+def _interactive_cell(name: str, path: Path) -> str:
+    """The OJS cell of the interactive diagram `name`, for the book page."""
+    from ..figures import interactive
+
+    try:
+        return interactive.ojs_cell(name)
+    except KeyError:
+        raise LessonSourceError(
+            f"{path}: no interactive diagram is called {name!r}; the diagrams are "
+            f"{', '.join(interactive.names())} (src/flashcourse/figures/ojs/)") from None
 
 
 def _code_cell(lines: list[str], path: Path, first_line: int) -> Cell:
@@ -360,7 +490,8 @@ def to_book_page(lesson: Lesson, answers: bool = True) -> str:
     ]
     start = learning_path.before_you_start(lesson, book=True)
     parts += [start, ""] if start else []
-    for cell in lesson.cells:
+    hints = {block.cell_index: block for block in lesson.hints}
+    for number, cell in enumerate(lesson.cells):
         if cell.kind == "markdown":
             text = cell.source if cell.book_source is None else cell.book_source
             if not answers:
@@ -371,10 +502,12 @@ def to_book_page(lesson: Lesson, answers: bool = True) -> str:
         if not answers:  # shown as the exercise notebook holds it, not run
             source = _exercise_source(cell, lesson.path) if cell.has_solution else cell.source
             parts += ["```{python}", "#| eval: false", *options, source, "```", ""]
+            parts += hint_callouts(hints[number]) if number in hints else []
             continue
         if cell.has_solution:
             parts += ["```{python}", "#| eval: false", *options,
                       _exercise_source(cell, lesson.path), "```", ""]
+            parts += hint_callouts(hints[number]) if number in hints else []
             parts += ['::: {.callout-tip collapse="true"}', "## Reference answer", "",
                       "```{python}", *options, _without_blank_import(_solution_source(cell)),
                       "```", "", ":::", ""]
@@ -383,6 +516,19 @@ def to_book_page(lesson: Lesson, answers: bool = True) -> str:
                 options.append("#| output: false")  # the book has its own navigation
             parts += ["```{python}", *options, _without_blank_import(cell.source), "```", ""]
     return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def hint_callouts(block: HintBlock) -> list[str]:
+    """The book's lines of one exercise's hints: "Hint 1" collapsed, holding its text and a
+    collapsed "Hint 2", and so on; the outer fences are longer, so each closes its own."""
+    count = len(block.levels)
+    opening, closing = [], []
+    for level, text in enumerate(block.levels, start=1):
+        fence = ":" * (3 + count - level)
+        opening += [f'{fence} {{.callout-note .hint collapse="true"}}',
+                    f"## Hint {level} of {count}", "", text, ""]
+        closing = [fence, "", *closing]
+    return opening + closing
 
 
 def _without_blank_import(source: str) -> str:
@@ -536,15 +682,32 @@ def rendered(root: Path) -> dict[Path, str]:
             target = root / OUTPUT_DIRS[variant] / f"{lesson.slug}.ipynb"
             files[target] = nbformat.writes(to_notebook(lesson, variant)) + "\n"
         files[root / OUTPUT_DIRS["book"] / f"{lesson.slug}.qmd"] = to_book_page(lesson)
+        if lesson.hints:
+            files[root / HINTS_DIR / f"{lesson.slug}.json"] = hints_json(lesson)
     index = root / "index.qmd"
     if index.exists() and learning_path.BEGIN in index.read_text(encoding="utf-8"):
         files[index] = learning_path.index_with_map(index.read_text(encoding="utf-8"),
                                                     [parse(path) for path in lesson_paths(root)])
+    files.update(interactive_data(root))
     readme = root / "README.md"
     if readme.exists() and results_table.BEGIN in readme.read_text(encoding="utf-8"):
         files[readme] = results_table.readme_with_table(readme.read_text(encoding="utf-8"),
                                                         root / "assets" / "results")
     return files
+
+
+def hints_json(lesson: Lesson) -> str:
+    """The hints file `fc.hint` reads: every exercise's levels, in the lesson's order."""
+    data = {"source": f"{LESSONS_DIR}/{lesson.path.name}",
+            "exercises": {block.exercise: list(block.levels) for block in lesson.hints}}
+    return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+def interactive_data(root: Path) -> dict[Path, str]:
+    """The tables the book's interactive diagrams load, exported from the package's models."""
+    from ..figures import interactive
+
+    return interactive.data_files(root / OUTPUT_DIRS["book"] / INTERACTIVE_DATA)
 
 
 def build(root: Path) -> list[Path]:
@@ -565,4 +728,7 @@ def stale_files(root: Path) -> list[Path]:
     for variant_dir in OUTPUT_DIRS.values():  # generated files whose lesson was deleted
         for suffix in ("*.ipynb", "*.qmd"):
             stale += [p for p in (root / variant_dir).glob(suffix) if p not in expected]
+    stale += [p for p in (root / HINTS_DIR).glob("*.json") if p not in expected]
+    stale += [p for p in (root / OUTPUT_DIRS["book"] / INTERACTIVE_DATA).glob("*.json")
+              if p not in expected]  # a table no diagram exports any more
     return sorted(stale)

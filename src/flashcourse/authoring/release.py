@@ -58,6 +58,8 @@ def release(root: Path, out: Path, commit: bool = True) -> list[Path]:
     for lesson in lessons:
         _write(out / "exercises" / f"{lesson.slug}.ipynb", _exercise_notebook(root, lesson))
         _write(out / "book" / f"{lesson.slug}.qmd", build.to_book_page(lesson, answers=False))
+    for path, text in build.interactive_data(out).items():  # what the book's diagrams load
+        _write(path, text)
     _write(out / "_quarto.yml", _quarto_config(root))
     _write(out / "pyproject.toml", _pyproject(root))
     _write(out / "course", _course_script(root))

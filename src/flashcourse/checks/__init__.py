@@ -18,4 +18,5 @@ LESSON_MODULES = {
     "07-performance": "performance",
     "08-modern-attention": "modern_attention",
     "09-ring-attention": "ring_attention",
+    "10-capstone": "capstone",
 }

@@ -70,7 +70,7 @@ def _check_gemm(gemm_intensity) -> str:
 
 # ---------------------------------------------------------------- the roofline
 
-ROOF_CASES = [(790.0, 4.3), (989.0, 3.35), (60.0, 2.0)]  # (peak TFLOP/s, TB/s)
+ROOF_CASES = [(682.0, 4.3), (989.0, 4.8), (60.0, 2.0)]  # (peak TFLOP/s, TB/s)
 ROOF_HIDDEN = [(1979.0, 3.35)]
 INTENSITIES = np.logspace(-2, 4, 25)
 

@@ -48,6 +48,7 @@ RECORD_CHANNEL_ENV = "FLASHCOURSE_RECORD_CHANNEL"  # "display": records go out a
 CAPTURE_DIR_ENV = "FLASHCOURSE_CAPTURE_DIR"
 RECORD_MIME = "application/vnd.flashcourse.record+json"
 TRIPWIRE_MIME = "application/vnd.flashcourse.tripwire+json"
+HINT_MIME = "application/vnd.flashcourse.hint+json"  # a hint level shown (fc.hint): a note
 MAX_RECORD_BYTES = 256 * 2**20  # one record file larger than this is refused unread
 RAISABLE = ("BlankNotFilled", "NotImplementedError", "WrongAnswer")  # kept as themselves
 

@@ -60,6 +60,7 @@ ANSWER_FUNCTIONS = {
     "flashcourse.models.memory": ("sectors_and_lines", "warp_efficiency"),
     "flashcourse.models.matmul": ("grouped_order", "launch_order"),
     "flashcourse.kernels.modern_attention": ("classify_blocks",),
+    "flashcourse.kernels.capstone": ("spec_attention",),
     "flashcourse.distributed.model": ("zigzag_positions", "step_plan"),
     "flashcourse.distributed.rings": ("merge_lse", "ring_forward", "ring_backward"),
 }

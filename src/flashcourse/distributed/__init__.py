@@ -4,12 +4,14 @@
   standard attention, the ring simulated in one process (`simulate_ring`), its schedule and
   the causal plan of each step;
 - `rings.py` (torch, in each rank): what one rank computes on one block of keys
-  (`block_attention`, `block_gradients`), the merge in log-sum-exp form (`merge_lse`), and the
+  (`block_attention`, `block_gradients`), the merge in log-sum-exp form (`merge_lse`), the
   reference rings (`ring_forward`, `ring_backward`) that the checks compare with and the GPU
-  script runs with NCCL;
+  script runs with NCCL, and the log a watched rank keeps of its computes, posted transfers
+  and waits (`watch_events`, `encode_events`), which the checks read;
 - `ranks.py`: `run_ranks`, P processes joined by torch.distributed (gloo over the loopback
   interface) that run a function on every rank, with a timeout that ends every process it
-  started and says why (a deadlock, a crash) instead of hanging the notebook.
+  started and says why (a deadlock, a crash) instead of hanging the notebook;
+- `tries.py`: the jobs each rank runs for the checks and the notebook's try cells.
 
 The ring itself is the student's (lesson 9's exercises). The lesson's figures of the ring are
 in `figures/ring.py`. Import from here: `from flashcourse import distributed as ring`.

@@ -3,7 +3,7 @@
 - the splits of a sequence over ranks (`contiguous_positions`, `zigzag_positions`, `chunks_of`)
   and the causal work each rank does (`causal_work`);
 - standard attention (`reference_attention`) and the ring simulated step by step
-  (`simulate_ring`), with the known wrong rings the checks name;
+  (`simulate_ring`);
 - the schedule (`ring_schedule`) and the causal plan of each step (`step_plan`, `plan_work`).
 """
 
@@ -91,39 +91,26 @@ def block_state(q, k, v, q_pos, k_pos, causal: bool):
         return normalised(total, o), m + np.log(total)
 
 
-def simulate_ring(q, k, v, world_size: int, causal: bool, zigzag: bool = False,
-                  mistake: str | None = None):
+def simulate_ring(q, k, v, world_size: int, causal: bool, zigzag: bool = False):
     """Ring attention with P ranks simulated in one process (numpy): rank r holds the rows
-    of its split; at step s it holds the K/V of rank (r - s) mod P and merges that block's
-    (o, lse) into its running state. Returns (o, lse) of the whole sequence in position order.
-
-    `mistake` reproduces a known wrong ring (the checks name mistakes with it): "no_rescale",
-    "one_step_short", "own_block_skipped" (waits for the next block before computing),
-    "never_swapped" (computes its own block P times), "lse_first" (keeps step 0's lse),
-    "no_mask" (causal without the mask)."""
+    of its split; at each step it merges the (o, lse) of the K/V block it holds into its
+    running state, then the blocks move one rank on. Returns (o, lse) of the whole sequence in
+    position order."""
     n = q.shape[0]
     split = zigzag_positions if zigzag else contiguous_positions
     positions = [split(n, world_size, rank) for rank in range(world_size)]
-    o_all, lse_all = np.zeros_like(q, dtype=np.float64), np.zeros(n)
-    steps = world_size - 1 if mistake == "one_step_short" else world_size
-    for rank in range(world_size):
-        mine = positions[rank]
-        o, lse = np.zeros((len(mine), q.shape[1])), np.full(len(mine), NEG_INF)
-        for step in range(steps):
-            source = (rank - step) % world_size
-            if mistake == "own_block_skipped":  # waits for the next block, then computes
-                source = (rank - min(step + 1, world_size - 1)) % world_size
-            if mistake == "never_swapped":
-                source = rank
-            theirs = positions[source]
+    holds = list(range(world_size))  # holds[rank]: whose K/V block the rank holds now
+    states = [(np.zeros((len(mine), q.shape[1])), np.full(len(mine), NEG_INF))
+              for mine in positions]
+    for _ in range(world_size):
+        for rank, mine in enumerate(positions):
+            theirs = positions[holds[rank]]
             block_o, block_lse = block_state(q[mine], k[theirs], v[theirs], mine, theirs,
-                                             causal and mistake != "no_mask")
-            if mistake == "no_rescale":
-                o, lse = o + block_o, np.logaddexp(lse, block_lse)
-            elif mistake == "lse_first" and step > 0:
-                o = merge_lse(o, lse, block_o, block_lse)[0]
-            else:
-                o, lse = merge_lse(o, lse, block_o, block_lse)
+                                             causal)
+            states[rank] = merge_lse(*states[rank], block_o, block_lse)
+        holds = [holds[(rank - 1) % world_size] for rank in range(world_size)]  # one hop on
+    o_all, lse_all = np.zeros_like(q, dtype=np.float64), np.zeros(n)
+    for mine, (o, lse) in zip(positions, states, strict=True):
         o_all[mine], lse_all[mine] = o, lse
     return o_all, lse_all
 

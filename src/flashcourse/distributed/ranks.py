@@ -1,13 +1,15 @@
 """Lesson 9's processes: `run_ranks` starts P processes joined by torch.distributed (gloo over
 the loopback interface), runs a function on every rank, and ends with a timeout that stops every
 process it started and says why (a deadlock, a crash) instead of hanging the notebook. Inside a
-rank, collectives are refused and every transfer is logged (`rings.log_event`).
+rank, collectives are refused and every transfer is logged: its post, the wait on its request,
+a blocking send or receive (`rings.log_post`, `rings.WatchedWork`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import faulthandler
 import os
 import signal
 import socket
@@ -16,7 +18,6 @@ import time
 import traceback
 from collections.abc import Callable
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -52,30 +53,42 @@ def _refuse_collective(name: str):
 
 
 def _watch_ring_ops() -> None:
-    """In a rank: log every posted transfer and every blocking one; refuse collectives.
-    isend and irecv are replaced in torch.distributed and in the module that defines them,
-    so that P2POp still accepts them."""
+    """In a rank: log every posted transfer, every wait on one and every blocking transfer;
+    refuse collectives. isend and irecv are replaced in torch.distributed and in the module
+    that defines them, so that P2POp still accepts them."""
     from torch.distributed import distributed_c10d
 
     for name in COLLECTIVES:
         if hasattr(dist, name):
             setattr(dist, name, _refuse_collective(name))
-    for name, event in (("isend", "post"), ("irecv", "post"), ("send", "blocking"),
-                        ("recv", "blocking")):
+    for name, direction in (("isend", 0), ("irecv", 1)):
         original = getattr(distributed_c10d, name)
 
-        def watched(*args, _original=original, _event=event, **kwargs):
-            rings.log_event(_event)
+        def posted(*args, _original=original, _direction=direction, **kwargs):
+            tensor = args[0] if args else kwargs.get("tensor")
+            transfer = rings.log_post(tensor, _direction)
+            work = _original(*args, **kwargs)
+            return None if work is None else rings.WatchedWork(work, transfer, tensor,
+                                                               _direction)
+
+        setattr(dist, name, posted)
+        setattr(distributed_c10d, name, posted)
+    for name in ("send", "recv"):
+        original = getattr(distributed_c10d, name)
+
+        def blocking(*args, _original=original, **kwargs):
+            rings.log_event("blocking")
             return _original(*args, **kwargs)
 
-        setattr(dist, name, watched)
-        setattr(distributed_c10d, name, watched)
+        setattr(dist, name, blocking)
+        setattr(distributed_c10d, name, blocking)
 
 
 def _rank_main(rank, world_size, port, conn, job, cases):
     """A rank's process: its own process group (so that a timeout can end it and all it
     started), quiet output, one thread, gloo over loopback; runs `job` on each case."""
     os.setsid()
+    faulthandler.disable()  # an aborted rank is reported by the parent, not dumped
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
@@ -108,7 +121,7 @@ def _rank_main(rank, world_size, port, conn, job, cases):
             return
         result = {key: value.detach().cpu().numpy() if torch.is_tensor(value) else value
                   for key, value in result.items()}
-        result["events"] = np.array([rings.EVENT_CODES[e] for e in events], dtype=np.int8)
+        result["events"] = rings.encode_events(events)
         conn.send(("done", number, result))
     conn.send(("end", len(cases), None))
     conn.close()
@@ -116,14 +129,18 @@ def _rank_main(rank, world_size, port, conn, job, cases):
 
 
 def run_ranks(job: Callable, world_size: int, cases: list, label: str,
-              timeout_s: float | None = None) -> list[list[dict]]:
+              timeout_s: float | None = None, case_labels: list[str] | None = None,
+              keep_results: bool = False) -> list:
     """Run `job(rank, world_size, case)` for every case on `world_size` processes joined by a
     gloo process group over loopback. Returns results[case][rank] (dicts of numpy arrays).
 
     A rank that raises ends the run with a WrongAnswer naming the rank, the case and the
     error; if no rank reports progress for `timeout_s` seconds, every process is killed (its
     whole process group) and a WrongAnswer says the ranks deadlocked (`timeout_s`:
-    RANK_TIMEOUT_S unless given)."""
+    RANK_TIMEOUT_S unless given). `case_labels` describe the cases in those messages. With
+    `keep_results`, such a failure is returned instead of raised: the results of the cases
+    before it, then {"failed": message} for the case that failed (a check can then judge the
+    earlier cases first)."""
     import multiprocessing
 
     timeout_s = RANK_TIMEOUT_S if timeout_s is None else timeout_s
@@ -132,15 +149,20 @@ def run_ranks(job: Callable, world_size: int, cases: list, label: str,
     except ValueError:
         raise CourseInputError("Running several ranks needs processes started by fork "
                                "(Linux or macOS); on Windows, use WSL.") from None
+    run = (context, job, world_size, cases, label, timeout_s, case_labels)
     try:
-        return _start_and_collect(context, free_port(), job, world_size, cases, label,
-                                  timeout_s)
+        results, failure = _start_and_collect(free_port(), *run)
     except RanksNeverStarted:  # a setup that failed or hung (not the student's code): again
         try:
-            return _start_and_collect(context, free_port(), job, world_size, cases, label,
-                                      timeout_s)
+            results, failure = _start_and_collect(free_port(), *run)
         except RanksNeverStarted as err:
             raise CourseInputError(f"{label}: {err}") from None
+    if failure is None:
+        return results
+    number, message = failure
+    if not keep_results:
+        raise WrongAnswer(message)
+    return [*results[:number], {"failed": message}]
 
 
 def free_port() -> int:
@@ -160,7 +182,7 @@ class RanksNeverStarted(Exception):
     """Some rank did not reach its first case in time: the process group never formed."""
 
 
-def _start_and_collect(context, port, job, world_size, cases, label, timeout_s):
+def _start_and_collect(port, context, job, world_size, cases, label, timeout_s, case_labels):
     pipes, processes = {}, []
     try:
         for rank in range(world_size):
@@ -171,14 +193,20 @@ def _start_and_collect(context, port, job, world_size, cases, label, timeout_s):
             sender.close()
             pipes[receiver] = rank
             processes.append(process)
-        return _collect(pipes, processes, len(cases), label, timeout_s)
+        return _collect(pipes, processes, len(cases), label, timeout_s, case_labels)
     finally:
         for process in processes:
             _end(process)
 
 
-def _collect(pipes, processes, case_count, label, timeout_s):
+def _collect(pipes, processes, case_count, label, timeout_s, case_labels):
+    """(results[case][rank], None) once every rank ended, or (the results so far, (the case
+    that failed, what to say)) at the first crash or deadlock."""
     import multiprocessing.connection
+
+    def case_name(number: int) -> str:
+        named = case_labels[number] if case_labels and number < len(case_labels) else None
+        return f"case {number + 1}" + (f" ({named})" if named else "")
 
     results = [[None] * len(processes) for _ in range(case_count)]
     current = [-1] * len(processes)  # the case each rank is in (-1: still joining)
@@ -193,38 +221,41 @@ def _collect(pipes, processes, case_count, label, timeout_s):
             if joining:
                 raise RanksNeverStarted(f"the {len(processes)} ranks did not all join the "
                                         f"process group over {LOOPBACK} in {limit:g} s.")
-            waiting = sorted({current[r] for r in open_pipes.values()})
-            cases = ", ".join(str(c + 1) for c in waiting)
-            raise WrongAnswer(
-                f"{label}: the ranks made no progress for {timeout_s:g} s in case {cases} and "
-                "were stopped: a deadlock (or a loop that never ends). Every rank is probably "
-                "waiting in a blocking recv (or send) for a neighbour that is itself "
-                "waiting. Post the send and the receive together, with isend/irecv or "
-                "batch_isend_irecv, then wait on both; and make every rank take the same "
-                "number of steps.")
+            stuck = min(current[r] for r in open_pipes.values())
+            return results, (stuck, (
+                f"{label}, {case_name(stuck)}: no rank made progress for {timeout_s:g} s, so "
+                "the ranks were stopped. They waited for each other (a deadlock), or a loop "
+                "never ended: a rank blocked in a send or a receive waits for its neighbour, "
+                "which is itself blocked waiting for another. Transfers posted without "
+                "blocking, and waited on afterwards, always find their partner; every rank "
+                "must also take the same number of steps."))
         for pipe in ready:
             rank = open_pipes[pipe]
             try:
                 kind, number, payload = pipe.recv()
             except (EOFError, OSError):
-                code = processes[rank].exitcode
-                raise WrongAnswer(f"{label}: rank {rank} ended without a result in case "
-                                  f"{max(current[rank], 0) + 1} (exit code {code}).") from None
+                processes[rank].join(timeout=1)  # its exit code, once it has ended
+                code, number = processes[rank].exitcode, max(current[rank], 0)
+                why = (": it was aborted, as gloo aborts a rank that receives into a buffer "
+                       "of another size or type than what was sent"
+                       if code == -signal.SIGABRT else "")
+                return results, (number, f"{label}: rank {rank} ended without a result in "
+                                         f"{case_name(number)} (exit code {code}){why}.")
             last_news = time.monotonic()
             if kind == "setup":
                 raise RanksNeverStarted(f"rank {rank} could not join the others over "
                                         f"{LOOPBACK}: {payload}")
             if kind == "error":
                 rank, number, payload = _first_cause(open_pipes, (rank, number, payload))
-                raise WrongAnswer(f"{label}, case {number + 1}: on rank {rank} your code "
-                                  f"raised {payload}")
+                return results, (number, f"{label}, {case_name(number)}: on rank {rank} your "
+                                         f"code raised {payload}")
             if kind == "start":
                 current[rank] = number
             elif kind == "done":
                 results[number][rank] = payload
             elif kind == "end":
                 del open_pipes[pipe]
-    return results
+    return results, None
 
 
 # What a rank reports when a neighbour died: a consequence, not the cause.

@@ -2,34 +2,119 @@
 (`block_attention`, `block_gradients`), the merge of partial results in log-sum-exp form
 (`merge_lse`), the transfer to the neighbours (`exchange`) and the reference rings
 (`ring_forward`, `ring_backward`) that the checks compare with and the GPU script runs.
-A watched rank logs its computes and posts here (`log_event`, `EVENT_CODES`).
+A watched rank logs its computes, posts and waits here (`log_event`, `EVENT_CODES`).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from .model import NEG_INF, chunk_lengths, chunks_of, sm_scale
 
-EVENT_CODES = {"compute": 0, "post": 1, "blocking": 2}  # what a watched rank did, in order
+EVENT_CODES = {"compute": 0, "post": 1, "blocking": 2, "wait": 3}  # what a watched rank did
+CARRIES = {"unknown": -1, "kv": 0, "other": 1}  # what a transfer carried: K/V or not
 SCALING_RESULTS = "09-ring-scaling"  # assets/results/<name>.csv, written by the GPU script
 
-# ---------------------------------------------------------------- one rank's compute (torch)
+# ---------------------------------------------------------------- a watched rank's log
+# A rank the checks run logs, in order, each block compute, each transfer it posts, each wait
+# on one, and each blocking send or receive. A transfer is numbered when posted; whether it
+# carried K/V (or their positions) or something else (gradients) is read from its data: sends
+# when posted, receives when waited on.
 
-_events: list[str] | None = None  # the order of posts and computes on this rank, when watched
+_events: list[list[int]] | None = None  # [code, transfer, direction] per event, when watched
+_carries: list[int] = []  # per transfer: a CARRIES code
+_kv_values: torch.Tensor | None = None  # every value of the K and V blocks of the ring
 
 
-def watch_events() -> list[str]:
-    """Start a fresh log of this rank's computes and posts (`run_ranks`, once per case)."""
-    global _events
-    _events = []
+def watch_events() -> list[list[int]]:
+    """Start a fresh log of this rank's computes and transfers (`run_ranks`, once per case)."""
+    global _events, _carries, _kv_values
+    _events, _carries, _kv_values = [], [], None
     return _events
 
 
-def log_event(event: str) -> None:
+def watch_blocks(*tensors) -> None:
+    """Tell the log which values are K and V (a job, before it calls the answer), so that it
+    can say of each transfer whether it carried a K/V block."""
+    global _kv_values
+    _kv_values = torch.unique(torch.cat([t.detach().flatten().double() for t in tensors]))
+
+
+def log_event(event: str, transfer: int = -1, direction: int = -1) -> None:
     if _events is not None:
-        _events.append(event)
+        _events.append([EVENT_CODES[event], transfer, direction])
+
+
+def _carried(tensor) -> int:
+    if _kv_values is None or not torch.is_tensor(tensor):
+        return CARRIES["unknown"]
+    if not tensor.is_floating_point():
+        return CARRIES["kv"]  # positions travel with their block
+    values = tensor.detach().flatten().double().cpu()
+    if values.numel() and values.any() and torch.isin(values, _kv_values).all():
+        return CARRIES["kv"]
+    return CARRIES["other"]
+
+
+def log_post(tensor, direction: int) -> int:
+    """Log a posted transfer (direction 0: send, 1: receive); returns its number."""
+    if _events is None:
+        return -1
+    _carries.append(_carried(tensor) if direction == 0 else CARRIES["unknown"])
+    log_event("post", len(_carries) - 1, direction)
+    return len(_carries) - 1
+
+
+def log_wait(transfer: int, tensor, direction: int) -> None:
+    if _events is None or not 0 <= transfer < len(_carries):
+        return
+    if _carries[transfer] == CARRIES["unknown"]:
+        _carries[transfer] = _carried(tensor)
+    log_event("wait", transfer, direction)
+
+
+def encode_events(events) -> np.ndarray:
+    """(E, 4) int32: code, transfer (-1: none), direction (0 send, 1 receive, -1), and what the
+    transfer carried (a CARRIES code), for each logged event in order."""
+    rows = [[code, transfer, direction,
+             _carries[transfer] if 0 <= transfer < len(_carries) else CARRIES["unknown"]]
+            for code, transfer, direction in events]
+    return np.array(rows, dtype=np.int32).reshape(-1, 4)
+
+
+class WatchedWork:
+    """A posted transfer's request, which logs when it is waited on (or found complete). A
+    second wait returns at once, as with NCCL (gloo's would block for good)."""
+
+    def __init__(self, work, transfer: int, tensor, direction: int):
+        self._work, self._transfer, self._tensor = work, transfer, tensor
+        self._direction, self._seen = direction, False
+
+    def _log(self) -> None:
+        if not self._seen:
+            self._seen = True
+            log_wait(self._transfer, self._tensor, self._direction)
+
+    def wait(self, *args, **kwargs):
+        if self._seen:
+            return True
+        done = self._work.wait(*args, **kwargs)
+        self._log()
+        return done
+
+    def is_completed(self):
+        done = self._work.is_completed()
+        if done:
+            self._log()
+        return done
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+# ---------------------------------------------------------------- one rank's compute (torch)
 
 
 def block_attention(q, k, v, q_pos, k_pos, causal: bool):
@@ -144,25 +229,37 @@ def exchange(sending, receiving, rank: int, world: int) -> list:
 
 
 def ring_backward(q, k, v, o, lse, do, q_pos, k_pos, causal: bool):
-    """The reference ring backward on this rank: (dq, dk, dv) of its own tokens. K, V and
-    their gradient accumulators travel together; after P steps one more hop brings each dK, dV
-    home."""
+    """The reference ring backward on this rank: (dq, dk, dv) of its own tokens. dq stays
+    home; K, V travel as in the forward, posted before each compute; the dK, dV accumulators
+    of a block follow it one step behind, so that each hop overlaps the next block's compute;
+    after the last step one more hop brings each home."""
     rank, world = dist.get_rank(), dist.get_world_size()
     delta = (do * o).sum(dim=-1)
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dq = torch.zeros_like(q)
+    dk = dv = None  # the accumulators of the block held, once it has some
     for step in range(world):
+        if step < world - 1:  # the next block travels while this one is computed
+            next_kv = [torch.empty_like(t) for t in (k, v, k_pos)]
+            kv_requests = exchange((k, v, k_pos), next_kv, rank, world)
+        if step > 0:  # the last block's accumulators follow it; this block's arrive
+            held = [torch.empty_like(dk), torch.empty_like(dv)]
+            grad_requests = exchange((dk, dv), held, rank, world)
         block_dq, block_dk, block_dv = block_gradients(q, k, v, do, lse, delta, q_pos, k_pos,
                                                        causal)
-        dq, dk, dv = dq + block_dq, dk + block_dk, dv + block_dv
-        travelling = (dk, dv) if step == world - 1 else (k, v, k_pos, dk, dv)
-        arriving = [torch.empty_like(t) for t in travelling]
-        for request in exchange(travelling, arriving, rank, world):
-            request.wait()
-        if step == world - 1:
-            dk, dv = arriving
-        else:
-            k, v, k_pos, dk, dv = arriving
-    return dq, dk, dv
+        dq = dq + block_dq
+        if step > 0:
+            for request in grad_requests:
+                request.wait()
+            block_dk, block_dv = held[0] + block_dk, held[1] + block_dv
+        dk, dv = block_dk, block_dv
+        if step < world - 1:
+            for request in kv_requests:
+                request.wait()
+            k, v, k_pos = next_kv
+    home = [torch.empty_like(dk), torch.empty_like(dv)]
+    for request in exchange((dk, dv), home, rank, world):
+        request.wait()
+    return dq, home[0], home[1]
 
 
 # ---------------------------------------------------------------- measured on two GPUs

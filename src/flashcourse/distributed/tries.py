@@ -15,6 +15,7 @@ from ..checks.cases import case_seed
 from ..checks.compare import printable_answer
 from ..checks.edition import class_edition
 from ..checks.errors import CourseInputError, WrongAnswer
+from . import rings
 
 SCORE_SCALE = 3.0  # q and k ~ N(0, 3^2): scores of a few tens
 
@@ -86,10 +87,17 @@ def _tensors(result, count: int, what: str) -> tuple:
 # ---------------------------------------------------------------- the jobs (in each rank)
 
 
+def _watch_kv(case: dict) -> None:
+    """Let the rank's log tell K/V transfers from others: every value of K and V."""
+    rings.watch_blocks(torch.from_numpy(case["k"]), torch.from_numpy(case["v"]),
+                       torch.zeros(1, dtype=torch.float64))  # and the padding rows' zeros
+
+
 def _forward_job(answer):
     def job(rank, world, case):
         positions = ring.contiguous_positions(case["n"], world, rank)
         q, k, v, q_pos, k_pos = padded_shard(case, positions, shard_length(case["n"], world))
+        _watch_kv(case)
         o, lse = _tensors(answer(q, k, v, q_pos, k_pos, case["causal"]), 2, "(o, lse)")
         return {"o": o, "lse": lse}
     return job
@@ -163,6 +171,7 @@ def _backward_job(answer):
         q, k, v, q_pos, k_pos = padded_shard(case, positions, shard_length(case["n"], world))
         o, lse, do = (torch.from_numpy(np.ascontiguousarray(case[name][positions]))
                       for name in ("o", "lse", "do"))
+        _watch_kv(case)
         dq, dk, dv = _tensors(answer(q, k, v, o, lse, do, q_pos, k_pos, case["causal"]), 3,
                               "(dq, dk, dv)")
         return {"dq": dq, "dk": dk[:len(positions)], "dv": dv[:len(positions)]}
@@ -173,9 +182,12 @@ JOBS = {"forward": _forward_job, "plan": _plan_job, "split": _split_job,
         "backward": _backward_job}
 
 
-def run_job(answer, job: str, world: int, cases: list) -> list:
-    """Start `world` ranks and run the answer on every case: results[case][rank]."""
-    return ring.run_ranks(JOBS[job](answer), world, cases, f"{job} on {world} ranks")
+def run_job(answer, job: str, world: int, cases: list, labels: list[str] | None = None,
+            keep_results: bool = False) -> list:
+    """Start `world` ranks and run the answer on every case: results[case][rank] (with
+    `keep_results`, a crash or deadlock ends the list as run_ranks says)."""
+    return ring.run_ranks(JOBS[job](answer), world, cases, f"{job} on {world} ranks",
+                          case_labels=labels, keep_results=keep_results)
 
 
 def try_answer(answer, job: str, world: int = 2, n: int = 16, d: int = 4,

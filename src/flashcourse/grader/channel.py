@@ -6,7 +6,8 @@ secret, different for every submission and exercise, never known to the sandbox 
 cell). It keeps, for each exercise, only the record that exercise's own grading cell produced
 while it ran, once; a record from any other cell, a second one, one for another exercise, or
 anything after the run's end is not taken, and the odd ones are flagged. Every message is read
-as untrusted data, within size limits.
+as untrusted data, within size limits. A hint note (`fc.hint` showed a level, in any cell) only
+adds the level to what the reports say was opened: it carries no record and no points.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .inside import FrameError, read_frame, write_frame
 FRAME_LIMIT = recording.MAX_RECORD_BYTES + 2**20  # a record, base64 and JSON included
 EXECUTED_LIMIT = 64 * 2**20  # largest executed notebook kept for the reports
 MAX_TRIPWIRES = 200  # hits kept per submission
+MAX_HINT_LEVEL = 9  # a note of a higher level is no hint of the course's
 
 
 def exercise_key(secret: bytes, label: str, exercise_id: str) -> str:
@@ -38,6 +40,7 @@ class Conversation:
     order: list[str] = field(default_factory=list)  # cells in the order they started
     records: dict[str, dict] = field(default_factory=dict)  # exercise id -> its record
     hits: dict[str, list[str]] = field(default_factory=dict)  # exercise id -> references hit
+    hints: dict[str, set[int]] = field(default_factory=dict)  # exercise id -> levels shown
     account: list[dict] = field(default_factory=list)  # the runner's entry of each cell
     running: str | None = None  # the cell that had started and not ended
     executed: bytes | None = None  # the executed notebook
@@ -89,6 +92,8 @@ class Conversation:
             self._take_record(message.get("cell"), message.get("record"))
         elif kind == "tripwire":
             self._take_hit(message.get("cell"), message.get("hit"))
+        elif kind == "hint":
+            self._take_hint(message.get("hint"))
         elif kind == "ran":
             entry = message.get("entry")
             if isinstance(entry, dict) and len(self.account) < 10_000:
@@ -136,6 +141,16 @@ class Conversation:
         hits = self.hits.setdefault(exercise, [])
         if sum(len(h) for h in self.hits.values()) < MAX_TRIPWIRES:
             hits.append(str(hit.get("name", "?"))[:120])
+
+    def _take_hint(self, note) -> None:
+        """A hint level shown: kept when it names one of the lesson's graded exercises and a
+        level number, whichever cell showed it."""
+        if not isinstance(note, dict):
+            return
+        exercise, level = note.get("exercise"), note.get("level")
+        if exercise in self.grading_cells.values() and type(level) is int and \
+                1 <= level <= MAX_HINT_LEVEL:
+            self.hints.setdefault(exercise, set()).add(level)
 
     def state(self) -> dict:
         """The runner's account, in the form `score.cell_runs` reads."""

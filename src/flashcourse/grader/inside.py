@@ -12,9 +12,10 @@ the grader holds outside the sandbox (the channel; `channel.py` is the grader's 
 3. before each cell it tells the grader which cell comes next, and waits for its answer: for
    a grading cell, the key of that exercise's inputs, which it hands to the kernel just before
    the cell runs (`checks/cases.py`);
-4. after each cell it takes the records and tripwire outputs out of the cell's outputs and
-   sends them to the grader with the id of that cell, then that cell's account (status, error,
-   seconds, characters dropped: at most OUTPUT_LIMIT characters of output are kept per cell);
+4. after each cell it takes the records, tripwire outputs and hint notes (`fc.hint`) out of
+   the cell's outputs and sends them to the grader with the id of that cell, then that cell's
+   account (status, error, seconds, characters dropped: at most OUTPUT_LIMIT characters of
+   output are kept per cell);
 5. at the end it sends the executed notebook and stops.
 
 The student's code can kill this process (the grader then sees the channel close, and takes
@@ -42,9 +43,11 @@ OUTPUT_LIMIT = 100_000  # characters of output kept per cell
 KERNEL_STARTUP_TIMEOUT = 600
 RECORD_MIME = "application/vnd.flashcourse.record+json"  # as in checks/recording.py
 TRIPWIRE_MIME = "application/vnd.flashcourse.tripwire+json"
+HINT_MIME = "application/vnd.flashcourse.hint+json"
 # Seconds past the per-cell limit (and its interrupt) after which a cell's kernel is killed.
 STUCK_GRACE = 30
 TRIPWIRES_PER_CELL = 20  # tripwire outputs forwarded per cell (one is enough to flag it)
+HINTS_PER_CELL = 20  # hint notes forwarded per cell
 FRAME_HEADER = struct.Struct(">Q")
 WORK = Path("/grading")
 PR_SET_DUMPABLE = 4
@@ -138,18 +141,20 @@ def _error(outputs: list) -> tuple[str, str]:
     return "", ""
 
 
-def _take_channel_outputs(outputs: list) -> tuple[list, list, list]:
-    """(the other outputs, records, tripwire hits) of one cell's outputs."""
-    rest, records, hits = [], [], []
+def _take_channel_outputs(outputs: list) -> tuple[list, list, list, list]:
+    """(the other outputs, records, tripwire hits, hint notes) of one cell's outputs."""
+    rest, records, hits, hints = [], [], [], []
     for output in outputs:
         data = output.get("data") if isinstance(output, dict) else None
         if isinstance(data, dict) and RECORD_MIME in data:
             records.append(data[RECORD_MIME])
         elif isinstance(data, dict) and TRIPWIRE_MIME in data:
             hits.append(data[TRIPWIRE_MIME])
+        elif isinstance(data, dict) and HINT_MIME in data:
+            hints.append(data[HINT_MIME])
         else:
             rest.append(output)
-    return rest, records, hits
+    return rest, records, hits, hints
 
 
 def _stop_kernel(client) -> None:
@@ -234,13 +239,15 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
             except asyncio.TimeoutError:
                 entry["status"] = "stuck"
             entry["seconds"] = round(time.monotonic() - started, 2)
-            outputs, records, hits = _take_channel_outputs(list(cell.get("outputs", [])))
+            outputs, records, hits, hints = _take_channel_outputs(list(cell.get("outputs", [])))
             for record in records[:2]:  # a second one is the grader's to flag
                 write_frame(outgoing, {"type": "record", "cell": cell.get("id"),
                                        "record": record})
             for hit in hits[:TRIPWIRES_PER_CELL]:
                 write_frame(outgoing, {"type": "tripwire", "cell": cell.get("id"),
                                        "hit": hit})
+            for note in hints[:HINTS_PER_CELL]:
+                write_frame(outgoing, {"type": "hint", "cell": cell.get("id"), "hint": note})
             cell.outputs, entry["dropped"] = _cap(outputs)
             entry["ename"], entry["evalue"] = _error(cell.outputs)
             if entry["status"] == "ok" and entry["ename"]:

@@ -116,7 +116,21 @@ def _item_line(item) -> str:
             line += f": {item.status}"
     if item.status not in ("pass", "veto") and item.message:  # vetoes get their own line
         line += f" - {item.message}"
+    if hints_text(item):
+        line += f" [{hints_text(item)}]"
     return line
+
+
+def hints_text(item) -> str:
+    """"hints opened: 2 of 3" when the run showed any of the item's hint levels, else ""."""
+    if not item.hints_opened or not item.hints_total:
+        return ""
+    opened = item.hints_opened
+    text = f"hints opened: {len(opened)} of {item.hints_total}"
+    if opened != list(range(1, len(opened) + 1)):  # not the first ones in order
+        text += " (level" + ("s " if len(opened) > 1 else " ") + \
+            ", ".join(str(level) for level in opened) + ")"
+    return text
 
 
 def submission_text(sub: Submission) -> str:
@@ -376,8 +390,10 @@ def _submission_details(sub: Submission) -> str:
         score = ("ok" if good else item.status) if item.kind == "veto" else \
             f"{item.earned:g}/{item.points:g} {'' if good else item.status}"
         reason = f"<pre class=\"reason\">{esc(item.message)}</pre>" if item.message else ""
+        hinted = f' <small class="hints">{esc(hints_text(item))}</small>' \
+            if hints_text(item) else ""
         items.append(f'<li class="{"pass" if good else "bad"}"><b>{esc(item.title)}</b>: '
-                     f"{esc(score)}{reason}</li>")
+                     f"{esc(score)}{hinted}{reason}</li>")
     notes = [*(f"veto: {v}" for v in sub.vetoes), *(f"tampered: {t}" for t in sub.tampering),
              *sub.problems, *sub.notes]
     opens = []

@@ -581,6 +581,14 @@ def scan_student_cells(cells: list[dict]) -> list[Finding]:
 REFERENCE_MODULES = ("flashcourse.reference", "flashcourse.kernels", "flashcourse.checks",
                      "flashcourse.checks.registry",
                      "flashcourse.checks.recording")
+# Modules among those that hold only data an answer may use: the table of tiles, warps and
+# stages (numbers and nothing else: no import, no function, so nothing to reach through it).
+DATA_MODULES = ("flashcourse.kernels.tiles",)
+
+
+def _names_reference(name: str) -> bool:
+    return name.startswith(REFERENCE_MODULES) and not any(
+        name == data or name.startswith(data + ".") for data in DATA_MODULES)
 # Library calls that compute what an exercise asks the student to write (private spellings
 # such as `torch._softmax` or aten's `_scaled_dot_product_flash_attention` count too).
 REFERENCE_ATTRIBUTES = {"scaled_dot_product_attention", "softmax", "log_softmax",
@@ -623,8 +631,7 @@ def _resolves_to_reference(dotted: str, aliases: dict[str, str]) -> bool:
     if not module:
         return False
     full = f"{module}.{rest}" if rest else module
-    return full.startswith(REFERENCE_MODULES) or \
-        _is_reference_attribute(module.rsplit(".", 1)[-1])
+    return _names_reference(full) or _is_reference_attribute(module.rsplit(".", 1)[-1])
 
 
 def _literal_lookups(node: ast.Call, aliases: dict[str, str]) -> list[tuple[ast.AST | None, str]]:
@@ -655,11 +662,12 @@ def _literal_lookups(node: ast.Call, aliases: dict[str, str]) -> list[tuple[ast.
 def _reference_in(node: ast.AST, aliases: dict[str, str]) -> str | None:
     """The reference `node` itself uses, in words; None when it uses none."""
     if isinstance(node, (ast.Import, ast.ImportFrom)):
-        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
-            [alias.name for alias in node.names]
-        if isinstance(node, ast.ImportFrom):
-            names += [f"{node.module}.{alias.name}" for alias in node.names]
-        return next((n for n in names if n.startswith(REFERENCE_MODULES)
+        if isinstance(node, ast.ImportFrom):  # what it binds: module.name, or all of module
+            names = [node.module or "" if alias.name == "*" else f"{node.module}.{alias.name}"
+                     for alias in node.names]
+        else:
+            names = [alias.name for alias in node.names]
+        return next((n for n in names if _names_reference(n)
                      or _is_reference_attribute(n.rsplit(".", 1)[-1])), None)
     if isinstance(node, ast.Call):
         applied = isinstance(node.func, ast.Call)  # attrgetter(...)(obj): its names seen inside

@@ -15,6 +15,7 @@ import math
 import os
 from pathlib import Path
 
+from .. import hints
 from ..blanks import BlankNotFilled
 from ..checks import numbers, recording, registry
 from .channel import Conversation
@@ -199,6 +200,7 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
             item.status, item.message = "refused", printable(job.refused[ex.id], 300)
         if item.status == "pass":
             item.earned = float(ex.points)
+        item.hints_total, item.hints_opened = hints_opened(ex.id, talk)
         if ex.kind == "veto" and item.status != "pass":
             why = item.message if item.status == "veto" else \
                 f"not answered ({item.status}): the misconception statements must be answered"
@@ -214,6 +216,13 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
         sub.status = PASS
     else:
         sub.status = FAIL
+
+
+def hints_opened(exercise_id: str, talk: Conversation) -> tuple[int, list[int]]:
+    """(the exercise's hint levels, the levels the run showed): a note for the reports only."""
+    total = hints.levels_of(exercise_id)
+    shown = talk.hints.get(exercise_id, set())
+    return total, sorted(level for level in shown if level <= total)
 
 
 def _why_not_run(run: dict | None, timeout: float) -> str:

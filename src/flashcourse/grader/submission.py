@@ -20,6 +20,8 @@ class ExerciseResult:
     earned: float = 0.0
     status: str = "not run"  # pass, wrong, blank, veto, error, timeout, not run
     message: str = ""
+    hints_opened: list[int] = field(default_factory=list)  # levels fc.hint showed in the run
+    hints_total: int = 0  # the exercise's hint levels (0: it has none)
 
 
 @dataclass

@@ -5,10 +5,11 @@ paged caches and float64 references. The kernels themselves are the lesson's exe
   documents packed into one sequence (`docs`); `classify_blocks` is the reference block map
   (`classify_rule` builds it without the dense mask) and `block_lists` turns it into the four
   arrays the sparse kernel walks (FlexAttention's BlockMask keeps the same four).
-* launchers: `launch_sparse`, `launch_gqa`, `launch_split_decode`, `launch_merge`,
-  `launch_paged_decode` pass strides and compile-time sizes; every tensor is an argument.
-* decoding: `split_count`, `splits_for` (how many splits fill the GPU), `paged_cache` (a cache
-  scattered into pages in a shuffled order, with NaN in every unused slot).
+* launchers: `launch_sparse`, `launch_gqa`, `launch_paged_split`, `launch_merge` pass
+  strides and compile-time sizes (every tensor is an argument); `paged_split_decode` runs a
+  split kernel and a merge kernel on a paged cache.
+* decoding: `split_count`, `paged_cache` (a cache scattered into pages in a shuffled order,
+  with NaN in every unused slot).
 * references (float64, on the CPU): `masked_reference`, `decode_reference`, `split_states`.
 """
 
@@ -19,7 +20,7 @@ import math
 import numpy as np
 import torch
 
-from .. import hardware, runtime
+from .. import runtime
 from ..models.matmul import cdiv
 from ..models.softmax_states import softmax_state
 from . import LOG2E, tiles
@@ -199,70 +200,96 @@ def split_count(n_max: int, split_size: int) -> int:
     return max(1, cdiv(n_max, split_size))
 
 
-def splits_for(batch: int, kv_heads: int, n: int, block_n: int, sms: int = hardware.H100_SMS,
-               waves: int = 2) -> int:
-    """Split size (a multiple of block_n) that gives about `waves` programs per SM: a batch
-    of one sequence with 8 K/V heads needs many splits, a batch of 64 none."""
-    programs = batch * kv_heads
-    wanted = max(1, cdiv(waves * sms, programs))
-    return max(block_n, cdiv(cdiv(n, wanted), block_n) * block_n)
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise runtime.CourseInputError(message)
 
 
-def launch_split_decode(kernel, q, k, v, lengths, m, l, o, split_size, block_n,
-                        sm_scale=None, num_warps=4, num_stages=2):
-    """How the grader launches your split-KV kernel: grid (splits, B * H_KV); q (B, H, D),
-    cache k, v (B, H_KV, N_max, D), lengths (B,) int32, states m, l (B, H, S), o (B, H, S, D)."""
-    runtime.check_block_size("BLOCK_N", block_n)
-    if split_size % block_n:
-        raise runtime.CourseInputError(f"split_size={split_size} must be a multiple of "
-                                       f"BLOCK_N={block_n}.")
+def _check_decode_inputs(q, k_pages, v_pages, page_table, lengths, m, l, o, split_size,
+                         block_n) -> None:
+    """Clear errors for the mistakes a caller makes with the paged split-KV launcher."""
+    _require(q.dim() == 3, f"q must be (B, H, D), one new token per sequence; got shape "
+             f"{tuple(q.shape)}.")
     B, H, D = q.shape
-    H_KV = k.shape[1]
-    if m.stride() != l.stride():
-        raise runtime.CourseInputError("m and l must share their strides.")
+    for name, pages in (("k_pages", k_pages), ("v_pages", v_pages)):
+        _require(pages.dim() == 4 and pages.shape[3] == D,
+                 f"{name} must be (num_pages, PAGE_SIZE, H_KV, D) with D = {D}; got shape "
+                 f"{tuple(pages.shape)}.")
+        _require(pages.stride(3) == 1, f"the last axis of {name} must be contiguous.")
+    _require(k_pages.shape == v_pages.shape, "k_pages and v_pages must have the same shape.")
+    H_KV = k_pages.shape[2]
+    _require(H % H_KV == 0, f"H={H} query heads must be a multiple of the H_KV={H_KV} "
+             "key/value heads.")
+    _require(q.stride(2) == 1, "the last axis of q must be contiguous.")
+    _require(page_table.dtype == torch.int32 and page_table.dim() == 2
+             and page_table.shape[0] == B,
+             f"page_table must be a (B, max_pages) = ({B}, ...) int32 tensor; got "
+             f"{page_table.dtype} of shape {tuple(page_table.shape)}.")
+    _require(page_table.stride(1) == 1, "the rows of page_table must be contiguous.")
+    _require(lengths.dtype == torch.int32 and tuple(lengths.shape) == (B,),
+             f"lengths must be a (B,) = ({B},) int32 tensor; got {lengths.dtype} of shape "
+             f"{tuple(lengths.shape)}.")
+    runtime.check_block_size("BLOCK_N", block_n)
+    runtime.check_block_size("PAGE_SIZE", k_pages.shape[1])
+    _require(split_size >= block_n and split_size % block_n == 0,
+             f"split_size={split_size} must be a positive multiple of BLOCK_N={block_n}.")
+    S = m.shape[-1]
+    _require(tuple(m.shape) == (B, H, S) and tuple(l.shape) == (B, H, S)
+             and tuple(o.shape) == (B, H, S, D),
+             f"the states must be m, l (B, H, S) and o (B, H, S, D) with B={B}, H={H}, "
+             f"D={D}; got {tuple(m.shape)}, {tuple(l.shape)}, {tuple(o.shape)}.")
+    _require(m.stride() == l.stride(), "m and l must share their strides.")
+    _require(o.stride(3) == 1, "the last axis of o must be contiguous.")
+    _require(all(x.dtype == torch.float32 for x in (m, l, o)), "m, l and o must be float32.")
+
+
+def launch_paged_split(kernel, q, k_pages, v_pages, page_table, lengths, m, l, o, split_size,
+                       block_n, sm_scale=None, num_warps=4, num_stages=2):
+    """How the grader launches your split kernel: grid (S, B * H_KV), S = m.shape[-1] splits.
+    q (B, H, D); pages (num_pages, PAGE_SIZE, H_KV, D); page_table (B, max_pages) int32;
+    lengths (B,) int32; states m, l (B, H, S) and o (B, H, S, D), float32."""
+    _check_decode_inputs(q, k_pages, v_pages, page_table, lengths, m, l, o, split_size,
+                         block_n)
+    B, H, D = q.shape
+    page_size, H_KV = k_pages.shape[1], k_pages.shape[2]
     kernel[(m.shape[-1], B * H_KV)](
-        q, k, v, lengths, m, l, o, q.stride(0), q.stride(1), *k.stride()[:3],
-        *v.stride()[:3], m.stride(0), m.stride(1), o.stride(2), o.stride(0), o.stride(1),
-        H, H_KV, _scale(D, sm_scale), D=D, GROUP=group_rows(H // H_KV),
+        q, k_pages, v_pages, page_table, lengths, m, l, o,
+        q.stride(0), q.stride(1), *k_pages.stride()[:3], *v_pages.stride()[:3],
+        page_table.stride(0), *m.stride(), *o.stride()[:3],
+        H, H_KV, _scale(D, sm_scale), D=D, GROUP=group_rows(H // H_KV), PAGE_SIZE=page_size,
         SPLIT_SIZE=split_size, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
 
 
 def launch_merge(kernel, m, l, o, out, num_warps=4):
-    """How the grader launches your merge kernel: one program per (batch, head)."""
+    """How the grader launches your merge kernel: one program per (batch, head); m, l
+    (B, H, S), o (B, H, S, D), out (B, H, D)."""
     B, H, S = m.shape
-    kernel[(B * H,)](m, l, o, out, m.stride(0), m.stride(1), o.stride(0), o.stride(1),
-                     o.stride(2), out.stride(0), out.stride(1), H, S, D=o.shape[-1],
-                     S_BLOCK=max(2, 1 << max(0, (S - 1).bit_length())), num_warps=num_warps)
+    _require(m.stride() == l.stride(), "m and l must share their strides.")
+    _require(tuple(o.shape[:3]) == (B, H, S) and tuple(out.shape) == (B, H, o.shape[-1]),
+             f"o must be (B, H, S, D) and out (B, H, D) with B={B}, H={H}, S={S}; got "
+             f"{tuple(o.shape)} and {tuple(out.shape)}.")
+    kernel[(B * H,)](m, l, o, out, *m.stride(), *o.stride()[:3], out.stride(0), out.stride(1),
+                     H, S, D=o.shape[-1], S_BLOCK=max(2, 1 << max(0, (S - 1).bit_length())),
+                     num_warps=num_warps)
 
 
-def split_decode(split_kernel, merge_kernel, q, k, v, lengths, split_size, block_n=None,
-                 sm_scale=None):
-    """Decode one token per sequence: split kernel, then merge kernel. Returns (B, H, D)."""
+def paged_split_decode(split_kernel, merge_kernel, q, k_pages, v_pages, page_table, lengths,
+                       split_size, block_n=None, sm_scale=None, max_len=None):
+    """Decode one token per sequence from a paged cache: your split kernel writes every
+    split's state, your merge kernel combines them. `max_len`: the longest a sequence may be
+    (default: all the table can address), which sets the number of splits. Returns the
+    output (B, H, D)."""
     block_n = block_n or tiles.DECODE_BLOCK_N[_where()]
     B, H, D = q.shape
-    splits = split_count(k.shape[2], split_size)
+    splits = split_count(max_len or page_table.shape[1] * k_pages.shape[1], split_size)
     m = torch.empty(B, H, splits, device=q.device, dtype=torch.float32)
     l = torch.empty_like(m)
     o = torch.empty(B, H, splits, D, device=q.device, dtype=torch.float32)
     out = torch.empty_like(q)
-    launch_split_decode(split_kernel, q, k, v, lengths, m, l, o, split_size, block_n, sm_scale)
+    launch_paged_split(split_kernel, q, k_pages, v_pages, page_table, lengths, m, l, o,
+                       split_size, block_n, sm_scale)
     launch_merge(merge_kernel, m, l, o, out)
     return out
-
-
-def launch_paged_decode(kernel, q, k_pages, v_pages, page_table, lengths, out, block_n,
-                        sm_scale=None, num_warps=4, num_stages=2):
-    """How the grader launches your paged kernel: one program per (sequence, K/V head);
-    pages (num_pages, PAGE_SIZE, H_KV, D), page_table (B, max_pages) int32."""
-    runtime.check_block_size("BLOCK_N", block_n)
-    B, H, D = q.shape
-    page_size, H_KV = k_pages.shape[1], k_pages.shape[2]
-    runtime.check_block_size("PAGE_SIZE", page_size)
-    kernel[(B * H_KV,)](
-        q, k_pages, v_pages, page_table, lengths, out, q.stride(0), q.stride(1),
-        *k_pages.stride()[:3], *v_pages.stride()[:3], page_table.stride(0), out.stride(0),
-        out.stride(1), H, H_KV, _scale(D, sm_scale), D=D, GROUP=group_rows(H // H_KV),
-        PAGE_SIZE=page_size, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
 
 
 # ---------------------------------------------------------------- paged caches

@@ -2,9 +2,10 @@
 
 Six code exercises: the block map of a mask (numpy) and the block-sparse kernel that walks only
 the listed key blocks (`masks.py`), the head arithmetic of grouped-query attention
-(`heads.py`), the split-KV decoding kernel that writes partial softmax states, the kernel that
-merges them and decoding through the page table of a paged cache (`decoding.py`); shared cases
-and helpers in `common.py`. Every kernel is launched by the grader
+(`heads.py`), and decoding written from scratch (`decoding.py`): the split size that fills the
+GPU, the kernel that decodes one split of a paged cache for a group of query heads and writes
+its partial softmax state, and the kernel that merges the states; shared cases and helpers in
+`common.py`. Every kernel is launched by the grader
 (`kernels.modern_attention.launch_*`) with inputs inside NaN padding and outputs inside
 canaries. Its self-check questions and veto misconceptions are data:
 self_checks/08-modern-attention.toml.
@@ -26,9 +27,10 @@ registry.exercise("modern-attention/sparse-kernel",
     masks.check_sparse)
 registry.exercise("modern-attention/gqa-kernel", "grouped-query heads in the kernel", 1,
                   kernel=True)(heads.check_gqa)
-registry.exercise("modern-attention/split-kv", "split-KV decoding: partial states", 1,
-                  kernel=True)(decoding.check_split)
-registry.exercise("modern-attention/merge-splits", "merge kernel for the split states", 1,
+registry.exercise("modern-attention/split-size", "a split size that fills the GPU", 1)(
+    decoding.check_split_size)
+registry.exercise("modern-attention/paged-split",
+                  "paged split-KV decoding of a group: partial states", 1, kernel=True)(
+    decoding.check_paged_split)
+registry.exercise("modern-attention/merge-states", "merge kernel for the split states", 1,
                   kernel=True)(decoding.check_merge)
-registry.exercise("modern-attention/paged-decode", "decoding through a page table", 1,
-                  kernel=True)(decoding.check_paged)

@@ -134,7 +134,7 @@ class MaskCase:
         return f"{self.kind} mask"
 
 
-# ---------------------------------------------------------------- 4. split-KV decoding
+# ---------------------------------------------------------------- decoding cases
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,14 +154,6 @@ class DecodeCase:
     @property
     def B(self) -> int:
         return len(self.lengths)
-
-    def label(self, number: int, total: int, paged: bool = False) -> str:
-        what = (f"page size {self.page_size}, pages out of order" if paged else
-                f"split size {self.split_size}")
-        return (f"case {number}/{total} (lengths {list(self.lengths)} in a cache of "
-                f"{self.n_max}, H={self.H}, H_KV={self.H_KV}, D={self.D}, "
-                f"{guards.dtype_name(self.dtype)}, {what}, BLOCK_N={self.block_n}"
-                f"{', scores ~1e3' if self.large else ''}, seed={self.seed})")
 
 
 def decode_inputs(case: DecodeCase):

@@ -1,15 +1,19 @@
-"""Lesson 8's decoding exercises: the split-KV kernel's partial states, the kernel that merges
-them, and decoding through the page table of a paged cache. The references are float64
-states and outputs (`kernels.modern_attention.split_states`, `decode_reference`)."""
+"""Lesson 8's decoding exercise, written from scratch: the split size that fills the GPU, the
+kernel that decodes one split of a paged cache for a whole group of query heads and writes its
+softmax state, and the kernel that merges the states. The references are float64 states and
+outputs (`kernels.modern_attention.split_states`, `decode_reference`); known mistakes are
+named by float64 states computed with the mistake made (`_split_mistakes`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import numpy as np
 import torch
 
 from ... import runtime
+from ...kernels import LOG2E
 from ...kernels import modern_attention as ma
 from ...models.softmax_states import merge_all, normalised, safe_max
 from .. import buffers, guards, registry
@@ -29,55 +33,312 @@ from .common import (
     tolerance,
 )
 
+# ---------------------------------------------------------------- the split size
+
+# (batch, kv_heads, max_len, num_sms, block_n)
+SPLIT_SIZE_CASES = [
+    (1, 8, 131072, 132, 64),  # one sequence, 8 K/V heads: many splits
+    (64, 8, 4096, 132, 64),  # the batch alone gives two waves: one split
+    (8, 32, 32768, 132, 64),  # 256 programs unsplit: a few splits
+    (1, 1, 100, 132, 16),  # too short for two waves: splits of one block
+    (2, 4, 5000, 108, 32),  # a cache that is no whole number of blocks
+    (3, 2, 777, 16, 16),
+]
+SPLIT_SIZE_HIDDEN = [
+    (1, 32, 131072, 132, 128),
+    (4, 8, 65536, 132, 64),
+    (16, 1, 1000, 78, 16),
+    (1, 4, 16, 132, 16),  # a cache of one block
+]
+
+
+def programs_of(batch: int, kv_heads: int, max_len: int, split_size: int) -> int:
+    """Programs of the split kernel: one per (split, sequence, K/V head)."""
+    return batch * kv_heads * ma.split_count(max_len, split_size)
+
+
+def split_size_reference(batch: int, kv_heads: int, max_len: int, num_sms: int,
+                         block_n: int) -> int:
+    """The largest whole number of blocks per split that still gives two waves of programs
+    (or one block per split when the cache is too short for two waves)."""
+    blocks = max(1, ma.cdiv(max_len, block_n))
+    target = min(2 * num_sms, batch * kv_heads * blocks)
+    size = blocks * block_n
+    while programs_of(batch, kv_heads, max_len, size) < target:
+        size -= block_n
+    return size
+
+
+def _split_size_problem(size, batch, kv_heads, max_len, num_sms, block_n) -> str | None:
+    """What is wrong with a split size for this shape, or None."""
+    blocks = max(1, ma.cdiv(max_len, block_n))
+    if size < block_n or size % block_n:
+        return (f"{size} keys is not a whole number of blocks of BLOCK_N={block_n}: the kernel "
+                f"walks a split one block at a time, and the launcher refuses it "
+                f"({SECTION_SPLIT}).")
+    if size > blocks * block_n:
+        return (f"{size} keys is more than the whole cache ({max_len} keys, {blocks} blocks): "
+                f"one split of the cache's blocks already holds every key ({SECTION_SPLIT}).")
+    programs = programs_of(batch, kv_heads, max_len, size)
+    target = min(2 * num_sms, batch * kv_heads * blocks)
+    if programs < target:
+        wave = (f"two waves on {num_sms} SMs" if target == 2 * num_sms else
+                "one block per split, the most this cache allows")
+        return (f"splits of {size} keys give {programs} programs for {num_sms} SMs, fewer than "
+                f"the {target} of {wave}: SMs sit idle and the step cannot reach the "
+                f"memory's bandwidth. Smaller splits give more programs ({SECTION_SPLIT}).")
+    larger = programs_of(batch, kv_heads, max_len, 4 * size)
+    if ma.split_count(max_len, size) > 1 and larger >= target:
+        return (f"splits of {size} keys give {programs} programs, and splits four times as "
+                f"large would still give {larger}, at least {target}: the extra splits only "
+                f"add states for the merge to read and write ({SECTION_MERGE}). The "
+                f"batch and the heads count towards the programs too ({SECTION_SPLIT}).")
+    return None
+
+
+def check_split_size(choose_split_size) -> str:
+    if not callable(choose_split_size):
+        raise registry.WrongAnswer("modern-attention/split-size: pass the function itself: "
+                                   'check("modern-attention/split-size", choose_split_size).')
+    cases = registry.with_hidden(SPLIT_SIZE_CASES, SPLIT_SIZE_HIDDEN)
+    for number, (batch, kv_heads, max_len, num_sms, block_n) in enumerate(cases, 1):
+        label = (f"case {number}/{len(cases)} (batch={batch}, kv_heads={kv_heads}, "
+                 f"max_len={max_len}, num_sms={num_sms}, block_n={block_n})")
+        size = registry.run_student(choose_split_size, label, batch, kv_heads, max_len,
+                                    num_sms, block_n)
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+            raise registry.WrongAnswer(f"{label}: return the split size as a whole number of "
+                                       f"keys (an int), not {type(size).__name__}.")
+        problem = _split_size_problem(int(size), batch, kv_heads, max_len, num_sms, block_n)
+        if problem:
+            raise registry.WrongAnswer(f"{label}: {problem}")
+    return passed(len(cases), "give whole blocks, two waves and no needless splits")
+
+
+# ---------------------------------------------------------------- the split kernel
+
+
 SPLIT_CASES = [
-    DecodeCase((64, 40), 2, 2, 64, seed=1),  # MHA, one split cut short
-    DecodeCase((100, 37, 5), 4, 2, 100, seed=2),  # GQA, ragged lengths, empty splits
-    DecodeCase((50,), 4, 1, 64, split_size=16, seed=3),  # MQA, batch 1
-    DecodeCase((90, 0), 2, 1, 96, split_size=48, seed=4),  # a sequence with no key
+    # MHA, pages as large as BLOCK_N, a one-page sequence
+    DecodeCase((64, 40, 9), 2, 2, 64, seed=1, page_size=16),
+    # GQA, ragged lengths, splits with no key, pages smaller than BLOCK_N (a block spans two)
+    DecodeCase((100, 37, 5), 4, 2, 100, seed=2, page_size=8),
+    # MQA, batch 1, pages larger than BLOCK_N (a page boundary inside a split)
+    DecodeCase((50,), 4, 1, 64, split_size=16, seed=3, page_size=32),
+    # a sequence with no key at all, pages of 4
+    DecodeCase((90, 0), 2, 1, 96, split_size=48, seed=4, page_size=4),
+    # groups of 2 over 3 K/V heads, fp16, scores of about 1e3
     DecodeCase((77, 64), 6, 3, 80, D=32, dtype=torch.float16, seed=5, large=True),
 ]
 SPLIT_HIDDEN = [
-    DecodeCase((128, 1, 65), 8, 2, 128, split_size=64, seed=101),
-    DecodeCase((33, 31), 2, 2, 40, split_size=16, dtype=torch.float16, seed=102),
+    DecodeCase((128, 1, 65), 8, 2, 128, split_size=64, seed=101, page_size=4),
+    DecodeCase((33, 31), 2, 2, 40, split_size=16, dtype=torch.float16, seed=102,
+               page_size=64),
+    DecodeCase((0, 45), 9, 3, 48, split_size=16, seed=103, page_size=8),
 ]
 
 
-def _split_mistakes(case: DecodeCase, q, k, v, lengths):
-    """(candidate (m, l, o), hint) of the known mistakes of the split kernel."""
-    group = case.H // case.H_KV
-    m, l, o = ma.split_states(q, k, v, lengths, case.split_size)
-    mistakes = [((m, l, normalised(l, o)),
-                 "o is stored divided by l: a split's state is unnormalised (the merge "
-                 f"rescales it and divides once, at the end) ({SECTION_SPLIT}).")]
+def paged_label(case: DecodeCase, number: int, total: int) -> str:
+    return (f"case {number}/{total} (lengths {list(case.lengths)} in pages of "
+            f"{case.page_size} keys out of order, H={case.H}, H_KV={case.H_KV}, D={case.D}, "
+            f"{guards.dtype_name(case.dtype)}, split size {case.split_size}, "
+            f"BLOCK_N={case.block_n}{', scores ~1e3' if case.large else ''}, seed={case.seed})")
+
+
+def _read_through(case, k, lengths, k_pages, table, address_of):
+    """The cache as a kernel sees it that reads position pos of sequence b from row
+    address_of(b, pos) of the flat pool (NaN outside the pool)."""
+    total = k_pages.shape[0] * case.page_size
+    flat = k_pages.double().reshape(total, case.H_KV, case.D)
+    seen = torch.full(k.shape, float("nan"), dtype=torch.float64)
+    for b in range(case.B):
+        for pos in range(int(lengths[b])):
+            row = address_of(b, pos)
+            if 0 <= row < total:
+                seen[b, :, pos] = flat[row]
+    return seen
+
+
+def _zero_keys_counted(case, m, l, o, lengths):
+    """States where the positions of a split's last block past its end count as keys of
+    score 0 and value 0 (masked loads, scores left unmasked)."""
+    m, l, o = m.copy(), l.copy(), o.copy()
+    with np.errstate(all="ignore"):
+        for b, n in enumerate(lengths):
+            for s in range(m.shape[-1]):
+                lo, hi = s * case.split_size, min((s + 1) * case.split_size, int(n))
+                if lo >= hi:
+                    continue
+                extra = ma.cdiv(hi - lo, case.block_n) * case.block_n - (hi - lo)
+                if not extra:
+                    continue
+                top = np.maximum(m[b, :, s], 0.0)
+                scale = np.exp(m[b, :, s] - top)
+                l[b, :, s] = l[b, :, s] * scale + extra * np.exp(-top)
+                o[b, :, s] = o[b, :, s] * scale[:, None]
+                m[b, :, s] = top
+    return m, l, o
+
+
+def _max_from_zero(m, l, o):
+    """States of a running max that starts at 0 instead of -inf."""
+    with np.errstate(all="ignore"):
+        top = np.maximum(m, 0.0)
+        scale = np.exp(m - top)
+        return top, l * scale, o * scale[..., None]
+
+
+def _split_mistakes(case, q, k, v, lengths, k_pages, v_pages, table):
+    """(candidate (m, l, o), hint) of the known mistakes of the paged split kernel."""
+    group, size, page = case.H // case.H_KV, case.split_size, case.page_size
+
+    def states(**kwargs):
+        return ma.split_states(q, k, v, lengths, size, **kwargs)
+
+    def through(address_of):
+        kk = _read_through(case, k, lengths, k_pages, table, address_of)
+        vv = _read_through(case, v, lengths, v_pages, table, address_of)
+        return ma.split_states(q, kk, vv, lengths, size)
+
+    m, l, o = states()
+    divided = ("o is stored divided by l: a split's state is unnormalised; the merge rescales "
+               f"it and divides once, at the end ({SECTION_SPLIT}).")
+    with np.errstate(all="ignore"):
+        mistakes = [((m, l, normalised(l, o)), divided), ((m, l, o / l[..., None]), divided)]
+    mistakes += [
+        ((m * LOG2E, l, o),
+         "m is in base-2 units (the max of the scores times log2(e)); the state is lesson "
+         "5's, in natural units, so that any merge of states can combine it "
+         f"({SECTION_SPLIT})."),
+        (states(sm_scale=1.0),
+         f"the scores are not multiplied by sm_scale, the scale the launcher passes "
+         f"({SECTION_SPLIT})."),
+        (_zero_keys_counted(case, m, l, o, lengths),
+         "positions of a split's last block past the sequence's end count as keys: their "
+         "loads give 0, and a score of 0 still gets a weight in the softmax unless it is "
+         f"-inf ({SECTION_SPLIT})."),
+        (_max_from_zero(m, l, o),
+         "the running max starts at 0 instead of -inf: a split with no key must store the "
+         "empty state (-inf, 0, 0), which the merge ignores, and a split whose scores are all "
+         f"negative is measured against the wrong max ({SECTION_SPLIT})."),
+        (through(lambda b, p: p),
+         "each position is read as if the pages of a sequence lay one after another from "
+         "page 0: the page number comes from the page table, which scatters a sequence's "
+         f"pages over the pool ({SECTION_PAGED})."),
+        (through(lambda b, p: int(table[b, p // page]) * page + p),
+         "the slot inside the page is wrong: a page holds PAGE_SIZE positions, and each "
+         f"position has its place inside its own page ({SECTION_PAGED})."),
+        (through(lambda b, p: int(table[0, p // page]) * page + p % page),
+         "every sequence reads the page table row of sequence 0: each sequence has its own "
+         f"row, found with the table's row stride ({SECTION_PAGED})."),
+        (through(lambda b, p: int(table[b, p // case.block_n]) * page + p % page),
+         "the table entry of a position is found with BLOCK_N: a page holds PAGE_SIZE keys "
+         f"whatever the block size ({SECTION_PAGED})."),
+    ]
     if group > 1 and case.H_KV > 1:
-        wrong = ma.split_states(q, k, v, lengths, case.split_size,
-                                head_of=lambda h: h % case.H_KV)
-        mistakes.append((wrong, "the query heads of K/V head kv_h are kv_h * group + g, "
-                                f"g = 0 .. group - 1 ({SECTION_GQA})."))
-    if case.split_size != case.block_n:
-        wrong = ma.split_states(q, k, v, lengths, case.split_size,
-                                start_of=lambda s: s * case.block_n)
-        mistakes.append((wrong, "split s starts at key s * SPLIT_SIZE, not s * BLOCK_N: the "
-                                f"splits are SPLIT_SIZE keys apart ({SECTION_SPLIT})."))
+        mistakes.append((states(head_of=lambda h: h % case.H_KV),
+                         "the query heads of a group are not the ones that read this K/V "
+                         "head: a group is made of consecutive query heads "
+                         f"({SECTION_GQA})."))
+    if size != case.block_n:
+        mistakes.append((states(start_of=lambda s: s * case.block_n),
+                         "the splits start BLOCK_N keys apart instead of SPLIT_SIZE keys: "
+                         f"they overlap and miss the end of the cache ({SECTION_SPLIT})."))
     return mistakes
 
 
-def check_split(kernel) -> str:
-    guards.require_jit_kernel(kernel, "modern-attention/split-kv")
+def _split_of_the_end(case, lengths, splits) -> np.ndarray:
+    """(B, S) True for the splits a sequence's end cuts short or leaves empty."""
+    starts = np.arange(splits) * case.split_size
+    ends = np.asarray([int(n) for n in lengths])[:, None]
+    return starts[None, :] + case.split_size > ends
+
+
+def _spoiled(m, l, o) -> np.ndarray:
+    """(B, H, S) True where a state holds a NaN anywhere."""
+    return np.isnan(m) | np.isnan(l) | np.isnan(o).any(axis=-1)
+
+
+def _same_states(got, candidate, tol: float) -> bool:
+    """The states agree: NaN in the same states (where a NaN lands inside a state depends on
+    how the max treats it) and close values everywhere else."""
+    got_bad, cand_bad = _spoiled(*got), _spoiled(*candidate)
+    if got_bad.shape != cand_bad.shape or not np.array_equal(got_bad, cand_bad):
+        return False
+    keep = ~got_bad
+    return all(close(np.asarray(a)[keep], np.asarray(b)[keep], tol)
+               for a, b in zip(got, candidate, strict=True))
+
+
+def _mistake_tolerance(case) -> float:
+    """How close an output must be to a simulated mistake to be named as it: this dtype's
+    rounding, and on a GPU TF32's for float32 (tl.dot), so either runtime names the same."""
+    return max(2e-3, 2 * max(tolerance(case.dtype)))
+
+
+def _diagnose_split(got, expected, case, q, k, v, lengths, k_pages, v_pages, table) -> str:
+    tol = _mistake_tolerance(case)
+    for candidate, hint in _split_mistakes(case, q, k, v, lengths, k_pages, v_pages, table):
+        if _same_states(got, candidate, tol):
+            return "Likely mistake: " + hint
+    m, l, o = got
+    if m.shape[-1] > 1 and not np.isnan(m[..., 0]).any() and np.isnan(m[..., 1:]).all():
+        return ("Likely mistake: only split 0's states were written: each split stores at its "
+                f"own index along the states' split axis ({SECTION_SPLIT}).")
+    empty = np.isneginf(expected[0])
+    if empty.any() and np.isnan(m[empty]).all() and not np.isnan(m[~empty]).any():
+        return ("Likely mistake: the splits with no key (past a sequence's end) never stored "
+                "their state (it still holds the grader's NaN): every program stores one, "
+                f"and an empty split's is the empty state (-inf, 0, 0) ({SECTION_SPLIT}).")
+    if empty.any() and not np.isneginf(m[empty]).all():
+        return ("Likely mistake: a split with no key must store the empty state "
+                f"(m = -inf, l = 0, o = 0), which the merge ignores ({SECTION_SPLIT}).")
+    bad = _spoiled(m, l, o).any(axis=1)  # (B, S)
+    if bad.any():
+        if (bad <= _split_of_the_end(case, lengths, m.shape[-1])).all():
+            return ("Likely mistake: a split read keys past its sequence's length (the grader "
+                    "fills every slot and page a sequence does not own with NaN): a split ends "
+                    "where the sequence ends, and the last block masks its loads there "
+                    f"({SECTION_SPLIT}).")
+        return ("Likely mistake: keys were read from a page or a slot they do not live in "
+                "(the grader fills every unused page, slot and table entry with NaN): find "
+                "each position's page through its sequence's row of the table, then its slot, "
+                f"with the pool's own strides ({SECTION_PAGED}).")
+    if close(m, expected[0], tol) and not close(l, expected[1], tol):
+        return ("Likely mistake: the running max is right but the sums are not: check the "
+                f"rescaling of l and o when the max grows ({SECTION_SPLIT}).")
+    return ("Hint: split s covers the keys from s * SPLIT_SIZE up to the end of the split or "
+            "of the sequence, whichever comes first, read through the page table; it stores "
+            f"the running max, the running sum and the unnormalised output ({SECTION_SPLIT}, "
+            f"{SECTION_PAGED}).")
+
+
+def paged_inputs(case: DecodeCase):
+    """q, the contiguous cache k, v (NaN past each length), lengths, and the same cache in
+    shuffled pages with its table and the NaN page."""
+    q, k, v, lengths = decode_inputs(case)
+    k_pages, v_pages, table, nan_page = ma.paged_cache(k, v, case.lengths, case.page_size,
+                                                      seed=registry.case_seed(case.seed))
+    return q, k, v, lengths, k_pages, v_pages, table, nan_page
+
+
+def check_paged_split(kernel) -> str:
+    guards.require_jit_kernel(kernel, "modern-attention/paged-split")
     cases = registry.with_hidden(SPLIT_CASES, SPLIT_HIDDEN)
     for number, case in enumerate(cases, 1):
-        label = case.label(number, len(cases))
-        q, k, v, lengths = decode_inputs(case)
+        label = paged_label(case, number, len(cases))
+        q, k, v, lengths, k_pages, v_pages, table, nan_page = paged_inputs(case)
         qp = buffers.poisoned(q.to(device()))
-        kp, vp = (guards.place_heads(x, "bhnd", case.block_n) for x in (k, v))
+        kp = buffers.poisoned(k_pages.to(device()), pad_rows=case.block_n)
+        vp = buffers.poisoned(v_pages.to(device()), pad_rows=case.block_n)
+        table_t, lengths_t = fenced(table, nan_page), fenced(lengths, 0)
         splits = ma.split_count(case.n_max, case.split_size)
         m = buffers.Canaried((case.B, case.H, splits), torch.float32, device())
         l = buffers.Canaried((case.B, case.H, splits), torch.float32, device())
         o = buffers.Canaried((case.B, case.H, splits, case.D), torch.float32, device())
-        lengths_t = fenced(lengths, 0)
-        runtime.check_tensors(qp, kp, vp, names=("q", "k", "v"), dot=True)
-        launch(label, ma.launch_split_decode, kernel, qp, kp, vp, lengths_t, m.tensor,
-                l.tensor, o.tensor, case.split_size, case.block_n)
+        runtime.check_tensors(qp, kp, vp, names=("q", "k_pages", "v_pages"), dot=True)
+        launch(label, ma.launch_paged_split, kernel, qp, kp, vp, table_t, lengths_t, m.tensor,
+               l.tensor, o.tensor, case.split_size, case.block_n)
         for buffer, name in ((m, "m"), (l, "l"), (o, "o")):
             buffer.verify(f"{label}, the states' {name}")
         expected = ma.split_states(q, k, v, lengths, case.split_size)
@@ -88,41 +349,13 @@ def check_split(kernel) -> str:
                 registry.compare(mine, ref, f"{label}, the states' {name}", atol=atol,
                                  rtol=rtol)
             except registry.WrongAnswer as err:
-                raise registry.WrongAnswer(
-                    f"{err}\n{_diagnose_split(got, expected, case, q, k, v, lengths)}"
-                ) from None
-    return passed(len(cases), "give every split's (m, l, o)")
+                hint = _diagnose_split(got, expected, case, q, k, v, lengths, k_pages,
+                                       v_pages, table)
+                raise registry.WrongAnswer(f"{err}\n{hint}") from None
+    return passed(len(cases), "give every split's (m, l, o) through the page table")
 
 
-def _diagnose_split(got, expected, case, q, k, v, lengths) -> str:
-    m, l, o = got
-    if m.shape[-1] > 1 and not np.isnan(m[..., 0]).any() and np.isnan(m[..., 1:]).all():
-        return ("Likely mistake: the states of splits 1, 2, ... were never written (they still "
-                "hold the grader's NaN): each split stores at its own index, b * smb + heads * "
-                f"smh + split ({SECTION_SPLIT}).")
-    if np.isnan(o).any() or np.isnan(l).any():
-        return ("Likely mistake: the split holding a sequence's last key read past its length "
-                "(the grader puts NaN in every slot past it): the split ends at the smaller of "
-                "lo + SPLIT_SIZE and seq_len, and the last block masks keys at or past that "
-                f"end ({SECTION_SPLIT}).")
-    empty = np.isneginf(expected[0])
-    if empty.any() and not np.isneginf(m[empty]).all():
-        return ("Likely mistake: a split past a sequence's length must store the empty state "
-                f"(m = -inf, l = 0, o = 0) ({SECTION_SPLIT}).")
-    for candidate, hint in _split_mistakes(case, q, k, v, lengths):
-        if all(close(a, np.asarray(b)) for a, b in zip(got, candidate, strict=True)):
-            return "Likely mistake: " + hint
-    cut = ma.split_states(q, k, v, lengths, case.split_size)
-    if close(m, cut[0]) and not close(l, cut[1]):
-        return ("Likely mistake: the running max is right but the sums are not: scores of keys "
-                "past the split's end must be -inf before the softmax update, or the loaded 0s "
-                f"count as keys ({SECTION_SPLIT}).")
-    return ("Hint: split s covers keys [s * SPLIT_SIZE, min((s + 1) * SPLIT_SIZE, seq_len)) and "
-            "stores its running max, running sum and unnormalised accumulator "
-            f"({SECTION_SPLIT}).")
-
-
-# ---------------------------------------------------------------- 5. merging the splits
+# ---------------------------------------------------------------- merging the splits
 
 
 MERGE_CASES = [
@@ -161,22 +394,31 @@ def merge_candidate(m, l, o, mistake: str) -> np.ndarray:
             w = np.exp(safe_max(top) - m)
             w = np.where(np.isneginf(m), 0.0, w)
             return normalised((w * l).sum(-1), (w[..., None] * o).sum(-2))
+        if mistake == "mean_of_splits":
+            has_key = l > 0
+            each = np.where(has_key[..., None], o / np.where(has_key, l, 1.0)[..., None], 0.0)
+            count = np.maximum(has_key.sum(-1), 1)[..., None]
+            return each.sum(-2) / count
     raise KeyError(mistake)
 
 
 MERGE_MISTAKES = {
     "no_rescale": "the states are added without rescaling: each split's l and o were measured "
                   f"against its own max; bring them to the common max first ({SECTION_MERGE}).",
-    "no_guard": "a sequence with no key at all (every split empty) comes out NaN: use a safe max "
-                f"(0 when every m is -inf) and divide by 1 where l is 0 ({SECTION_MERGE}).",
+    "no_guard": "a sequence with no key at all (every split empty) comes out NaN: its max is "
+                "-inf, and the weights and the final division need lesson 5's guards "
+                f"({SECTION_MERGE}).",
     "pad_zero": "the lanes past the last split load m as 0, not -inf: 0 then wins the max, and "
-                "the real states underflow when their scores are far below 0. Padding must load "
-                f"as -inf (and l, o as 0) ({SECTION_MERGE}).",
+                "the real states underflow when their scores are far below 0. Padding lanes "
+                f"must load the empty state ({SECTION_MERGE}).",
     "no_divide": f"the merged o is stored without dividing by the merged l ({SECTION_MERGE}).",
     "o_not_rescaled": "l is rescaled but o is not: both need the same per-split weights "
                       f"({SECTION_MERGE}).",
-    "flipped": "the weights point the wrong way: exp(m_s - m) brings split s down to the "
-               f"common max (a factor of at most 1) ({SECTION_MERGE}).",
+    "flipped": "the weights point the wrong way: bringing a split to the common max is a "
+               f"factor of at most 1 ({SECTION_MERGE}).",
+    "mean_of_splits": "each split is normalised on its own and the results averaged: splits "
+                      "weigh by their share of the softmax's sum, so the division comes once, "
+                      f"after the merged sum ({SECTION_MERGE}).",
 }
 
 
@@ -191,11 +433,11 @@ def _shifted_states(case: DecodeCase):
 
 
 def check_merge(kernel) -> str:
-    guards.require_jit_kernel(kernel, "modern-attention/merge-splits")
+    guards.require_jit_kernel(kernel, "modern-attention/merge-states")
     cases = registry.with_hidden(MERGE_CASES, MERGE_HIDDEN)
     for number, case in enumerate(cases, 1):
         splits = ma.split_count(case.n_max, case.split_size)
-        label = (f"case {number}/{len(cases)} ({case.B} sequences of lengths "
+        label = (f"case {number}/{len(cases)} ({case.B} sequence{'s' * (case.B > 1)} of lengths "
                  f"{list(case.lengths)}, H={case.H}, D={case.D}, {splits} splits of "
                  f"{case.split_size} keys{', scores near -500' if case.large else ''}, "
                  f"seed={case.seed})")
@@ -215,120 +457,9 @@ def check_merge(kernel) -> str:
             candidates = [(merge_candidate(m32, l32, o32, name), why)
                           for name, why in MERGE_MISTAKES.items()]
             hint = named(got, candidates, (
-                "Hint: m = max of the splits' m; weight_s = exp(m_s - m) (m safe when every "
-                "m_s is -inf); l = sum weight_s l_s; o = sum weight_s o_s / l "
-                f"({SECTION_MERGE})."),
+                "Hint: the merge is lesson 5's, over S states at once: a common max (safe "
+                "when every split is empty), every split brought to it, the sums added, one "
+                f"division at the end ({SECTION_MERGE})."),
                 tol=1e-4)
             raise registry.WrongAnswer(f"{err}\n{hint}") from None
     return passed(len(cases), "merge to attention over the whole cache")
-
-
-# ---------------------------------------------------------------- 6. the paged cache
-
-
-PAGED_CASES = [
-    DecodeCase((64, 40, 9), 2, 2, 64, seed=21),  # pages out of order, MHA, a one-page sequence
-    DecodeCase((37, 100, 5), 4, 2, 100, seed=22, page_size=16),  # lengths not whole pages
-    DecodeCase((50,), 4, 1, 64, seed=23, page_size=8, block_n=16),  # a block spans two pages
-    DecodeCase((90, 0), 2, 1, 96, seed=24, page_size=32, block_n=16),  # a sequence with no key
-    DecodeCase((45, 61), 6, 3, 64, D=32, dtype=torch.float16, seed=25, page_size=16),
-]
-PAGED_HIDDEN = [
-    DecodeCase((3, 129, 16), 8, 2, 129, seed=121, page_size=4, block_n=16),
-    DecodeCase((70,), 2, 2, 70, dtype=torch.float16, seed=122, page_size=64, block_n=16,
-               large=True),
-]
-
-
-def _zero_keys_counted(q, k, v, lengths, block_n: int) -> np.ndarray:
-    """Decoding where the positions past each length, up to the end of the last block of
-    BLOCK_N, count as keys whose key and value are 0 (masked loads, scores not masked)."""
-    rounded = [ma.cdiv(int(n), block_n) * block_n for n in lengths]
-    size = max(rounded + [1])
-    kk = torch.zeros(*k.shape[:2], size, k.shape[3], dtype=torch.float64)
-    vv = torch.zeros_like(kk)
-    for b, n in enumerate(lengths):
-        kk[b, :, :int(n)] = k[b, :, :int(n)].double()
-        vv[b, :, :int(n)] = v[b, :, :int(n)].double()
-    return ma.decode_reference(q, kk, vv, rounded).numpy()
-
-
-def _paged_candidates(case, q, k, v, lengths, k_pages, v_pages, table):
-    """(candidate output, hint) of the known mistakes of the paged kernel."""
-    B = case.B
-    page_size = case.page_size
-    total = k_pages.shape[0]
-    flat_k = k_pages.double().reshape(total * page_size, case.H_KV, case.D)
-    flat_v = v_pages.double().reshape(total * page_size, case.H_KV, case.D)
-
-    def through(address_of):
-        """Attention over keys read from the flat page storage at address_of(b, pos)."""
-        kk = torch.zeros_like(k.double())
-        vv = torch.zeros_like(v.double())
-        for b in range(B):
-            for pos in range(int(lengths[b])):
-                a = address_of(b, pos)
-                inside = 0 <= a < total * page_size
-                kk[b, :, pos] = flat_k[a] if inside else float("nan")
-                vv[b, :, pos] = flat_v[a] if inside else float("nan")
-        return ma.decode_reference(q, kk, vv, lengths, keep_nan=True).numpy()
-
-    return [
-        (_zero_keys_counted(q, k, v, lengths, case.block_n),
-         "the scores of the positions past seq_len in the last block are not -inf: their keys "
-         "load as 0, and a score of 0 counts as a key with weight exp(0 - m) "
-         f"({SECTION_PAGED})."),
-        (through(lambda b, p: p),
-         "the page number is the position's page index itself: look it up in the page "
-         "table, page = Pages[b, pos // PAGE_SIZE] (the pages of a sequence are scattered) "
-         f"({SECTION_PAGED})."),
-        (through(lambda b, p: int(table[b, p // page_size]) * page_size + p),
-         "the slot inside the page is the position itself: it is pos % PAGE_SIZE "
-         f"({SECTION_PAGED})."),
-        (through(lambda b, p: int(table[0, p // page_size]) * page_size + p % page_size),
-         "every sequence reads the page table of sequence 0: its row starts at Pages + b * "
-         f"s_pages ({SECTION_PAGED})."),
-        (through(lambda b, p: int(table[b, p // case.block_n]) * page_size + p % page_size),
-         "the page index divides the position by BLOCK_N, not by PAGE_SIZE: a page holds "
-         f"PAGE_SIZE keys whatever the block size ({SECTION_PAGED})."),
-    ]
-
-
-def check_paged(kernel) -> str:
-    guards.require_jit_kernel(kernel, "modern-attention/paged-decode")
-    cases = registry.with_hidden(PAGED_CASES, PAGED_HIDDEN)
-    for number, case in enumerate(cases, 1):
-        label = case.label(number, len(cases), paged=True)
-        q, k, v, lengths = decode_inputs(case)
-        k_pages, v_pages, table, nan_page = ma.paged_cache(k, v, case.lengths, case.page_size,
-                                                    seed=registry.case_seed(case.seed))
-        qp = buffers.poisoned(q.to(device()))
-        kp = buffers.poisoned(k_pages.to(device()), pad_rows=case.block_n)
-        vp = buffers.poisoned(v_pages.to(device()), pad_rows=case.block_n)
-        table_t, lengths_t = fenced(table, nan_page), fenced(lengths, 0)
-        out = buffers.Canaried((case.B, case.H, case.D), case.dtype, device())
-        runtime.check_tensors(qp, kp, vp, names=("q", "k_pages", "v_pages"), dot=True)
-        launch(label, ma.launch_paged_decode, kernel, qp, kp, vp, table_t, lengths_t,
-                out.tensor, case.block_n)
-        out.verify(label)
-        expected = ma.decode_reference(q, k, v, lengths).numpy()
-        got = out.tensor.detach().cpu().double().numpy()
-        atol, rtol = tolerance(case.dtype)
-        try:
-            registry.compare(got, expected, label, atol=atol, rtol=rtol)
-        except registry.WrongAnswer as err:
-            candidates = _paged_candidates(case, q, k, v, lengths, k_pages, v_pages, table)
-            where = ("Key position pos of sequence b lives in page Pages[b, pos // PAGE_SIZE], "
-                     "slot pos % PAGE_SIZE; K and V each use their own page and slot strides "
-                     f"({SECTION_PAGED}).")
-            fallback = ("Likely mistake: a key or value was read from a page or slot it does "
-                        "not live in (the grader fills unused pages and slots with NaN). "
-                        + where if np.isnan(got).any() else "Hint: " + where)
-            empty = np.asarray(case.lengths) == 0
-            if empty.any() and np.isnan(got[empty]).all() and not np.isnan(got[~empty]).any():
-                fallback = ("Likely mistake: a sequence with no key (length 0) comes out NaN "
-                            "(0 / 0): its output must be 0, as in exercise 2: divide by a sum "
-                            f"that is 1 where it is 0 ({SECTION_PAGED}).")
-            hint = named(got, candidates, fallback)
-            raise registry.WrongAnswer(f"{err}\n{hint}") from None
-    return passed(len(cases), "match attention over each sequence's keys")

@@ -64,9 +64,9 @@ def _gqa_mistakes(H: int, H_KV: int):
     group = H // H_KV
     return [
         (lambda h: h % H_KV, lambda h: h % H_KV,
-         "query heads are dealt to the K/V heads in turn (h % H_KV). The convention of "
-         "PyTorch's enable_gqa, and of the models' weights, puts the group's heads next to "
-         f"each other: head h reads K/V head h // (H // H_KV) ({SECTION_GQA})."),
+         "query heads are dealt to the K/V heads in turn, like cards. The convention of "
+         "PyTorch's enable_gqa, and of the models' weights, makes a group of consecutive "
+         f"query heads share one K/V head ({SECTION_GQA})."),
         (lambda h: h // H_KV, lambda h: h // H_KV,
          "the head is divided by the number of K/V heads, not by the group size H // H_KV "
          f"({SECTION_GQA})."),
@@ -104,11 +104,12 @@ def check_gqa(kernel) -> str:
                     candidates.append((candidate, why))
             fallback = (
                 "Likely mistake: some query heads read K/V rows that do not exist (the grader "
-                f"puts NaN after the {case.H_KV} K/V heads): query head h reads head "
-                "h // (H // H_KV), and the K and V pointers use K's and V's own batch and "
-                f"head strides ({SECTION_GQA})."
+                f"puts NaN after the {case.H_KV} K/V heads): a K/V head number lies between 0 "
+                "and H_KV - 1, and the K and V pointers use K's and V's own batch and head "
+                f"strides ({SECTION_GQA})."
                 if np.isnan(got).any() else
-                "Hint: query head h reads K/V head h // (H // H_KV), and the K/V pointers "
-                f"use K's and V's own batch and head strides ({SECTION_GQA}).")
+                "Hint: the query heads of a group are not the ones reading this K/V head, or "
+                "the K/V pointers do not use K's and V's own batch and head strides "
+                f"({SECTION_GQA}).")
             raise registry.WrongAnswer(f"{err}\n{named(got, candidates, fallback)}") from None
     return passed(len(cases), "match SDPA with enable_gqa=True")

@@ -137,7 +137,8 @@ def check_block_map(block_map) -> str:
                 raise
             raise registry.WrongAnswer(
                 f"{err}\nHint: the padded mask must be as wide as the key blocks cover, at "
-                "least n_k: round the block counts up (-(-n // block)).") from None
+                "least n_k: round the block counts up (a cut-off last block is still a "
+                "block).") from None
         if not np.array_equal(mask, original):
             raise registry.WrongAnswer(f"{label}: your function modified the mask in place.")
         expected = ma.classify_blocks(mask, block_m, block_n)
@@ -147,8 +148,8 @@ def check_block_map(block_map) -> str:
             rounded_down = got_array.ndim == 2 and any(
                 g == f != e
                 for g, f, e in zip(got_array.shape, floor, expected.shape, strict=True))
-            hint = ("a cut-off last block counts as a block: round the block counts up "
-                    "(-(-n // block))" if rounded_down else
+            hint = ("a cut-off last block counts as a block: round the block counts up"
+                    if rounded_down else
                     "one row per query block, one column per key block")
             raise registry.WrongAnswer(f"{label}: the map has shape {got_array.shape}, "
                                        f"expected {expected.shape}: {hint}.")
@@ -290,17 +291,17 @@ SPARSE_MISTAKES = [
     (dict(use_full=False),
      f"only the PARTIAL blocks are visited: the FULL blocks are missing ({SECTION_SPARSE})."),
     (dict(row0_lists=True),
-     "every query block walks the key blocks of query block 0: the counts and the index row "
-     "of query block start_m begin at counts + start_m and index + start_m * index_stride "
+     "every query block walks the key blocks of query block 0: each query block has its own "
+     "count and its own row of the index, one row stride apart "
      f"({SECTION_SPARSE})."),
     (dict(scaled_index=False),
-     "the index holds key block numbers, not key positions: the first key of listed block "
-     f"j is j * BLOCK_N ({SECTION_SPARSE})."),
+     "the index holds key block numbers, not key positions: a listed block number still has "
+     f"to become the position of the block's first key ({SECTION_SPARSE})."),
     (dict(swap_window=True),
-     "the window's sides are swapped: a query at row r sees keys c with r - left <= c <= "
-     f"r + right, so c - r <= right and r - c <= left ({SECTION_MASKS})."),
+     "the window's sides are swapped: `left` bounds how far back a query sees, `right` how "
+     f"far ahead ({SECTION_MASKS})."),
     (dict(pad_doc=0),
-     "keys past N get document 0: the document ids past N must load as -1, which no query "
+     "keys past N get document 0: the document ids past N must load as an id no query "
      "matches, so that the padding keys (loaded as 0, a score of 0) stay hidden "
      f"({SECTION_SPARSE})."),
     (dict(use_docs=False),

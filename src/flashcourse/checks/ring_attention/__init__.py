@@ -6,8 +6,9 @@ loopback) that the check starts itself: the ring forward with its merge of parti
 (`causal.py`), and the ring backward (`backward.py`). Each world size is one call of student
 code (`registry.run_student`) that starts the processes, runs every case and returns plain
 arrays (`distributed/tries.py`, what runs in each rank); the grader's replay checks those
-arrays. Cases in `common.py`. The self-check questions and veto misconceptions are
-data: self_checks/09-ring-attention.toml.
+arrays. Cases in `common.py`; the known wrong rings replayed to name a mistake in
+`mistakes.py`; the order of computes, posts and waits each rank must keep in `protocol.py`.
+The self-check questions and veto misconceptions are data: self_checks/09-ring-attention.toml.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from .. import registry
 from . import backward, causal, forward
 from .common import WORLD_SIZES  # noqa: F401  (the tests use these)
-from .forward import FORWARD_MISTAKES  # noqa: F401
+from .mistakes import BACKWARD_MISTAKES, FORWARD_MISTAKES  # noqa: F401
 
 LESSON = registry.lesson(
     "ring-attention", "Lesson 9: Attention across GPUs: ring attention", pass_line=8)

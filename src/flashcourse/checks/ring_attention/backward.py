@@ -1,5 +1,7 @@
 """Lesson 9's last exercise, the ring backward: dq, dk and dv against autograd, a wrong one
-named by which gradients are right (and dK, dV one hop short of home)."""
+named by replaying the known wrong rings (`mistakes.py`) or by which gradients are right, and
+the order of posts, computes and waits on every rank (`protocol.py`: K/V posted before each
+compute, the dK/dV accumulators travelling during the next one)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import numpy as np
 
 from ... import distributed as ring
 from .. import registry
+from . import protocol
 from .common import (
     BACKWARD_CASES,
     BACKWARD_HIDDEN,
@@ -18,41 +21,34 @@ from .common import (
     split_positions,
 )
 from .jobs import answers_by_case
+from .mistakes import BACKWARD_MISTAKES, SECTION_BACKWARD, backward_candidates
 
 # ---------------------------------------------------------------- 4. the ring backward
 
-
-def _name_backward_mistake(dq, dk, dv, expected, n, world) -> str:
-    exp_dq, exp_dk, exp_dv = expected
+def _name_backward_mistake(grads, expected, case, world) -> str:
+    for mistake, forms in backward_candidates(case, world).items():
+        for form in forms:
+            if all(registry.same_result(grads[i], form[i], 1e-8) for i in range(3)):
+                return "Likely mistake: " + BACKWARD_MISTAKES[mistake]
     dq_ok, dk_ok, dv_ok = (registry.same_result(got, ref, 1e-8)
-                           for got, ref in zip((dq, dk, dv), expected, strict=True))
-    # one hop short: rank r returns the dK, dV of the block of rank r + 1
-    shifted_dk = np.zeros_like(exp_dk)
-    for rank in range(world):
-        mine = ring.contiguous_positions(n, world, rank)
-        theirs = ring.contiguous_positions(n, world, (rank + 1) % world)
-        rows = min(len(mine), len(theirs))
-        shifted_dk[mine[:rows]] = exp_dk[theirs[:rows]]
-    if dq_ok and registry.same_result(dk, shifted_dk, 1e-8):
-        return ("Likely mistake: after the last step the accumulated dK and dV sit one rank "
-                "early: send them one more hop so that each reaches the rank that owns its "
-                "keys (section 6).")
+                           for got, ref in zip(grads, expected, strict=True))
     if dq_ok and dv_ok:
-        return "dq and dv are right: look at the dK line (section 6)."
+        return ("dQ and dV are right, dK is not: dK of a block sums what every rank's queries "
+                f"give it, as dV does ({SECTION_BACKWARD}).")
     if dq_ok and dk_ok:
-        return "dq and dk are right: look at the dV line (section 6)."
+        return ("dQ and dK are right, dV is not: dV of a block sums what every rank's queries "
+                f"give it, as dK does ({SECTION_BACKWARD}).")
     if dq_ok:
-        return ("dq is right but dK/dV are not: they must travel with K and V, each rank "
-                "adding its contribution to the block it holds, and come home at the end "
-                "(section 6).")
+        return ("dQ is right but dK and dV are not: they follow their block, each rank "
+                f"adding its contribution, and come home at the end ({SECTION_BACKWARD}).")
     if dk_ok and dv_ok:
-        return ("dK and dV are right, dq is not: dq must add the contribution of every step "
-                "(it stays on the rank) (section 6).")
+        return ("dK and dV are right, dQ is not: dQ of the rank's queries sums the "
+                f"contributions of every block it sees, and stays home ({SECTION_BACKWARD}).")
     if dv_ok:
-        return ("dV is right, dQ and dK are not: dS = P * (dO V^T - delta) needs delta = "
-                "rowsum(dO * O) over the whole row, from the forward's output (section 6).")
-    return ("Hint: accumulate dQ on the rank over every step; let dK and dV travel with K and "
-            "V and bring them home at the end (section 6).")
+        return ("dV is right, dQ and dK are not: both go through dS, whose row term delta "
+                f"comes from the forward ({SECTION_BACKWARD}).")
+    return ("Hint: dQ sums on the rank over every step; dK and dV follow their block and "
+            f"come home at the end ({SECTION_BACKWARD}).")
 
 
 def _backward_input(n: int, d: int, causal: bool, seed: int) -> dict:
@@ -64,9 +60,10 @@ def _backward_input(n: int, d: int, causal: bool, seed: int) -> dict:
 
 def check_ring_backward(ring_attention_backward) -> str:
     cases = registry.with_hidden(BACKWARD_CASES, BACKWARD_HIDDEN)
-    for world, number, (n, _, causal, seed), case, per_rank in answers_by_case(
-            ring_attention_backward, "backward", cases, _backward_input):
-        label = f"{number} ({describe(n, world, causal, seed=seed)})"
+    for world, label, (n, _, causal, _), case, per_rank in answers_by_case(
+            ring_attention_backward, "backward", cases, _backward_input,
+            lambda params, world: describe(params[0], world, params[2], seed=params[3]),
+            SECTION_BACKWARD):
         grads = gather(per_rank, split_positions(n, world, False), "dq", "dk", "dv")
         expected = reference_gradients(case, causal)
         for name, got, ref in zip(("dq", "dk", "dv"), grads, expected, strict=True):
@@ -75,5 +72,9 @@ def check_ring_backward(ring_attention_backward) -> str:
                                  atol=1e-9, rtol=1e-7)
             except registry.WrongAnswer as err:
                 raise registry.WrongAnswer(
-                    f"{err}\n{_name_backward_mistake(*grads, expected, n, world)}") from None
-    return passed(len(cases), "match autograd of standard attention")
+                    f"{err}\n{_name_backward_mistake(grads, expected, case, world)}") from None
+        for rank in range(world):
+            protocol.check_backward(np.asarray(per_rank[rank]["events"]), world,
+                                    f"{label}, rank {rank}")
+    return passed(len(cases), "match autograd of standard attention, transfers overlapping "
+                              "compute")

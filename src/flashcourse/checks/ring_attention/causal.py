@@ -33,9 +33,9 @@ def _plan_message(rank, step, world, zigzag, given: set, label: str) -> str | No
     mine = set(ring.chunks_of(rank, world, zigzag))
     for i, j, _ in sorted(given):
         if j not in held:
-            return (f"{where}: the plan uses key chunk {j}, but the rank holds chunks "
-                    f"{sorted(held)}, those of rank {(rank - step) % world}. K/V move one rank "
-                    "forward per step, so at step s rank r holds rank (r - s) mod P's "
+            return (f"{where}: the plan uses key chunk {j}, but at this step the rank holds "
+                    f"chunks {sorted(held)}. K/V blocks move one rank forward per step: count "
+                    "back along the ring to the rank whose block has just reached this one "
                     "(section 2).")
         if i not in mine:
             return (f"{where}: the plan uses query chunk {i}, but the rank's queries are "
@@ -69,10 +69,11 @@ def _plan_message(rank, step, world, zigzag, given: set, label: str) -> str | No
 
 def check_causal_plan(causal_step_plan) -> str:
     cases = registry.with_hidden(PLAN_CASES, PLAN_HIDDEN)
-    for world, number, (n, _, zigzag, seed), case, per_rank in answers_by_case(
+    for world, label, (n, _, zigzag, _), case, per_rank in answers_by_case(
             causal_step_plan, "plan", cases,
-            lambda n, d, zigzag, seed: {"n": n, "zigzag": zigzag, **case_arrays(n, d, seed)}):
-        label = f"{number} ({describe(n, world, True, zigzag, seed)})"
+            lambda n, d, zigzag, seed: {"n": n, "zigzag": zigzag, **case_arrays(n, d, seed)},
+            lambda params, world: describe(params[0], world, True, params[2], params[3]),
+            'section 5 ("Causal masks and load balance")'):
         for rank in range(world):
             rows = np.asarray(per_rank[rank]["plan"]).reshape(-1, 4)
             for step in range(world):
@@ -101,30 +102,34 @@ def _split_message(given: list[np.ndarray], n: int, world: int, label: str) -> s
     if len(everything) != n or len(missing) or (everything < 0).any() or (everything >= n).any():
         lost = f", and positions {missing[:5].tolist()} are on no rank" if len(missing) else ""
         return (f"{label}: the ranks hold {len(everything)} positions for {n} tokens{lost}: "
-                "every token must be on exactly one rank. Cut the sequence with "
-                "np.array_split, which handles n not divisible by 2P (section 5).")
+                "every token must be on exactly one rank, also when the number of chunks "
+                "does not divide n (section 5).")
     if all(np.array_equal(g, ring.contiguous_positions(n, world, r))
            for r, g in enumerate(given)):
         return (f"{label}: this is the contiguous split, in which the last rank does about "
-                f"{2 * world - 1} times the causal work of the first. Cut 2P chunks and give "
-                "rank r chunks r and 2P-1-r (section 5).")
+                f"{2 * world - 1} times the causal work of the first. The zigzag split pairs "
+                "a chunk from the front of the sequence with one from the back, so that each "
+                "rank's pair costs the same (section 5).")
     for rank, (g, e) in enumerate(zip(given, expected, strict=True)):
         if not np.array_equal(g, e):
             if np.array_equal(np.sort(g), np.sort(e)):
                 return (f"{label}: rank {rank} holds the right positions in the wrong order: "
-                        "chunk r first, then chunk 2P-1-r, each in increasing order.")
+                        "its chunk from the front of the sequence comes first, then the one "
+                        "from the back, each in increasing order (section 5).")
             return (f"{label}: rank {rank} holds positions {g.tolist()[:12]}"
-                    f"{'...' if len(g) > 12 else ''}; the zigzag split gives it chunks "
-                    f"{rank} and {2 * world - 1 - rank} of 2P = {2 * world} (section 5).")
+                    f"{'...' if len(g) > 12 else ''}, not its zigzag pair: a chunk from the "
+                    "front and the chunk at the same distance from the back, the ranks "
+                    "taking the pairs in order (section 5).")
     return None
 
 
 def check_zigzag_split(zigzag_split) -> str:
     cases = registry.with_hidden(SPLIT_CASES, SPLIT_HIDDEN)
-    for world, number, (n, _, seed), case, per_rank in answers_by_case(
+    for world, label, (n, _, _), case, per_rank in answers_by_case(
             zigzag_split, "split", cases,
-            lambda n, d, seed: {"n": n, **case_arrays(n, d, seed)}):
-        label = f"{number} ({describe(n, world, seed=seed)})"
+            lambda n, d, seed: {"n": n, **case_arrays(n, d, seed)},
+            lambda params, world: describe(params[0], world, seed=params[2]),
+            'section 5 ("Causal masks and load balance")'):
         given = [np.asarray(per_rank[r]["positions"]) for r in range(world)]
         message = _split_message(given, n, world, label)
         if message:
