@@ -312,7 +312,10 @@ def capture_lesson(root: Path, stem: str, timeout: int = 900) -> dict:
     """Run the solution notebook of `stem` in the interpreter and collect its examples."""
     notebook = root / "solutions" / f"{stem}.ipynb"
     with tempfile.TemporaryDirectory(prefix="fccapture-") as folder:
+        # TRITON_INTERPRET too: the memos import every module before the notebook's setup
+        # cell, and a @triton.jit defined then must be the interpreter's as well
         env = dict(os.environ, **{CAPTURE_DIR_ENV: folder, "FLASHCOURSE_INTERPRET": "1",
+                                  "TRITON_INTERPRET": "1",
                                   "MPLBACKEND": "Agg", "PYDEVD_DISABLE_FILE_VALIDATION": "1"})
         for name in ("FLASHCOURSE_GRADING", "FLASHCOURSE_GRADING_SECRET",
                      recording.RECORD_DIR_ENV, recording.RECORD_CHANNEL_ENV):
