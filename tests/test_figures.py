@@ -285,3 +285,21 @@ def test_every_diagram_has_its_cell_and_every_include_is_expanded():
     assert "function onlineSoftmax" in interactive.ojs_cell("online-softmax")
     with pytest.raises(KeyError):
         interactive.ojs_cell("no-such-diagram")
+
+
+def test_paged_split_decode_colours_each_slot_by_the_split_that_reads_it():
+    from flashcourse.figures import decoding
+
+    length, page_size, split_size = 45, 8, 16
+    fig = figures.paged_split_decode(length, page_size, split_size, block_n=8, pool_pages=10)
+    patches = {p.get_gid(): p for p in fig.axes[0].patches if p.get_gid()}
+    table = decoding.page_table(length, page_size, 10)
+    assert len(table) == 6 and len(set(table.tolist())) == 6  # 45 keys: 6 distinct pages
+    colour = [to_rgba(c) for c in decoding.SPLIT_COLORS]
+    for pos in (0, 15, 16, 44):
+        assert patches[f"pos-{pos}"].get_facecolor() == colour[pos // split_size]
+    assert patches["pos-45"].get_facecolor() == to_rgba(decoding.UNUSED)
+    assert "3 programs" in fig.axes[0].get_title()
+    with pytest.raises(ValueError, match="the pool has 4"):
+        figures.paged_split_decode(45, 8, 16, pool_pages=4)
+    plt.close(fig)

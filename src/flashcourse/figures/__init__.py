@@ -7,6 +7,7 @@
 - `softmax_blocks.py` (lesson 5): the online softmax's running max, sum and output per block;
 - `algorithm.py` (lessons 1 and 6): the FlashAttention tiling, the causal tile map and the
   backward's data flow;
+- `decoding.py` (lesson 8): paged split-KV decoding, positions to splits, page table and pool;
 - `ring.py` (lesson 9): the ring schedule, the causal work per rank under each split and the
   two-GPU measurements;
 - `interactive.py` (lessons 4, 5, 6 and 9): the book's interactive diagrams (Observable JS in
@@ -15,6 +16,7 @@
 
 from .access import access_patterns
 from .algorithm import backward_flow, causal_tile_map, flash_tiling
+from .decoding import paged_split_decode
 from .overview import attention_traffic, memory_hierarchy
 from .ring import ring_scaling, ring_schedule_map, ring_work_balance
 from .roofline_plot import roofline
@@ -23,4 +25,5 @@ from .tiled_matmul import matmul_tiling
 
 __all__ = ["access_patterns", "attention_traffic", "backward_flow", "causal_tile_map",
            "flash_tiling", "matmul_tiling", "memory_hierarchy", "online_softmax_blocks",
+           "paged_split_decode",
            "ring_scaling", "ring_schedule_map", "ring_work_balance", "roofline"]
