@@ -66,27 +66,18 @@ def _flash_scratch():
 
 def _table_sets(module_name: str) -> list:
     """A lesson's tables of its own (tests/wrong_kernels_NN.py): TABLES = {exercise id:
-    {mistake: (edits, message)}} and answer(edits, exercise_id), or one table: EXERCISE_ID,
-    WRONG and answer(edits)."""
+    {mistake: (edits, message)}} and answer(edits, exercise_id)."""
     table = importlib.import_module(module_name)
-    tables = table.TABLES if hasattr(table, "TABLES") else {table.EXERCISE_ID: table.WRONG}
 
     def loader(exercise):
-        def load():
-            def make(edits):
-                if hasattr(table, "TABLES"):
-                    return lambda: table.answer(edits, exercise)
-                return lambda: table.answer(edits)
-            return exercise, {mistake: (make(edits), message)
-                              for mistake, (edits, message) in tables[exercise].items()}
-        return load
-    return [loader(exercise) for exercise in tables]
+        return lambda: (exercise, {
+            mistake: (lambda edits=edits: table.answer(edits, exercise), message)
+            for mistake, (edits, message) in table.TABLES[exercise].items()})
+    return [loader(exercise) for exercise in table.TABLES]
 
 
-SETS = [_roofline, _softmax, _flash_scratch]
-for _name in ("wrong_kernels_08", "wrong_kernels_10"):
-    if (ROOT / "tests" / f"{_name}.py").exists():
-        SETS += _table_sets(_name)
+SETS = [_roofline, _softmax, _flash_scratch, *_table_sets("wrong_kernels_08"),
+        *_table_sets("wrong_kernels_10")]
 
 
 def _id_of(load) -> str:

@@ -3,7 +3,7 @@ device-to-device copy's bandwidth, each the median of repeated timings with the 
 
 Run from the repository root:  python gpu/measure_ceilings.py [--out assets/results]
 Writes 02-ceilings.csv; `hardware.H200_MEASURED_GEMM_BF16_TFLOPS` and `H200_MEASURED_COPY_TBS`
-quote it, and tests/test_recorded_numbers.py fails when they drift apart.
+quote it, and tests/test_results_table.py fails when they drift apart.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import torch  # noqa: E402
 
 from flashcourse import bench  # noqa: E402
+from flashcourse.bench import harness  # noqa: E402
 
 REPEATS = 10
 GEMM_SIZES = (4096, 8192)
@@ -32,7 +33,7 @@ def _times_ms(fn) -> list[float]:
 def _row(kind: str, shape: str, per_ms: float, unit: str, times: list[float]) -> dict:
     median = statistics.median(times)
     return {"ceiling": kind, "shape": shape, "median ms": median, "rate": per_ms / median,
-            "unit": unit, "spread %": 100 * (max(times) - min(times)) / median,
+            "unit": unit, "spread %": harness.spread_pct(times),
             "repeats": len(times)}
 
 

@@ -4,15 +4,13 @@ mistake; the references, the block map and the input checks hold."""
 
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from wrong_kernels_10 import BACKWARD, WRONG
+from wrong_kernels_10 import BACKWARD, WRONG, solution_module
 
 from flashcourse import CourseInputError, WrongAnswer, check, runtime
-from flashcourse.authoring import cells
 from flashcourse.checks import registry
 from flashcourse.checks.capstone import grading
 from flashcourse.checks.capstone import reference as ref
@@ -20,17 +18,8 @@ from flashcourse.kernels import capstone as cap
 
 runtime.setup(verbose=False)
 
-ROOT = Path(__file__).resolve().parents[1]
-LESSON = ROOT / "lessons" / "10-capstone.qmd"
-CELLS = ("imports", "exercise-block-map", "exercise-forward", "exercise-backward",
-         "exercise-function")
-SOURCE = "\n\n\n".join(cells.solution_source(LESSON, cell) for cell in CELLS)
 # Code of the solution that no message may print (feedback names mistakes, not lines).
 CODE = ("tl.where(", "1.0 - t", "alpha[:, None]", "m_i - m_shift", "* sm_scale", "slope2")
-
-
-def solution_module(*edits):
-    return cells.load(SOURCE, edits, prelude="")
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +57,7 @@ def test_wrong_kernel_is_rejected_with_its_message(known_wrong, mistake):
     edits, message = WRONG[mistake]
     exercise = grading.BACKWARD_ID if mistake in BACKWARD else grading.FORWARD_ID
     with known_wrong(exercise, mistake, match=message) as caught:
-        check(exercise, solution_module(*edits).capstone_attention)
+        check(exercise, solution_module(edits).capstone_attention)
     text = str(caught.value)
     assert re.search(r"case \d+/\d+ \(B=\d+, H=\d+, N=\d+", text), text
     assert re.search(r"section \d", text), text
@@ -153,6 +142,6 @@ def test_check_replays_in_the_grader(solution, record_check, replay_agrees):
     replay_agrees(grading.FORWARD_ID, raised, record, "10 cases match")
     edits, _ = WRONG["window off by one"]
     raised, record = record_check(grading.FORWARD_ID,
-                                  solution_module(*edits).capstone_attention, folder="wrong")
+                                  solution_module(edits).capstone_attention, folder="wrong")
     assert isinstance(raised, WrongAnswer)
     replay_agrees(grading.FORWARD_ID, raised, record, "")

@@ -586,5 +586,5 @@ def test_the_runner_and_the_checks_name_the_same_outputs():
     from flashcourse.checks import recording
     from flashcourse.grader import inside
 
-    assert (inside.RECORD_MIME, inside.TRIPWIRE_MIME) == (recording.RECORD_MIME,
-                                                          recording.TRIPWIRE_MIME)
+    assert (inside.RECORD_MIME, inside.TRIPWIRE_MIME, inside.HINT_MIME) == (
+        recording.RECORD_MIME, recording.TRIPWIRE_MIME, recording.HINT_MIME)

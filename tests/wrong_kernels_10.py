@@ -6,6 +6,9 @@ check gives. Forward mistakes are caught by capstone/forward, backward ones by
 capstone/backward (BACKWARD lists them).
 """
 
+import functools
+from pathlib import Path
+
 SCORE_ALIBI = "        z = z + slope2 * (k_pos - q_pos).to(tl.float32)\n"
 BACKWARD_SCALARS = "docs, slopes, scalars, sm_scale, switches = _scalars(spec, q)"
 
@@ -73,13 +76,22 @@ CELLS = ("imports", "exercise-block-map", "exercise-forward", "exercise-backward
          "exercise-function")
 
 
-def answer(edits=(), exercise_id: str = FORWARD_ID):
-    """The capstone's solution cells with `edits` applied: its attention function. Call it
-    after `runtime.setup()` (the interpreter or the GPU is chosen before any kernel exists)."""
-    from pathlib import Path
-
+@functools.cache
+def _solution_source() -> str:
     from flashcourse.authoring import cells
 
     lesson = Path(__file__).resolve().parents[1] / "lessons" / "10-capstone.qmd"
-    source = "\n\n\n".join(cells.solution_source(lesson, cell) for cell in CELLS)
-    return cells.load(source, edits, prelude="").capstone_attention
+    return "\n\n\n".join(cells.solution_source(lesson, cell) for cell in CELLS)
+
+
+def solution_module(edits=()):
+    """The capstone's solution cells with `edits` applied, loaded as a module. Call it after
+    `runtime.setup()` (the interpreter or the GPU is chosen before any kernel exists)."""
+    from flashcourse.authoring import cells
+
+    return cells.load(_solution_source(), edits, prelude="")
+
+
+def answer(edits=(), exercise_id: str = FORWARD_ID):
+    """The attention function of `solution_module(edits)`, for either check."""
+    return solution_module(edits).capstone_attention

@@ -675,8 +675,8 @@ def lesson_paths(root: Path) -> list[Path]:
 def rendered(root: Path) -> dict[Path, str]:
     """Every generated file with the text it must hold."""
     files: dict[Path, str] = {}
-    for path in lesson_paths(root):
-        lesson = parse(path)
+    lessons = [parse(path) for path in lesson_paths(root)]
+    for lesson in lessons:
         open_questions(lesson)  # every open answer has its points and rubric, or the build stops
         for variant in ("exercise", "solution"):
             target = root / OUTPUT_DIRS[variant] / f"{lesson.slug}.ipynb"
@@ -685,14 +685,14 @@ def rendered(root: Path) -> dict[Path, str]:
         if lesson.hints:
             files[root / HINTS_DIR / f"{lesson.slug}.json"] = hints_json(lesson)
     index = root / "index.qmd"
-    if index.exists() and learning_path.BEGIN in index.read_text(encoding="utf-8"):
-        files[index] = learning_path.index_with_map(index.read_text(encoding="utf-8"),
-                                                    [parse(path) for path in lesson_paths(root)])
+    index_text = index.read_text(encoding="utf-8") if index.exists() else ""
+    if learning_path.BEGIN in index_text:
+        files[index] = learning_path.index_with_map(index_text, lessons)
     files.update(interactive_data(root))
     readme = root / "README.md"
-    if readme.exists() and results_table.BEGIN in readme.read_text(encoding="utf-8"):
-        files[readme] = results_table.readme_with_table(readme.read_text(encoding="utf-8"),
-                                                        root / "assets" / "results")
+    readme_text = readme.read_text(encoding="utf-8") if readme.exists() else ""
+    if results_table.BEGIN in readme_text:
+        files[readme] = results_table.readme_with_table(readme_text, root / "assets" / "results")
     return files
 
 

@@ -30,6 +30,13 @@ def dot_tolerance(table: dict, dtype: torch.dtype) -> tuple[float, float]:
     return table[dtype]
 
 
+def mistake_tolerance(dtype: torch.dtype) -> float:
+    """How close an attention output must be to a simulated mistake to be named as it: twice
+    the dtype's grading tolerance (TF32's for float32 on a GPU), never below fp32 rounding, so
+    the interpreter and a GPU name the same mistake."""
+    return max(2e-3, 2 * max(dot_tolerance(ATTENTION_TOLERANCES, dtype)))
+
+
 def place_heads(x: torch.Tensor, layout: str, pad: int) -> torch.Tensor:
     """An attention input on the kernel's device inside NaN padding of at least `pad` rows (a
     whole block), so that an unmasked block load stays inside the buffer and reads NaN."""

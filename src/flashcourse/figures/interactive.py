@@ -25,9 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import distributed as ring
 from .. import hardware
+from ..kernels import modern_attention as blocks
 from ..models import matmul
 from ..models.traffic import format_bytes
+from .algorithm import TILE_COLORS
+from .ring import KIND_COLORS
 
 OJS_DIR = Path(__file__).parent / "ojs"
 INCLUDE = re.compile(r"^(?P<indent>[ ]*)/\* include: (?P<file>[a-z_]+\.js) \*/$", re.M)
@@ -106,8 +110,6 @@ def tile_traffic_table() -> dict:
 def tile_map_table() -> dict:
     """The block map of every mask and pair of block sides at N = TILE_MAP_N: one string per
     query block, a digit per key block (0 skipped, 1 computed with the mask, 2 without)."""
-    from ..kernels import modern_attention as blocks  # torch: only when the book is built
-    from .algorithm import TILE_COLORS
 
     maps = {}
     for label, window in TILE_MAP_MASKS.items():
@@ -129,8 +131,6 @@ def tile_map_table() -> dict:
 def ring_table() -> dict:
     """For P ranks and each split: whose K/V each rank holds at each step, what it does with
     each pair of chunks, the score pairs it computes at each step, and its total."""
-    from .. import distributed as ring
-    from .ring import KIND_COLORS
 
     table = {}
     for world_size in RING_WORLD_SIZES:
@@ -151,7 +151,6 @@ def ring_table() -> dict:
 
 def _only_step(step: int):
     """A plan that is `step_plan` at `step` and empty at every other step."""
-    from .. import distributed as ring
 
     def plan(rank, at, world_size, zigzag):
         return ring.step_plan(rank, at, world_size, zigzag) if at == step else []

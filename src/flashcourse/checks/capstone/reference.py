@@ -9,16 +9,10 @@ runs on the CPU in float64 on small shapes.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
-EMPTY, PARTIAL, FULL = 0, 1, 2
-
-
-def scale_of(spec, head_dim: int) -> float:
-    return 1.0 / math.sqrt(head_dim) if spec.sm_scale is None else float(spec.sm_scale)
+from ...kernels.modern_attention import EMPTY, FULL, PARTIAL  # lesson 8's kinds of a tile
 
 
 def docs_of(spec, B: int, N: int) -> torch.Tensor | None:
@@ -45,11 +39,10 @@ def rule_mask(spec, B: int, n_q: int, n_k: int, window_extra: int = 0,
 
 
 def classify(spec, B: int, N: int, block_m: int, block_n: int,
-             full_ignores_docs: bool = False, empty_ignores_docs: bool = False) -> np.ndarray:
+             full_ignores_docs: bool = False) -> np.ndarray:
     """(B, query blocks, key blocks) tile kinds of the true mask; full_ignores_docs: a tile
     FULL by position is FULL whenever its documents meet (a block map that leaves documents
-    out of its FULL rule); empty_ignores_docs: tiles empty only because of documents are
-    PARTIAL (the documents left out of the EMPTY rule)."""
+    out of its FULL rule)."""
     n_k = -(-N // block_n) * block_n
     true = rule_mask(spec, B, N, n_k)[:, 0].clone()
     true[:, :, N:] = False
@@ -67,8 +60,6 @@ def classify(spec, B: int, N: int, block_m: int, block_n: int,
         kind = np.where(tiles == 0, EMPTY, np.where(tiles == whole, FULL, PARTIAL))
         if full_ignores_docs:
             kind = np.where((tiles_pos == whole) & (tiles > 0), FULL, kind)
-        if empty_ignores_docs:
-            kind = np.where((tiles == 0) & (tiles_pos > 0), PARTIAL, kind)
         kinds[:, r] = kind
     return kinds
 
@@ -77,7 +68,7 @@ def _scores(q, k, spec, alibi_sign: float = 1.0, alibi_first: bool = False):
     """(B, H, n_q, n_k) float64 scores after the score_mod."""
     B, H, n_q, D = q.shape
     n_k = k.shape[2]
-    s = (q @ k.transpose(-1, -2)) * scale_of(spec, D)
+    s = (q @ k.transpose(-1, -2)) * spec.scale(D)
     bias = 0.0
     if spec.alibi is not None:
         slopes = spec.alibi.detach().cpu().double()
@@ -177,7 +168,7 @@ def backward(q, k, v, do, spec, softcap_grad=True, dv_unnormalised=False, delta_
     densely; each switch turns one known mistake on."""
     q, k, v, do = (x.detach().cpu().double() for x in (q, k, v, do))
     B, H, N, D = q.shape
-    scale = scale_of(spec, D)
+    scale = spec.scale(D)
     s, t, bias = _scores(q, k, spec)
     seen = rule_mask(spec, B, N, N).expand(B, H, N, N)
     p, lse, rowmax = _softmax(s, seen)

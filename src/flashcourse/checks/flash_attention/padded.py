@@ -160,9 +160,7 @@ def _diagnose_scratch(out, lse, case: Case, starts, q, k, v) -> str:
                 return SCRATCH_NAN_KEYED
             return NAN_TAIL_HINT if case.N % case.block_n else SCRATCH_GENERIC
         return SCRATCH_NAN_EMPTY
-    # a mistake is named when the output is that mistake's, up to this dtype's rounding (fp16,
-    # and fp32 on a GPU, where tl.dot runs as TF32): the same diagnosis on either runtime
-    tol = max(2e-3, 2 * max(guards.dot_tolerance(guards.ATTENTION_TOLERANCES, case.dtype)))
+    tol = guards.mistake_tolerance(case.dtype)
     scales = {"ln2": case.scale(), "rsqrt_d": LOG2E / math.sqrt(case.D)}
     for switches, hint in SCRATCH_MISTAKES:
         if switches.get("strict_mask") and not case.causal:

@@ -30,6 +30,7 @@ from .common import (
     launch,
     named,
     passed,
+    require_callable,
     tolerance,
 )
 
@@ -97,9 +98,7 @@ def _split_size_problem(size, batch, kv_heads, max_len, num_sms, block_n) -> str
 
 
 def check_split_size(choose_split_size) -> str:
-    if not callable(choose_split_size):
-        raise registry.WrongAnswer("modern-attention/split-size: pass the function itself: "
-                                   'check("modern-attention/split-size", choose_split_size).')
+    require_callable(choose_split_size, "modern-attention/split-size", "choose_split_size")
     cases = registry.with_hidden(SPLIT_SIZE_CASES, SPLIT_SIZE_HIDDEN)
     for number, (batch, kv_heads, max_len, num_sms, block_n) in enumerate(cases, 1):
         label = (f"case {number}/{len(cases)} (batch={batch}, kv_heads={kv_heads}, "
@@ -270,14 +269,8 @@ def _same_states(got, candidate, tol: float) -> bool:
                for a, b in zip(got, candidate, strict=True))
 
 
-def _mistake_tolerance(case) -> float:
-    """How close an output must be to a simulated mistake to be named as it: this dtype's
-    rounding, and on a GPU TF32's for float32 (tl.dot), so either runtime names the same."""
-    return max(2e-3, 2 * max(tolerance(case.dtype)))
-
-
 def _diagnose_split(got, expected, case, q, k, v, lengths, k_pages, v_pages, table) -> str:
-    tol = _mistake_tolerance(case)
+    tol = guards.mistake_tolerance(case.dtype)
     for candidate, hint in _split_mistakes(case, q, k, v, lengths, k_pages, v_pages, table):
         if _same_states(got, candidate, tol):
             return "Likely mistake: " + hint

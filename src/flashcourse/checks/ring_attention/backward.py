@@ -13,6 +13,7 @@ from . import protocol
 from .common import (
     BACKWARD_CASES,
     BACKWARD_HIDDEN,
+    SECTION_BACKWARD,
     case_arrays,
     describe,
     gather,
@@ -21,7 +22,7 @@ from .common import (
     split_positions,
 )
 from .jobs import answers_by_case
-from .mistakes import BACKWARD_MISTAKES, SECTION_BACKWARD, backward_candidates
+from .mistakes import BACKWARD_MISTAKES, backward_candidates
 
 # ---------------------------------------------------------------- 4. the ring backward
 

@@ -10,6 +10,7 @@ from .. import registry
 from .common import (
     PLAN_CASES,
     PLAN_HIDDEN,
+    SECTION_CAUSAL,
     SPLIT_CASES,
     SPLIT_HIDDEN,
     case_arrays,
@@ -73,7 +74,7 @@ def check_causal_plan(causal_step_plan) -> str:
             causal_step_plan, "plan", cases,
             lambda n, d, zigzag, seed: {"n": n, "zigzag": zigzag, **case_arrays(n, d, seed)},
             lambda params, world: describe(params[0], world, True, params[2], params[3]),
-            'section 5 ("Causal masks and load balance")'):
+            SECTION_CAUSAL):
         for rank in range(world):
             rows = np.asarray(per_rank[rank]["plan"]).reshape(-1, 4)
             for step in range(world):
@@ -129,7 +130,7 @@ def check_zigzag_split(zigzag_split) -> str:
             zigzag_split, "split", cases,
             lambda n, d, seed: {"n": n, **case_arrays(n, d, seed)},
             lambda params, world: describe(params[0], world, seed=params[2]),
-            'section 5 ("Causal masks and load balance")'):
+            SECTION_CAUSAL):
         given = [np.asarray(per_rank[r]["positions"]) for r in range(world)]
         message = _split_message(given, n, world, label)
         if message:

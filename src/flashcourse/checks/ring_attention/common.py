@@ -16,6 +16,13 @@ from ...distributed.tries import (  # noqa: F401  (the checks build their cases 
 )
 from .. import registry
 
+# The lesson's sections, as the messages name them
+SECTION_SCHEDULE = 'section 2 ("The ring schedule")'
+SECTION_MERGE = 'section 3 ("Merging the steps")'
+SECTION_RING = 'section 4 ("Real processes")'
+SECTION_CAUSAL = 'section 5 ("Causal masks and load balance")'
+SECTION_BACKWARD = 'section 6 ("The backward")'
+
 WORLD_SIZES = (2, 4)
 ATOL, RTOL = 1e-10, 1e-8  # float64 everywhere
 

@@ -11,6 +11,8 @@ from . import protocol
 from .common import (
     FORWARD_CASES,
     FORWARD_HIDDEN,
+    SECTION_MERGE,
+    SECTION_RING,
     case_arrays,
     compare_attention,
     describe,
@@ -19,7 +21,7 @@ from .common import (
     split_positions,
 )
 from .jobs import answers_by_case
-from .mistakes import FORWARD_MISTAKES, SECTION_MERGE, SECTION_RING, forward_candidates
+from .mistakes import FORWARD_MISTAKES, forward_candidates
 
 # ---------------------------------------------------------------- 1. the ring forward
 

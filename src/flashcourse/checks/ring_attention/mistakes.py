@@ -12,12 +12,16 @@ import torch
 
 from ... import distributed as ring
 from ...distributed import rings
-from .common import gather, padded_shard, shard_length, split_positions
-
-SECTION_MERGE = 'section 3 ("Merging the steps")'
-SECTION_RING = 'section 4 ("Real processes")'
-SECTION_SCHEDULE = 'section 2 ("The ring schedule")'
-SECTION_BACKWARD = 'section 6 ("The backward")'
+from .common import (
+    SECTION_BACKWARD,
+    SECTION_MERGE,
+    SECTION_RING,
+    SECTION_SCHEDULE,
+    gather,
+    padded_shard,
+    shard_length,
+    split_positions,
+)
 
 
 def _shards(case: dict, world: int) -> list[tuple]:

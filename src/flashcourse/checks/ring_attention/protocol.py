@@ -12,7 +12,7 @@ import numpy as np
 
 from ...distributed import rings
 from .. import registry
-from .mistakes import SECTION_BACKWARD, SECTION_RING, SECTION_SCHEDULE
+from .common import SECTION_BACKWARD, SECTION_RING, SECTION_SCHEDULE
 
 COMPUTE, POST, BLOCKING, WAIT = (rings.EVENT_CODES[name]
                                  for name in ("compute", "post", "blocking", "wait"))
