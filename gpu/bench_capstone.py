@@ -1,9 +1,9 @@
-"""Lesson 10's measurement on a CUDA GPU: the capstone's solution against FlexAttention.
+"""Lesson 11's measurement on a CUDA GPU: the capstone's solution against FlexAttention.
 
     python gpu/bench_capstone.py --out DIR                 # about 6 minutes on an H200
     python gpu/bench_capstone.py --out DIR --budget 120    # fewer shapes
 
-Loads the solution cells of lessons/10-capstone.qmd, runs the lesson's checks on them first
+Loads the solution cells of lessons/11-capstone.qmd, runs the lesson's checks on them first
 (compiled, hidden cases and bfloat16 included), then times them against FlexAttention compiled
 (torch.compile(flex_attention)) on the same shapes: causal attention with a sliding window of
 1024 keys or with packed documents, both with tanh soft-capping (cap 50) and ALiBi, fp16 and
@@ -12,7 +12,7 @@ score_mod and mask as functions and a BlockMask from create_block_mask; our bloc
 BlockMask are built once, outside the timings. Every output and gradient is compared with
 FlexAttention's before timing. Each time is the median of 5 repetitions of
 triton.testing.do_bench's median (L2 flushed); the spread is their min and max. Rows are
-written to DIR/10-capstone.csv after each shape (the torch and Triton versions in every row);
+written to DIR/11-capstone.csv after each shape (the torch and Triton versions in every row);
 shapes are started while --budget seconds last. Exits 2 without a GPU, 1 when a check fails.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-LESSON = ROOT / "lessons" / "10-capstone.qmd"
+LESSON = ROOT / "lessons" / "11-capstone.qmd"
 CELLS = ["imports", "exercise-block-map", "exercise-forward", "exercise-backward",
          "exercise-function"]
 WINDOW = 1024
@@ -193,7 +193,7 @@ def main() -> int:
             print({key: row[key] for key in ("dtype", "D", "N", "mask", "pass", "ours_ms",
                                              "flex_ms", "speedup", "max_err_o_vs_flex")},
                   flush=True)
-        bench.write_csv(args.out / "10-capstone.csv", rows)
+        bench.write_csv(args.out / "11-capstone.csv", rows)
     print(f"done after {time.time() - started:.0f} s")
     return 0
 

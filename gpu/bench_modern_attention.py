@@ -1,18 +1,18 @@
-"""Lesson 8's measurements on a CUDA GPU: masked attention and decoding, against PyTorch.
+"""Lesson 9's measurements on a CUDA GPU: masked attention and decoding, against PyTorch.
 
     python gpu/bench_modern_attention.py --out DIR            # meant to take about 4 minutes
     python gpu/bench_modern_attention.py --out DIR --quick    # meant to take under a minute
     python gpu/bench_modern_attention.py --out DIR --interpreter   # smoke test on a CPU
 
-Writes DIR/08-masks.csv and DIR/08-decode.csv (copy them to assets/results/ to show them in
-the lesson). The kernels are the solution cells of lessons/08-modern-attention.qmd.
+Writes DIR/09-masks.csv and DIR/09-decode.csv (copy them to assets/results/ to show them in
+the lesson). The kernels are the solution cells of lessons/09-modern-attention.qmd.
 
-* 08-masks.csv: the block-sparse forward (B=1, H=16, D=128) on causal, causal-window (1024
+* 09-masks.csv: the block-sparse forward (B=1, H=16, D=128) on causal, causal-window (1024
   keys) and causal document masks at N = 4k to 32k, against FlexAttention compiled, given a
   BlockMask built from the same mask function, and against SDPA given the dense boolean mask
   (and SDPA with is_causal=True for the causal mask). Our block map and FlexAttention's
   BlockMask are built once, outside the timings.
-* 08-decode.csv: one new token per sequence against a cache of 4k to 128k keys, batch 1, 8 and
+* 09-decode.csv: one new token per sequence against a cache of 4k to 128k keys, batch 1, 8 and
   64, 32 query heads: fp16 at d = 128 with MHA (32 K/V heads) and GQA (8), fp16 GQA at d = 64,
   bf16 GQA at d = 128 (shapes whose K and V pass 16 GiB are left out): exercise 4's paged
   split-KV kernel plus merge (pages of 64, shuffled) at the split size of the lesson's
@@ -43,7 +43,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-LESSON = ROOT / "lessons" / "08-modern-attention.qmd"
+LESSON = ROOT / "lessons" / "09-modern-attention.qmd"
 KERNEL_CELLS = ("exercise-sparse-kernel", "exercise-split-size", "exercise-paged-split",
                 "exercise-merge-states")
 TOLERANCE = {"float16": 2e-2, "bfloat16": 6e-2, "float32": 5e-3}  # max abs error, O(1) outputs
@@ -508,12 +508,12 @@ def main() -> int:
     kernels = load_kernels()
     b = Bench(mode)
     masks = bench_masks(b, kernels, ma)
-    write(args.out / "08-masks.csv", masks, bench_module)
+    write(args.out / "09-masks.csv", masks, bench_module)
     decode = bench_decode(b, kernels, ma)
-    write(args.out / "08-decode.csv", decode, bench_module)
+    write(args.out / "09-decode.csv", decode, bench_module)
     elapsed = time.time() - b.started
-    print(f"wrote {args.out / '08-masks.csv'} ({len(masks)} rows) and "
-          f"{args.out / '08-decode.csv'} ({len(decode)} rows) in {elapsed:.0f} s "
+    print(f"wrote {args.out / '09-masks.csv'} ({len(masks)} rows) and "
+          f"{args.out / '09-decode.csv'} ({len(decode)} rows) in {elapsed:.0f} s "
           f"(FlexAttention, compilation included: {sum(b.flex_seconds.values()):.0f} s)")
     for failure in b.failures:
         print("FAIL", failure)

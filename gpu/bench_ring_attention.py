@@ -1,4 +1,4 @@
-"""Lesson 9 on two GPUs: ring attention with the course's FlashAttention kernel per block,
+"""Lesson 10 on two GPUs: ring attention with the course's FlashAttention kernel per block,
 against one GPU and against PyTorch's context_parallel; tokens/s and peak memory per GPU.
 
 Run on a machine with two GPUs (NCCL):

@@ -1,8 +1,10 @@
-"""Check lesson 6's solution kernels on a CUDA GPU against torch; exit non-zero on a mismatch.
+"""Check the solution kernels of lessons 6 and 7 on a CUDA GPU against torch; exit non-zero on
+a mismatch.
 
 Run from the repository root:  python gpu/check_flash_attention.py
-The kernels are taken from lessons/06-flash-attention.qmd (the solution cells), written to a
-temporary module (Triton reads kernel source with inspect) and compiled for the GPU. The
+The kernels are taken from lessons/06-flash-forward.qmd and 07-flash-backward.qmd (the
+solution cells), written to a temporary module (Triton reads kernel source with inspect) and
+compiled for the GPU. The
 from-scratch kernel (padded_flash_forward) is also run on left-padded batches with rows that see
 no key, and graded by its check as a student's notebook on this GPU would be.
 """
@@ -21,13 +23,13 @@ from flashcourse import runtime  # noqa: E402
 from flashcourse.authoring import cells  # noqa: E402
 from flashcourse.kernels import attention  # noqa: E402
 
-CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq", "exercise-scratch")
 TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 6e-2}  # max abs error, O(1) outputs
 
 
 def load_kernels():
-    lesson = ROOT / "lessons" / "06-flash-attention.qmd"
-    return cells.load_cells(lesson, list(CELLS), prelude=cells.TRITON_PRELUDE)
+    source = cells.flash_kernels_source(ROOT / "lessons",
+                                        {"06-flash-forward": ("exercise-scratch",)})
+    return cells.load(source, prelude=cells.TRITON_PRELUDE)
 
 
 def main() -> int:

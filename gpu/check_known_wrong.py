@@ -58,7 +58,7 @@ def _softmax():
 
 
 def _flash_scratch():
-    tests = importlib.import_module("test_flash_attention")
+    tests = importlib.import_module("test_flash_forward")
     return tests.SCRATCH_ID, {
         mistake: (lambda edits=edits: tests.scratch_kernel(*edits), message)
         for mistake, (edits, message) in tests.WRONG_SCRATCH.items()}
@@ -76,8 +76,8 @@ def _table_sets(module_name: str) -> list:
     return [loader(exercise) for exercise in table.TABLES]
 
 
-SETS = [_roofline, _softmax, _flash_scratch, *_table_sets("wrong_kernels_08"),
-        *_table_sets("wrong_kernels_10")]
+SETS = [_roofline, _softmax, _flash_scratch, *_table_sets("wrong_kernels_09"),
+        *_table_sets("wrong_kernels_11")]
 
 
 def _id_of(load) -> str:

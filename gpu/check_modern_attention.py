@@ -1,10 +1,10 @@
-"""Run lesson 8's solution kernels compiled on a CUDA GPU and compare them with float64 references.
+"""Run lesson 9's solution kernels compiled on a CUDA GPU and compare them with float64 references.
 
     python gpu/check_modern_attention.py                 # kernels, then the lesson's graders
     python gpu/check_modern_attention.py --no-graders
     python gpu/check_modern_attention.py --interpreter   # smoke test of this script on a CPU
 
-The kernels are the solution cells of lessons/08-modern-attention.qmd, taken by cell id and
+The kernels are the solution cells of lessons/09-modern-attention.qmd, taken by cell id and
 imported from a real file (flashcourse.authoring.cells). Every kernel runs in fp16 and bf16 at
 head dims 64 and 128 (fp32 and fp16 at small sizes with --interpreter): the block-sparse forward
 on causal, window and document masks, the GQA forward, and exercise 4's paged split-KV decoding
@@ -25,7 +25,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # flashcourse is imported once Triton's mode is chosen
-LESSON = ROOT / "lessons" / "08-modern-attention.qmd"
+LESSON = ROOT / "lessons" / "09-modern-attention.qmd"
 KERNEL_CELLS = ("exercise-sparse-kernel", "exercise-gqa-kernel", "exercise-split-size",
                 "exercise-paged-split", "exercise-merge-states")
 TOLERANCE = {"fp32": 5e-3, "fp16": 2e-2, "bf16": 6e-2}  # max abs error, outputs of size ~1

@@ -1,8 +1,8 @@
 """One table of the course kernel against cuDNN and the flash backend, per Triton version.
 
-    python gpu/compare_sweeps.py DIR [DIR ...] --out assets/results/07-vs-cudnn.csv
+    python gpu/compare_sweeps.py DIR [DIR ...] --out assets/results/08-vs-cudnn.csv
 
-Each DIR holds the harness's 07-attention-fwd.csv and 07-attention-fwdbwd.csv (one run on one
+Each DIR holds the harness's 08-attention-fwd.csv and 08-attention-fwdbwd.csv (one run on one
 Triton version: `python -m flashcourse bench --out DIR`); the table keeps, per case, the three
 providers' TFLOP/s, the course kernel's ratios, the spread of repeated timings and the
 Triton version and date of the run. No GPU needed: it only reads CSVs.

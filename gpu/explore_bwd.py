@@ -1,4 +1,4 @@
-"""Tile configs of the reference backward (lesson 7) against cuDNN's backward, on a CUDA GPU.
+"""Tile configs of the reference backward (lesson 8) against cuDNN's backward, on a CUDA GPU.
 
     python gpu/explore_bwd.py [--out DIR] [--n 4096] [--d 64,128] [--repeats 3]
                               [--kernels dkdv,dq,fused,pair]
@@ -49,7 +49,7 @@ CANDIDATES = {
               (64, 64, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3), (128, 128, 8, 2)],
 }
 # Both kernels' configs changed at once ("pair"), keyed on head dim <= 64: the best single
-# changes in 07-explore-bwd.csv (N = 1k and 4k) together, timed beside the table's own pair.
+# changes in 08-explore-bwd.csv (N = 1k and 4k) together, timed beside the table's own pair.
 # The winners (Triton 3.9, N = 1k-16k) are tiles.LADDER_BACKWARD now; configs_for skips the
 # one equal to the table's.
 PAIRS = {

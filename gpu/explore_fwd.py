@@ -8,7 +8,7 @@ reference, and times it beside SDPA's cuDNN and flash backends (fp16, B * N = 32
 the harness's own timer and SDPA calls (flashcourse.bench.harness). Forward+backward against the
 backends is the harness's job: python -m flashcourse bench --modes fwdbwd.
 
-What it found on an H200 with Triton 3.6 (assets/results/07-explore-fwd.csv): the fused scale
+What it found on an H200 with Triton 3.6 (assets/results/08-explore-fwd.csv): the fused scale
 and the MMA accumulating into acc help a little everywhere; host-built (B, H, N, d) descriptors
 for Q, K, V and O beat device-built ones at d = 128; lazy rescaling (a CTA-wide branch) and a
 rotated loop that issues the next Q K^T before this softmax were slower; warp_specialize failed

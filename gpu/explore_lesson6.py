@@ -3,7 +3,7 @@
     python gpu/explore_lesson6.py [--out DIR] [--n 1024,4096,16384] [--d 64,128] [--repeats 3]
 
 `lesson6_style_kernel` below is lesson 6's flash_forward_kernel (same signature, same loop)
-with four tl.constexpr switches, each one thing the reference forward (lesson 7) does and the
+with four tl.constexpr switches, each one thing the reference forward (lesson 8) does and the
 teaching kernel does not:
 
   LAST_FIRST  causal: the last query blocks, which have the most keys, are started first

@@ -1,8 +1,8 @@
-"""Lesson 7 on a GPU, in one command (375 s on an H200 with step 7 in the ladder):
+"""Lesson 8 on a GPU, in one command (375 s on an H200 with step 7 in the ladder):
 
     python gpu/perf.py --out assets/results [--quick] [--no-autotune] [--skip-cuda]
                        [--skip-checks] [--modes fwd,fwdbwd] [--no-ladder]
-    python gpu/perf.py --exercises   (only lesson 7's tuning and deployment exercises, graded
+    python gpu/perf.py --exercises   (only lesson 8's tuning and deployment exercises, graded
                                       compiled, with the tuning candidates' measured ratios)
 
 (--modes, --no-ladder, --skip-checks and --skip-cuda split it into shorter calls.)
@@ -10,7 +10,7 @@
 (a) checks every ladder step of the course kernel and its forward + backward on the GPU
     (fp16 and bf16, d = 64 and 128, B > 1, H > 1, ragged N, causal and not, transposed views);
 (b) runs the benchmark harness (ladder, then the forward and forward+backward sweeps), writing
-    07-ladder.csv, 07-attention-fwd.csv, 07-attention-fwdbwd.csv (+ -raw.csv) and PNGs;
+    08-ladder.csv, 08-attention-fwd.csv, 08-attention-fwdbwd.csv (+ -raw.csv) and PNGs;
 (c) builds the CUDA C++ kernel with load_inline and checks it against fp32 attention;
 (d) prints the harness's summary: course kernel vs cuDNN and vs the flash backend.
 Exit status 1 when any check fails.
@@ -38,7 +38,7 @@ def main() -> int:
     parser.add_argument("--modes", default="fwd,fwdbwd", help="sweeps to run: fwd, fwdbwd")
     parser.add_argument("--no-ladder", action="store_true")
     parser.add_argument("--exercises", action="store_true",
-                        help="only grade lesson 7's tuning and deployment exercises here")
+                        help="only grade lesson 8's tuning and deployment exercises here")
     args = parser.parse_args()
 
     import torch
@@ -110,7 +110,7 @@ def main() -> int:
 
 
 def exercises() -> int:
-    """Lesson 7's tuning and deployment exercises, graded compiled on this GPU."""
+    """Lesson 8's tuning and deployment exercises, graded compiled on this GPU."""
     import math
 
     import torch
@@ -120,7 +120,7 @@ def exercises() -> int:
     from flashcourse.checks.performance import tools
     from flashcourse.kernels import tiles
 
-    lesson = Path(__file__).resolve().parents[1] / "lessons" / "07-performance.qmd"
+    lesson = Path(__file__).resolve().parents[1] / "lessons" / "08-performance.qmd"
     failures = 0
     for config in (tiles.BASELINE, (64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3),
                    (128, 128, 8, 2)):

@@ -1,4 +1,4 @@
-"""Time lesson 6's backward kernels over a few block configurations on a CUDA GPU.
+"""Time lesson 7's backward kernels over a few block configurations on a CUDA GPU.
 
 Run from the repository root:  python gpu/tune_flash_backward.py
 Prints, for each kernel (dK/dV, dQ) and head dim, the fastest configuration whose result matches

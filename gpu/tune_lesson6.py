@@ -1,4 +1,4 @@
-"""Tile configs of lesson 6's teaching forward, timed beside the reference forward (lesson 7).
+"""Tile configs of lesson 6's teaching forward, timed beside the reference forward (lesson 8).
 
     python gpu/tune_lesson6.py [--out DIR] [--repeats 3] [--bench] [--use FILE]
 

@@ -12,7 +12,7 @@ instructor's package here. A name on the tripwires' list is rejected in the grad
 tripwire (the submission is flagged); it is counted apart, not run. Run in a process of its
 own (tests/test_release.py): candidates run for real, each bounded by an alarm.
 
-Lesson 9's checks start gloo ranks for every call; here the ranks run one after the other in
+Lesson 10's checks start gloo ranks for every call; here the ranks run one after the other in
 this process (`sequential_ranks`), seconds faster per candidate. A candidate that needs the
 ranks to talk fails here; the package's only functions that do are its reference rings, which
 are on the tripwires' list.

@@ -254,7 +254,7 @@ def test_one_lesson_renders_executed(executed_lesson, book):
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
-BROWSED = (EXECUTED_LESSON, "06-flash-attention")  # lesson 1 executed, lesson 6 not
+BROWSED = (EXECUTED_LESSON, "06-flash-forward")  # lesson 1 executed, lesson 6 not
 
 
 @pytest.fixture(scope="module")

@@ -253,7 +253,7 @@ def _graded_class():
         sub("alice/01-gpu-flash.ipynb", "01-gpu-flash", "PASS", 10,
             opens={"open-q1": "S is N by N, <b>four</b> passes", "open-q2": "**Your answer to "
                    "Q2**, in your own words (your instructor reads this cell):\nwrite it here."}),
-        sub("alice/06-flash-attention.ipynb", "06-flash-attention", "FAIL", 4,
+        sub("alice/06-flash-forward.ipynb", "06-flash-forward", "FAIL", 4,
             "case 2/6: max abs error 0.5\nLikely mistake: the accumulator acc is not rescaled"),
         sub(f"{HOSTILE}/01-gpu-flash.ipynb", "01-gpu-flash", "FAIL", 0, f"raised {HOSTILE}"),
     ]
@@ -272,8 +272,8 @@ def test_instructor_page_one_row_per_student_with_click_through(sync_api, tmp_pa
         (out / "executed" / report.executed_name(sub)).write_text("{}")
     rows = list(csv.DictReader((out / "students.csv").open()))
     assert [r["student"] for r in rows] == ["alice", HOSTILE]
-    assert rows[0]["01-gpu-flash"] == "PASS 10/10" and rows[0]["06-flash-attention"] == \
-        "FAIL 4/10" and rows[1]["06-flash-attention"] == ""
+    assert rows[0]["01-gpu-flash"] == "PASS 10/10" and rows[0]["06-flash-forward"] == \
+        "FAIL 4/10" and rows[1]["06-flash-forward"] == ""
     with sync_api.sync_playwright() as play:
         browser = play.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
@@ -282,7 +282,7 @@ def test_instructor_page_one_row_per_student_with_click_through(sync_api, tmp_pa
             page.wait_for_selector("#progress tbody tr")
             assert page.locator("#progress tbody tr").count() == 2  # one row per student
             assert page.locator("#progress thead th").all_inner_texts() == [
-                "student", "01-gpu-flash", "06-flash-attention"]
+                "student", "01-gpu-flash", "06-flash-forward"]
             assert page.locator("img").count() == 0 and page.title() == "Grading progress"
             hostile_row = page.locator("#progress tbody tr").nth(1)
             assert hostile_row.locator("th").inner_text() == HOSTILE  # shown as text

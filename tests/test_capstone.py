@@ -1,5 +1,5 @@
-"""Lesson 10's grader: the capstone's solution passes, forward and backward; known-wrong
-versions of it (tests/wrong_kernels_10.py) are each rejected with the message naming their
+"""Lesson 11's grader: the capstone's solution passes, forward and backward; known-wrong
+versions of it (tests/wrong_kernels_11.py) are each rejected with the message naming their
 mistake; the references, the block map and the input checks hold."""
 
 import math
@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from wrong_kernels_10 import BACKWARD, WRONG, solution_module
+from wrong_kernels_11 import BACKWARD, WRONG, solution_module
 
 from flashcourse import CourseInputError, WrongAnswer, check, runtime
 from flashcourse.checks import registry

@@ -463,9 +463,9 @@ def test_every_solution_is_free_of_reference_calls(root):
 
 
 def test_a_module_the_setup_cell_imports_is_a_reference_in_answers(root):
-    solution = json.loads((root / "solutions" / "08-modern-attention.ipynb").read_text())
+    solution = json.loads((root / "solutions" / "09-modern-attention.ipynb").read_text())
     answers = collect.answer_ids(json.loads(
-        (root / "exercises" / "08-modern-attention.ipynb").read_text()))
+        (root / "exercises" / "09-modern-attention.ipynb").read_text()))
     cells = [dict(c) for c in solution["cells"]]
     answer = next(c for c in cells if c.get("id") == "exercise-block-map")
     answer["source"] = "def block_map(*args, **kwargs):\n    return ma.classify_blocks(*args)\n"

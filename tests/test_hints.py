@@ -39,7 +39,7 @@ def _fresh_hints():
 @pytest.mark.parametrize("slug", list(LESSONS))
 def test_every_exercise_has_two_or_three_levels(slug):
     """Each exercise cell is covered by the hints of the check that grades it (the next check
-    cell): one block per graded id, so cells graded together (lesson 10's four) share one."""
+    cell): one block per graded id, so cells graded together (lesson 11's four) share one."""
     lesson = LESSONS[slug]
     hinted = {block.exercise for block in lesson.hints}
     missing = []

@@ -32,7 +32,7 @@ def test_the_index_maps_every_lesson():
 
 
 def test_links_point_at_the_lessons_named():
-    lesson = build.parse(ROOT / "lessons" / "06-flash-attention.qmd")
+    lesson = build.parse(ROOT / "lessons" / "06-flash-forward.qmd")
     assert "[lesson 5](05-softmax.qmd)" in learning_path.before_you_start(lesson, book=True)
     assert "[lesson 5](05-softmax.ipynb)" in learning_path.before_you_start(lesson, book=False)
 

@@ -1,6 +1,6 @@
-"""Lesson 8's grader: the solutions pass (and with the hidden cases), known-wrong answers built
+"""Lesson 9's grader: the solutions pass (and with the hidden cases), known-wrong answers built
 by editing the lesson's own solution cells are rejected with the message that names the
-mistake (exercise 4's, written from scratch, are data in wrong_kernels_08.py), blanks say
+mistake (exercise 4's, written from scratch, are data in wrong_kernels_09.py), blanks say
 "Fill in the blank" and untouched stubs "not implemented", the launchers refuse bad inputs and
 agree with PyTorch, and the questions' answers agree with the package's models."""
 
@@ -16,17 +16,17 @@ from flashcourse.checks import registry
 
 runtime.setup(verbose=False)  # before triton is imported or any kernel defined: the interpreter
 
-import wrong_kernels_08  # noqa: E402
+import wrong_kernels_09  # noqa: E402
 
 from flashcourse.checks.modern_attention import decoding, masks  # noqa: E402
 from flashcourse.kernels import modern_attention as ma  # noqa: E402
 
-CELLS, FUNCTIONS = wrong_kernels_08.CELLS, wrong_kernels_08.FUNCTIONS
+CELLS, FUNCTIONS = wrong_kernels_09.CELLS, wrong_kernels_09.FUNCTIONS
 WRONG_SCRATCH = {(exercise_id, mistake): (edits, message)
-                 for exercise_id, table in wrong_kernels_08.TABLES.items()
+                 for exercise_id, table in wrong_kernels_09.TABLES.items()
                  for mistake, (edits, message) in table.items()}
 
-LESSON = "08-modern-attention.qmd"
+LESSON = "09-modern-attention.qmd"
 PRELUDE = cells.PRELUDE + "from flashcourse.kernels.modern_attention import EMPTY, FULL, PARTIAL\n"
 
 EXERCISES = {  # exercise id: (solution cell id, function name)
@@ -115,13 +115,13 @@ def answer(root, exercise_id, lines=None, replace=()):
 
 def scratch_answer(exercise_id, edits=()):
     """Exercise 4's solution cells (loaded together) with the (old, new) edits of
-    wrong_kernels_08: the answer to `exercise_id`."""
+    wrong_kernels_09: the answer to `exercise_id`."""
     runtime.setup(verbose=False)
-    return wrong_kernels_08.answer(edits, exercise_id)
+    return wrong_kernels_09.answer(edits, exercise_id)
 
 
 def pattern_of(message: str) -> str:
-    """wrong_kernels_08's messages: text to find, or a regular expression after "re:"."""
+    """wrong_kernels_09's messages: text to find, or a regular expression after "re:"."""
     return message[3:] if message.startswith("re:") else re.escape(message)
 
 
@@ -145,7 +145,7 @@ def test_grader_replay_gives_the_same_verdict(root, record_check, exercise_id):
     _, right = record_check(exercise_id, answer(root, exercise_id), folder="right")
     assert "cases" in registry.replay(exercise_id, right)
     if exercise_id in FUNCTIONS:
-        (edits, message), = list(wrong_kernels_08.TABLES[exercise_id].values())[:1]
+        (edits, message), = list(wrong_kernels_09.TABLES[exercise_id].values())[:1]
         wrong_answer, pattern = scratch_answer(exercise_id, edits), pattern_of(message)
     else:
         (edits, message), = [value for key, value in WRONG.items() if key[0] == exercise_id][:1]

@@ -17,7 +17,7 @@ from flashcourse.grader.submission import ExerciseResult, Submission
 LESSON = "01-gpu-flash"
 QUESTIONS = ("open-q1", "open-q2", "open-q3")
 # The capstone asks for one written answer, a report against the roofline, worth 4 points.
-CAPSTONE, CAPSTONE_WRITTEN = "10-capstone", {"open-q4": 4}
+CAPSTONE, CAPSTONE_WRITTEN = "11-capstone", {"open-q4": 4}
 ANSWER = "S is N x N: four passes through HBM, and O(N^2) memory."
 
 
@@ -156,7 +156,7 @@ def test_open_answers_csv_has_a_row_per_submission_and_question(tmp_path, root, 
 
 
 def test_an_unchanged_prompt_without_write_it_here_is_not_an_answer(root, exercises):
-    slug = "09-ring-attention"
+    slug = "10-ring-attention"
     prompt = _prompt(exercises, "open-q1", slug)
     assert not prompt.rstrip().endswith(report.OPEN_PROMPT)  # its own question, not the line
     sub = _sub("erin", exercises, {"open-q1": prompt, "open-q2": prompt + "\n\nBecause ..."},

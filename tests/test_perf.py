@@ -1,4 +1,4 @@
-"""Lesson 7: the reference FlashAttention kernel (every ladder step, forward and backward), the
+"""Lesson 8: the reference FlashAttention kernel (every ladder step, forward and backward), the
 ladder exercise's grader against known-wrong answers, the benchmark CLI on a CPU, and the CUDA
 C++ source compiling with nvcc."""
 
@@ -118,7 +118,7 @@ PRELUDE = cells.PRELUDE + "from flashcourse.kernels.forward import attn_fwd_inne
 
 def ladder_kernel(root, *replace):
     """The lesson's ladder kernel, each (old, new) replacing text that occurs exactly once."""
-    return cells.load_name(root / "lessons" / "07-performance.qmd", "exercise-ladder",
+    return cells.load_name(root / "lessons" / "08-performance.qmd", "exercise-ladder",
                                   "ladder_kernel", replace, PRELUDE)
 
 
@@ -190,7 +190,7 @@ TUNING_SOLUTION = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 
 
 
 def test_tuning_config_is_validated_and_timing_left_to_a_gpu(root, capsys):
-    answer = cells.solution_source(root / "lessons" / "07-performance.qmd", "answer-tuning")
+    answer = cells.solution_source(root / "lessons" / "08-performance.qmd", "answer-tuning")
     namespace = {}
     exec(answer, namespace)  # noqa: S102  (the lesson's own answer cell)
     assert namespace["tuning_config"] == TUNING_SOLUTION
@@ -284,7 +284,7 @@ def test_blanks_in_the_config_and_the_profile_stub_say_what_to_do(root):
         check(TUNING, dict(TUNING_SOLUTION, BLOCK_M=______))
     with pytest.raises(BlankNotFilled, match="Fill in the blank"):
         check("performance/profile-reading", ______)
-    stub = cells.load(cells.exercise_source(root / "lessons" / "07-performance.qmd",
+    stub = cells.load(cells.exercise_source(root / "lessons" / "08-performance.qmd",
                                             "exercise-profile")).read_profile
     with pytest.raises(registry.WrongAnswer, match="still raises NotImplementedError"):
         check("performance/profile-reading", stub)
@@ -314,7 +314,7 @@ MATH_DTYPE = "compute = torch.promote_types(q.dtype, torch.float32)  # at least 
 
 
 def deploy_function(root, *replace):
-    return cells.load_name(root / "lessons" / "07-performance.qmd", "exercise-deploy",
+    return cells.load_name(root / "lessons" / "08-performance.qmd", "exercise-deploy",
                            "deployed_attention", replace, DEPLOY_PRELUDE)
 
 
@@ -371,7 +371,7 @@ SHARE = '"top_share": top["self_us"] / all_self_us'
 
 
 def profile_function(root, *replace):
-    return cells.load_name(root / "lessons" / "07-performance.qmd", "exercise-profile",
+    return cells.load_name(root / "lessons" / "08-performance.qmd", "exercise-profile",
                            "read_profile", replace)
 
 

@@ -1,4 +1,4 @@
-"""Lesson 9's grader: the solutions pass on 2 and 4 gloo processes; known-wrong answers (built
+"""Lesson 10's grader: the solutions pass on 2 and 4 gloo processes; known-wrong answers (built
 by editing the lesson's own solution cells) are rejected with the message that names the
 mistake; a deadlock ends in a clear message, not a hung test; the check is replayed from its
 record; the numpy model, the splits and the reference rings agree with standard attention."""
@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from wrong_answers_09 import DEADLOCKS, WRONG
+from wrong_answers_10 import DEADLOCKS, WRONG
 
 from flashcourse import check
 from flashcourse import distributed as ring
@@ -17,7 +17,7 @@ from flashcourse.checks import recording, registry, self_check_files
 from flashcourse.checks import ring_attention as checks
 from flashcourse.checks.ring_attention import mistakes, protocol
 
-LESSON = "lessons/09-ring-attention.qmd"
+LESSON = "lessons/10-ring-attention.qmd"
 PRELUDE = cells.PRELUDE + (
     "import torch.distributed as dist\n"
     "from flashcourse.distributed import block_attention, block_gradients, chunks_of\n")
@@ -311,7 +311,7 @@ def test_zigzag_balances_causal_work():
 
 def test_questions_match_the_model():
     answers = {q.id.split("/")[1]: q.answers for q in self_check_files.read(
-        self_check_files.path_of("09-ring-attention")).questions}
+        self_check_files.path_of("10-ring-attention")).questions}
     q1, q2, q3 = answers["q1-schedule"], answers["q2-balance"], answers["q3-memory"]
     assert ring.ring_schedule(4)[1, 2] == q1["rank_held"]
     assert q1["mib_sent_per_step"] == 65536 * 32 * 128 * 2 * 2 / 2**20

@@ -193,8 +193,8 @@ def test_every_cell_of_every_solution_gives_no_finding(root):
 
 
 def test_the_lessons_own_helpers_are_given_but_a_helper_added_beside_them_is_not(root):
-    # lesson 7's dispatcher calls machine_backends(), which offers SDPA on purpose
-    solution, exercise = _solution_and_exercise(root, "07-performance.ipynb")
+    # lesson 8's dispatcher calls machine_backends(), which offers SDPA on purpose
+    solution, exercise = _solution_and_exercise(root, "08-performance.ipynb")
     answers = collect.answer_ids(exercise)
     cells = copy.deepcopy(solution["cells"])
     assert scan.reference_calls(cells, answers, exercise["cells"]) == []

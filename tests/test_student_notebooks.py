@@ -11,7 +11,7 @@ from flashcourse.authoring import build
 
 ANSWERS_TITLE = "Reference answer to Q"  # one per question: "... to Q1 (the rubric)"
 # Lessons whose written answers are not three of 2 points: the capstone asks for one report.
-OPEN_ANSWERS = {"10-capstone": {4: 4}}
+OPEN_ANSWERS = {"11-capstone": {4: 4}}
 
 
 def _cells(root, folder, slug):

@@ -266,3 +266,77 @@ def test_reset_refuses_while_the_lesson_is_open_in_a_running_lab(course, tmp_pat
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _notebook(cells: dict[str, str]) -> str:
+    nb = nbformat.v4.new_notebook()
+    for cell_id, source in cells.items():
+        cell = nbformat.v4.new_code_cell(source)
+        cell.id = cell_id
+        nb.cells.append(cell)
+    return nbformat.writes(nb)
+
+
+@pytest.fixture
+def renumbered(tmp_path) -> Path:
+    """A course whose lesson 6 was split and lesson 7 renumbered 8, with a work/ of the old."""
+    exercises = tmp_path / "exercises"
+    exercises.mkdir()
+    (exercises / "06-flash-forward.ipynb").write_text(_notebook(
+        {"exercise-forward": "kernel = ______", "answer-q2": "speed = ______",
+         "try-forward": "new try cell"}))
+    (exercises / "07-flash-backward.ipynb").write_text(_notebook(
+        {"exercise-dq": "dq = ______", "answer-q1": "saved = ______"}))
+    (exercises / "08-performance.ipynb").write_text(_notebook({"exercise-ladder": "x = ______"}))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "06-flash-attention.ipynb").write_text(_notebook(
+        {"exercise-forward": "kernel = 'mine'", "answer-q3": "speed = 'mine'",
+         "answer-q2": "saved = 'mine'", "exercise-dq": "dq = 'mine'",
+         "try-forward": "old try cell"}))
+    (work / "07-performance.ipynb").write_text(_notebook({"exercise-ladder": "x = 'mine'"}))
+    return tmp_path
+
+
+def _sources(path: Path) -> dict[str, str]:
+    return {c.id: c.source for c in nbformat.read(path, as_version=4).cells}
+
+
+def test_a_split_lesson_carries_the_students_answers_and_keeps_the_old_copy(renumbered):
+    report = workspace.prepare(renumbered, now=datetime(2026, 12, 2, 9, 0, 0))
+    work = renumbered / "work"
+    forward = _sources(work / "06-flash-forward.ipynb")
+    assert forward == {"exercise-forward": "kernel = 'mine'", "answer-q2": "speed = 'mine'",
+                       "try-forward": "new try cell"}  # only answer cells come across
+    assert _sources(work / "07-flash-backward.ipynb") == {"exercise-dq": "dq = 'mine'",
+                                                          "answer-q1": "saved = 'mine'"}
+    assert not (work / "06-flash-attention.ipynb").exists()
+    backups = list((work / "backups").glob("06-flash-attention.before-split-*.ipynb"))
+    assert len(backups) == 1 and "kernel = 'mine'" in backups[0].read_text()
+    # the renumbered lesson keeps the student's file under its new name
+    assert _sources(work / "08-performance.ipynb") == {"exercise-ladder": "x = 'mine'"}
+    assert not (work / "07-performance.ipynb").exists()
+    text = "\n".join(report.lines())
+    assert "split 06-flash-attention into 06-flash-forward and 07-flash-backward" in text
+    assert "work/07-performance.ipynb is now work/08-performance.ipynb" in text
+    # the carried-over copies count as started: update leaves them alone
+    (renumbered / "exercises" / "06-flash-forward.ipynb").write_text(_notebook(
+        {"exercise-forward": "kernel = ______ # v2"}))
+    again = workspace.update(renumbered)
+    assert "06-flash-forward.ipynb" in again.kept
+    assert "kernel = 'mine'" in (work / "06-flash-forward.ipynb").read_text()
+
+
+def test_an_untouched_copy_of_a_moved_lesson_is_replaced_by_the_new_lessons(renumbered):
+    work = renumbered / "work"
+    (work / "07-performance.ipynb").unlink()
+    (work / "06-flash-attention.ipynb").unlink()
+    old = _notebook({"exercise-ladder": "x = ______"})
+    (work / "07-performance.ipynb").write_text(old)
+    copied = {"07-performance.ipynb": workspace.fingerprint(work / "07-performance.ipynb")}
+    (work / workspace.STATE_FILE).write_text(json.dumps({"copied": copied}))
+    report = workspace.prepare(renumbered)
+    assert not (work / "07-performance.ipynb").exists() and report.moved == []
+    assert sorted(report.copied) == ["06-flash-forward.ipynb", "07-flash-backward.ipynb",
+                                     "08-performance.ipynb"]
+    assert not (work / "backups").exists()

@@ -16,6 +16,11 @@ needed it is copied into `work/`, and a copy there is never overwritten. `./cour
 
 `work/.course.json` remembers a fingerprint of each lesson as copied, so `update` can tell a
 started lesson from an untouched one.
+
+Lessons the course renamed or split (`MOVED`) are carried over by `prepare`: a started copy of a
+renamed lesson takes the new name; a started copy of a split lesson gives each new lesson the
+student's answer cells (`CARRIED`, by cell id) and goes to `work/backups/`; an untouched copy
+is simply replaced by the new lessons.
 """
 
 from __future__ import annotations
@@ -39,6 +44,27 @@ BACKUP_DIR = "backups"  # under work/: reset's old copies
 SUBMIT_DIR = "submit"  # at the course root: the files to hand in
 
 
+# Lessons renamed or split since a work/ folder may have been made: old stem -> new stems.
+MOVED = {
+    "06-flash-attention": ("06-flash-forward", "07-flash-backward"),
+    "07-performance": ("08-performance",),
+    "08-modern-attention": ("09-modern-attention",),
+    "09-ring-attention": ("10-ring-attention",),
+    "10-capstone": ("11-capstone",),
+}
+# For a split lesson, the student's cells each new lesson takes: new cell id -> old cell id.
+CARRIED = {
+    "06-flash-forward": {
+        "answer-fa1": "answer-fa1", "exercise-forward": "exercise-forward",
+        "exercise-scratch": "exercise-scratch", "exercise-skipped": "exercise-skipped",
+        "answer-q1": "answer-q1", "open-q1": "open-q1", "answer-q2": "answer-q3",
+        "open-q2": "open-q3", "answer-misconceptions": "answer-misconceptions"},
+    "07-flash-backward": {
+        "exercise-backward-numpy": "exercise-backward-numpy", "exercise-dkdv": "exercise-dkdv",
+        "exercise-dq": "exercise-dq", "answer-q1": "answer-q2", "open-q1": "open-q2"},
+}
+
+
 class WorkspaceError(ValueError):
     """A request the workspace cannot carry out; the message says what to do instead."""
 
@@ -50,9 +76,11 @@ class Report:
     kept: list[str] = field(default_factory=list)  # started copies of lessons that changed
     restarted: str | None = None  # the lesson reset copied afresh
     backup: str | None = None  # where reset moved the old copy
+    moved: list[str] = field(default_factory=list)  # lines about renamed or split lessons
 
     def lines(self) -> list[str]:
-        out = [f"new lesson: {WORK_DIR}/{name}" for name in self.copied]
+        out = list(self.moved)
+        out += [f"new lesson: {WORK_DIR}/{name}" for name in self.copied]
         out += [f"updated (not started yet): {WORK_DIR}/{name}" for name in self.refreshed]
         out += [f"kept your copy of {WORK_DIR}/{name}; the course has a newer version: "
                 f"./course reset {name[:2]} takes it "
@@ -130,12 +158,66 @@ def started(path: Path, copied_as: str | None) -> bool:
         return True
 
 
-def prepare(root: Path) -> Report:
-    """Copy into work/ every lesson that is not there yet; never overwrite a copy."""
+def _cells_by_id(path: Path) -> dict[str, dict]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return {c["id"]: c for c in nb.get("cells", []) if isinstance(c, dict) and "id" in c}
+
+
+def _carry_over(root: Path, old: Path, stems: tuple[str, ...], state: dict[str, str],
+                report: Report, now: datetime | None) -> None:
+    """Move the student's copy `old` of a renamed or split lesson to its new lessons."""
+    work = old.parent
+    if not started(old, state.get(old.name)):
+        old.unlink()  # untouched: the new lessons are copied as usual
+        state.pop(old.name, None)
+        return
+    if len(stems) == 1 and not (work / f"{stems[0]}.ipynb").exists():
+        target = work / f"{stems[0]}.ipynb"
+        old.rename(target)
+        if old.name in state:
+            state[target.name] = state.pop(old.name)
+        report.moved.append(f"the course renumbered its lessons: your {WORK_DIR}/{old.name} "
+                            f"is now {WORK_DIR}/{target.name}, with your work in it")
+        return
+    try:
+        theirs = _cells_by_id(old)
+    except (OSError, ValueError, KeyError, TypeError):
+        theirs = {}
+    made = []
+    for stem in stems:
+        target = work / f"{stem}.ipynb"
+        source = Path(root) / EXERCISES_DIR / f"{stem}.ipynb"
+        if target.exists() or not source.exists():
+            continue
+        nb = json.loads(source.read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            mine = theirs.get(CARRIED.get(stem, {}).get(cell.get("id"), ""))
+            if mine is not None and mine.get("cell_type") == cell["cell_type"]:
+                cell["source"] = mine.get("source", cell["source"])
+        target.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        state[target.name] = fingerprint(source)  # differs from the copy: counts as started
+        made.append(target.name)
+    reset_name = backup_name(old, now)
+    backup = reset_name.with_name(reset_name.name.replace(".before-reset-", ".before-split-"))
+    backup.parent.mkdir(exist_ok=True)
+    old.rename(backup)
+    state.pop(old.name, None)
+    report.moved.append(f"the course split {old.stem} into {' and '.join(stems)}: your answers "
+                        f"are in {', '.join(f'{WORK_DIR}/{n}' for n in made) or 'them'}; your "
+                        f"old copy is kept as {WORK_DIR}/{BACKUP_DIR}/{backup.name}")
+
+
+def prepare(root: Path, now: datetime | None = None) -> Report:
+    """Copy into work/ every lesson that is not there yet; never overwrite a copy. Copies of
+    lessons the course renamed or split are carried over first (`MOVED`)."""
     work = work_dir(root)
     work.mkdir(exist_ok=True)
     state = _load_state(work)
     report = Report()
+    for old_stem, stems in MOVED.items():
+        old = work / f"{old_stem}.ipynb"
+        if old.is_file():
+            _carry_over(root, old, stems, state, report, now)
     for source in lessons(root):
         target = work / source.name
         if not target.exists():
@@ -315,10 +397,10 @@ def main(argv: list[str] | None = None) -> int:
                    "install the course's JupyterLab defaults (no news pop-up)")
     sub.add_parser("update", help="bring in new lessons; leave started ones alone")
     reset_parser = sub.add_parser("reset", help="start a lesson afresh, keeping the old copy")
-    reset_parser.add_argument("lesson", help="lesson number (06) or name (06-flash-attention)")
+    reset_parser.add_argument("lesson", help="lesson number (06) or name (06-flash-forward)")
     submit_parser = sub.add_parser("submit", help=f"write the file to hand in, "
                                    f"{SUBMIT_DIR}/<student-id>__NN-slug.ipynb")
-    submit_parser.add_argument("lesson", help="lesson number (06) or name (06-flash-attention)")
+    submit_parser.add_argument("lesson", help="lesson number (06) or name (06-flash-forward)")
     submit_parser.add_argument("--student", default=None,
                                help=f"your student id (default: ${STUDENT_ENV})")
     submit_parser.add_argument("--keep-outputs", action="store_true",
@@ -330,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             write_lab_overrides()
         elif args.action == "update":
             report = update(args.root)
-            if not (report.copied or report.refreshed or report.kept):
+            if not (report.copied or report.refreshed or report.kept or report.moved):
                 print(f"{WORK_DIR}/ is up to date")
         elif args.action == "submit":
             path = submit(args.root, args.lesson, args.student, args.keep_outputs)

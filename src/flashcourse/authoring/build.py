@@ -44,6 +44,9 @@ BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 # Reference answers: a Quarto callout with the extra class `.answers`, collapsed on the book page,
 # kept in the solution notebook, left out of the exercise notebook.
 ANSWERS_BLOCK = re.compile(r"^:::+\s*\{[^}]*\.answers\b[^}]*\}\s*$")
+# Lab notes: measured detail behind a lesson's summary table, a collapsed callout with the class
+# `.lab-notes` and a `## title` line; a notebook shows it as an HTML <details> block.
+LAB_NOTES_BLOCK = re.compile(r"^:::+\s*\{[^}]*\.lab-notes\b[^}]*\}\s*$")
 # Cells that run or check the student's code raise while a blank is unfilled: in the exercise
 # notebook they carry the tag `raises-exception`, so JupyterLab's Run All goes on to the end.
 # The solution notebook has no such tag, so strict nbval still fails on any error there.
@@ -128,6 +131,9 @@ class Lesson:
 def parse(path: Path) -> Lesson:
     """Split a lesson .qmd into markdown and ```{python} cells."""
     text = path.read_text(encoding="utf-8")
+    if path.stem[:2].isdigit():  # the lesson's table of recorded results, from its CSVs
+        text = results_table.with_summary(text, path.parent.parent / "assets" / "results",
+                                          int(path.stem[:2]))
     match = re.match(r"^---\n(.*?)\n---\n", text, re.S)
     if not match:
         raise LessonSourceError(f"{path}: starts without a --- front matter block with a title")
@@ -410,7 +416,8 @@ def _banner(lesson: Lesson, variant: str) -> str:
 def _notebook_markdown(text: str, variant: str, path: Path) -> str:
     """A markdown cell for a notebook: blocks `::: {.callout-... .answers}` ... `:::` (reference
     answers, collapsed on the book page) are left out of the exercise notebook; the solution
-    notebook keeps their text without the fence lines."""
+    notebook keeps their text without the fence lines. Lab notes become <details> blocks."""
+    text = _lab_notes_as_details(text, path)
     if not any(ANSWERS_BLOCK.match(line.strip()) for line in text.splitlines()):
         return text
     out: list[str] = []
@@ -433,6 +440,31 @@ def _notebook_markdown(text: str, variant: str, path: Path) -> str:
     if depth:
         raise LessonSourceError(f"{path}: an answers block is never closed (`:::`)")
     return re.sub(r"\n\s*\n(\s*\n)+", "\n\n", "\n".join(out)).strip("\n")
+
+
+def _lab_notes_as_details(text: str, path: Path) -> str:
+    """`::: {.callout-note .lab-notes}`, `## title`, body, `:::` -> <details> with a summary
+    (JupyterLab renders it collapsed; it shows fenced divs as plain text)."""
+    lines = text.splitlines()
+    if not any(LAB_NOTES_BLOCK.match(line.strip()) for line in lines):
+        return text
+    out: list[str] = []
+    index = 0
+    while index < len(lines):
+        if not LAB_NOTES_BLOCK.match(lines[index].strip()):
+            out.append(lines[index])
+            index += 1
+            continue
+        end = _block_end(lines, index, path)
+        body = lines[index + 1:end]
+        while body and not body[0].strip():
+            body = body[1:]
+        if not body or not body[0].startswith("## "):
+            raise LessonSourceError(f"{path}: lab notes start with a `## title` line")
+        out += ["<details>", f"<summary><b>{body[0][3:].strip()}</b></summary>", "",
+                *body[1:], "", "</details>"]
+        index = end + 1
+    return "\n".join(out)
 
 
 def to_notebook(lesson: Lesson, variant: str) -> nbformat.NotebookNode:

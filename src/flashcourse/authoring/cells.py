@@ -96,6 +96,22 @@ def load_cells(lesson_path: Path, cell_ids: list[str], replace=(), prelude: str 
     return load(source, replace, prelude)
 
 
+# The teaching FlashAttention: the solution kernels of lessons 6 (forward) and 7 (backward),
+# which the benchmarks and GPU scripts load as one module.
+FLASH_KERNEL_CELLS = (("06-flash-forward", ("exercise-forward",)),
+                      ("07-flash-backward", ("delta-kernel", "exercise-dkdv", "exercise-dq")))
+
+
+def flash_kernels_source(lessons_dir: Path,
+                         extra: dict[str, tuple[str, ...]] | None = None) -> str:
+    """The source of lessons 6 and 7's solution kernels, plus `extra` cells per lesson stem."""
+    parts = []
+    for stem, cell_ids in FLASH_KERNEL_CELLS:
+        ids = [*cell_ids, *(extra or {}).get(stem, ())]
+        parts += [solution_source(Path(lessons_dir) / f"{stem}.qmd", i) for i in ids]
+    return "\n\n\n".join(parts)
+
+
 def load_name(lesson_path: Path, cell_id: str, name: str, replace=(), prelude: str = PRELUDE):
     """`name` (a function or kernel) defined by one solution cell, after `replace`."""
     return getattr(load_cells(lesson_path, [cell_id], replace, prelude), name)

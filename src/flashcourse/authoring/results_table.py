@@ -1,7 +1,9 @@
-"""The README's table of results on the course GPU, computed from `assets/results/*.csv`.
+"""The tables of results on the course GPU, computed from `assets/results/*.csv`.
 
-`build` writes it between the two marker lines of README.md and `check-sync` fails when the
-README's copy differs, so a number the README quotes cannot drift from its recorded table.
+`build` writes the whole table between the two marker lines of README.md, and each lesson's own
+rows where its source holds the line `SUMMARY` (in the exercise, the solution and the book page);
+`check-sync` fails when a copy differs, so a number the README or a lesson's summary quotes
+cannot drift from its recorded table.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from pathlib import Path
 
 BEGIN = "<!-- results table: made by `python -m flashcourse build` from assets/results/ -->"
 END = "<!-- end of the results table -->"
+SUMMARY = "<!-- summary table: made by `python -m flashcourse build` from assets/results/ -->"
+HEADER = ["| measurement (same run, H200) | result | table |", "|---|---|---|"]
 
 
 def _rows(results: Path, name: str) -> list[dict]:
@@ -35,12 +39,12 @@ def _one(rows: list[dict], **equal) -> dict:
     return found[0]
 
 
-def table(results: Path) -> str:
-    """The markdown table, each line from its CSV."""
-    lines = ["| lesson | measurement (same run, H200) | result | table |", "|---|---|---|---|"]
+def rows(results: Path) -> list[tuple[int, str, str, str]]:
+    """(lesson, measurement, result, table name) of every recorded result quoted, in order."""
+    found: list[tuple[int, str, str, str]] = []
 
     def add(lesson, measurement, result, name):
-        lines.append(f"| {lesson} | {measurement} | {result} | `{name}.csv` |")
+        found.append((lesson, measurement, result, name))
 
     copies = _rows(results, "02-copy-bandwidth")
     best = max(_where(copies, kernel="copy_kernel"), key=lambda row: float(row["GB/s"]))
@@ -74,27 +78,62 @@ def table(results: Path) -> str:
         f"{float(fused['GB/s']):.0f} vs {float(torch_softmax['GB/s']):.0f} GB/s", "05-softmax")
 
     lesson6 = [row for row in _rows(results, "06-flash-attention-fwd") if int(row["N"]) >= 4096]
-    triton6 = sorted({row["triton"] for row in lesson6})
-    add(6, f"lesson 6's forward vs SDPA flash backend, N >= 4096 (Triton {', '.join(triton6)})",
-        _span([float(row["fwd ratio"]) for row in lesson6]), "06-flash-attention-fwd")
-    add(6, "lesson 6's forward+backward vs SDPA flash backend, same cases",
-        _span([float(row["fwd+bwd ratio"]) for row in lesson6]), "06-flash-attention-fwd")
+    triton6 = ", ".join(sorted({row["triton"] for row in lesson6}))
+    add(6, f"lesson 6's forward vs SDPA flash backend, fp16/bf16, d 64/128, N >= 4096 "
+        f"(Triton {triton6})", _span([float(row["fwd ratio"]) for row in lesson6]),
+        "06-flash-attention-fwd")
+    against = _rows(results, "06-vs-reference")
+    for lesson, mode, what in ((6, "fwd", "lesson 6's forward"),
+                               (7, "fwdbwd", "lessons 6-7's forward+backward")):
+        cells = _where(against, mode=mode)
+        versions = ", ".join(sorted({row["triton"] for row in cells}))
+        add(lesson, f"{what} vs the course's reference (lesson 8), "
+            f"{len(cells)} cells, N 1k-16k (Triton {versions})",
+            _span([float(row["lesson6/course"]) for row in cells]), "06-vs-reference")
+    add(7, "lesson 6's forward + lesson 7's backward vs SDPA flash backend, N >= 4096 "
+        f"(Triton {triton6})", _span([float(row["fwd+bwd ratio"]) for row in lesson6]),
+        "06-flash-attention-fwd")
 
-    sweeps = (("forward", "07-attention-fwd"), ("forward+backward", "07-attention-fwdbwd"))
+    sweeps = (("forward", "08-attention-fwd"), ("forward+backward", "08-attention-fwdbwd"))
     for mode, name in sweeps:
         rows = _rows(results, name)
         versions = ", ".join(sorted({row["triton"] for row in rows}))
         shapes = "fp16/bf16, d 64/128, N 1k-16k"
-        add(7, f"reference kernel {mode} vs SDPA cuDNN backend, {shapes} (Triton {versions})",
+        add(8, f"reference kernel {mode} vs SDPA cuDNN backend, {shapes} (Triton {versions})",
             _span([float(row["course/cudnn"]) for row in rows]), name)
-        add(7, f"reference kernel {mode} vs SDPA flash backend, same cases",
+        add(8, f"reference kernel {mode} vs SDPA flash backend, same cases",
             _span([float(row["course/flash"]) for row in rows]), name)
 
-    ladder = _where(_rows(results, "07-ladder"), step="7", N="4096", dtype="fp16")
+    ladder = _where(_rows(results, "08-ladder"), step="7", N="4096", dtype="fp16")
     versions = ", ".join(sorted({row["triton"] for row in ladder}))
-    add(7, f"optimisation ladder, step 7 vs step 0, fp16 N = 4096 (Triton {versions})",
-        _span([float(row["vs_step0"]) for row in ladder]), "07-ladder")
+    add(8, f"optimisation ladder, step 7 vs step 0, fp16 N = 4096 (Triton {versions})",
+        _span([float(row["vs_step0"]) for row in ladder]), "08-ladder")
+    return found
+
+
+def table(results: Path) -> str:
+    """The README's markdown table, each line from its CSV."""
+    lines = ["| lesson " + HEADER[0], "|---" + HEADER[1]]
+    lines += [f"| {lesson} | {what} | {result} | `{name}.csv` |"
+              for lesson, what, result, name in rows(results)]
     return "\n".join(lines)
+
+
+def summary(results: Path, lesson: int) -> str:
+    """One lesson's rows of the table, without the lesson column."""
+    mine = [f"| {what} | {result} | `{name}.csv` |"
+            for number, what, result, name in rows(results) if number == lesson]
+    if not mine:
+        raise ValueError(f"lesson {lesson} has a summary table line but no recorded results "
+                         "in results_table.rows")
+    return "\n".join(HEADER + mine)
+
+
+def with_summary(text: str, results: Path, lesson: int) -> str:
+    """A lesson's text with its SUMMARY line replaced by its table of results."""
+    if SUMMARY not in text:
+        return text
+    return text.replace(SUMMARY, summary(results, lesson))
 
 
 def readme_with_table(readme_text: str, results: Path) -> str:

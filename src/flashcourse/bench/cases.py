@@ -1,6 +1,6 @@
 """The attention benchmark's cases: shapes, dtypes and inputs (B * N = 32k tokens, H * d = 2048).
 
-Used by the harness (`bench/harness.py`), the GPU scripts and lesson 7's cells.
+Used by the harness (`bench/harness.py`), the GPU scripts and lesson 8's cells.
 """
 
 from __future__ import annotations

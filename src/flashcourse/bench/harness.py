@@ -10,8 +10,8 @@ count forward + backward = 3.5x. B*N = 32k tokens, H = 32 for d = 64 and 16 for 
 
 Every course-kernel case is checked against an fp32 reference before timing and again after;
 a mismatch marks the row WRONG and makes the exit status 1. Writes, into --out:
-07-attention-fwd.csv and 07-attention-fwdbwd.csv (one row per case, TFLOP/s per provider),
-their -raw.csv twins (one row per measurement, with ms and status), 07-ladder.csv (one row per
+08-attention-fwd.csv and 08-attention-fwdbwd.csv (one row per case, TFLOP/s per provider),
+their -raw.csv twins (one row per measurement, with ms and status), 08-ladder.csv (one row per
 case and step), every row with date, GPU and versions, and a PNG plot of each.
 Without CUDA it says why and exits 0.
 """
@@ -422,8 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = time_ladder(cases, args.rep_ms, args.warmup_ms, not args.no_autotune, progress,
                            args.repeats)
         progress.close()
-        write_csv(out / "07-ladder.csv", rows)
-        plot_ladder(out / "07-ladder.png", rows)
+        write_csv(out / "08-ladder.csv", rows)
+        plot_ladder(out / "08-ladder.png", rows)
         failed |= any(r["status"].startswith("WRONG") for r in rows)
         for r in rows:
             print(f"ladder d={r['d']} {'causal' if r['causal'] else 'full':6s} step {r['step']} "
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_case(case, providers, args.rep_ms, args.warmup_ms, args.repeats)
             progress.step(case.label())
         progress.close()
-        name = "07-attention-fwd" if mode == "fwd" else "07-attention-fwdbwd"
+        name = "08-attention-fwd" if mode == "fwd" else "08-attention-fwdbwd"
         write_csv(out / f"{name}.csv", wide_rows(rows))
         write_csv(out / f"{name}-raw.csv", rows)
         plot_sweep(out / f"{name}.png", rows, "forward" if mode == "fwd" else

@@ -22,25 +22,23 @@ def naive_attention(q, k, v, causal: bool, sm_scale: float):
 _COMPILED: dict = {}
 _TUTORIAL: dict = {}
 _LESSON6: dict = {}
-LESSON6_CELLS = ("exercise-forward", "delta-kernel", "exercise-dkdv", "exercise-dq")
 
 
 def lesson6_kernels():
-    """Lesson 6's kernels (flash_forward_kernel, flash_delta_kernel, flash_dkdv_kernel,
-    flash_dq_kernel), compiled from the lesson's solution cells."""
+    """The teaching kernels of lessons 6 and 7 (flash_forward_kernel, flash_delta_kernel,
+    flash_dkdv_kernel, flash_dq_kernel), compiled from the lessons' solution cells."""
     if "kernels" not in _LESSON6:
         from ..authoring import cells
         from ..paths import COURSE_ROOT
 
-        _LESSON6["kernels"] = cells.load_cells(
-            COURSE_ROOT / "lessons" / "06-flash-attention.qmd", list(LESSON6_CELLS),
-            prelude=cells.TRITON_PRELUDE)
+        _LESSON6["kernels"] = cells.load(cells.flash_kernels_source(COURSE_ROOT / "lessons"),
+                                         prelude=cells.TRITON_PRELUDE)
     return _LESSON6["kernels"]
 
 
 def lesson6_attention():
-    """attention(q, k, v, causal, sm_scale) running lesson 6's kernels (the teaching kernel,
-    timed beside the reference)."""
+    """attention(q, k, v, causal, sm_scale) running the teaching kernels of lessons 6 and 7,
+    timed beside the reference."""
     if "fn" not in _LESSON6:
         from ..kernels import attention
 

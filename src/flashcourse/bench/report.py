@@ -190,5 +190,5 @@ def ncu_profile(mode: str = "fwd", d: int = 64, n: int = 4096, causal: bool = Fa
 
 
 def ncu_forward(d: int = 64, n: int = 4096, causal: bool = False, timeout: int = 300) -> str:
-    """ncu_profile of one forward launch (lesson 7's Nsight Compute cell)."""
+    """ncu_profile of one forward launch (lesson 8's Nsight Compute cell)."""
     return ncu_profile("fwd", d, n, causal, timeout=timeout)

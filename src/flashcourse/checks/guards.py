@@ -18,7 +18,7 @@ from ..launch import raise_blank_or_stub
 from . import buffers, recording, registry
 from .errors import NotStarted
 
-# (atol, rtol) of attention outputs (lessons 6 and 7); L and the gradients have their own
+# (atol, rtol) of attention outputs (lessons 6 and 8); L and the gradients have their own
 ATTENTION_TOLERANCES = {torch.float32: (2e-4, 1e-3), torch.float16: (4e-3, 8e-3)}
 
 

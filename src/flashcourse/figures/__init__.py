@@ -5,12 +5,12 @@
 - `access.py` (lesson 3): which sectors and lines a warp's load touches;
 - `tiled_matmul.py` (lesson 4): one program's tile of C and the tiles of A and B it loads;
 - `softmax_blocks.py` (lesson 5): the online softmax's running max, sum and output per block;
-- `algorithm.py` (lessons 1 and 6): the FlashAttention tiling, the causal tile map and the
+- `algorithm.py` (lessons 1, 6 and 7): the FlashAttention tiling, the causal tile map and the
   backward's data flow;
-- `decoding.py` (lesson 8): paged split-KV decoding, positions to splits, page table and pool;
-- `ring.py` (lesson 9): the ring schedule, the causal work per rank under each split and the
+- `decoding.py` (lesson 9): paged split-KV decoding, positions to splits, page table and pool;
+- `ring.py` (lesson 10): the ring schedule, the causal work per rank under each split and the
   two-GPU measurements;
-- `interactive.py` (lessons 4, 5, 6 and 9): the book's interactive diagrams (Observable JS in
+- `interactive.py` (lessons 4, 5, 6 and 10): the book's interactive diagrams (Observable JS in
   `ojs/`) and the tables of the package's models they load.
 """
 

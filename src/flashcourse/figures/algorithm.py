@@ -1,4 +1,4 @@
-"""Figures of the FlashAttention algorithm (lessons 1 and 6): the tiling of one query block, the
+"""Figures of the FlashAttention algorithm (lessons 1, 6 and 7): the tiling of one query block, the
 causal tile map and the backward's data flow.
 
 Every drawn block is a patch whose gid names it ("Q_1", "tile-2-3", "node-dS"), so tests can

@@ -1,4 +1,4 @@
-"""Paged split-KV decoding (lesson 8): one sequence's key positions cut into splits, the page
+"""Paged split-KV decoding (lesson 9): one sequence's key positions cut into splits, the page
 table that says where each page of positions lives, and the pool of pages those splits read.
 
 Every drawn cell is a patch whose gid names it ("pos-37": position 37 of the sequence,

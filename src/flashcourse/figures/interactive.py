@@ -12,8 +12,8 @@ build expands it into the OJS cell on the book page and leaves it out of the not
   reader types, computed in the browser by `online_softmax.js`, a port of
   `softmax_blocks.running_states` (tests run both on the same rows);
 - `tile-map` (lesson 6): the causal and sliding-window tile maps with BLOCK_M and BLOCK_N
-  sliders (lesson 8's `classify_rule`);
-- `ring-schedule` (lesson 9): the ring schedule under the contiguous and the zigzag split, with
+  sliders (lesson 9's `classify_rule`);
+- `ring-schedule` (lesson 10): the ring schedule under the contiguous and the zigzag split, with
   each rank's work at each step (`distributed.model`).
 """
 
@@ -40,7 +40,7 @@ INCLUDE = re.compile(r"^(?P<indent>[ ]*)/\* include: (?P<file>[a-z_]+\.js) \*/$"
 TRAFFIC_SHAPES = ((4096, 4096, 4096), (1000, 1000, 1000))
 TRAFFIC_BLOCKS = (16, 32, 64, 128, 256)
 TRAFFIC_ITEMSIZE = 2  # fp16
-# tile-map: one ragged length, as lesson 6's figure, and the masks of lesson 8
+# tile-map: one ragged length, as lesson 6's figure, and the masks of lesson 9
 TILE_MAP_N = 1000
 TILE_MAP_BLOCKS = (16, 32, 64, 128)
 TILE_MAP_MASKS = {"causal": None, "sliding window, 128 keys": 128,

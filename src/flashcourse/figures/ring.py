@@ -1,4 +1,4 @@
-"""Figures of ring attention (lesson 9): the ring schedule with what a causal ring does with
+"""Figures of ring attention (lesson 10): the ring schedule with what a causal ring does with
 each block, the causal work of each rank under the contiguous and the zigzag split, and the
 two-GPU measurements of the GPU script.
 

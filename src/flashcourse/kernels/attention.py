@@ -1,5 +1,6 @@
-"""Host side of the Triton FlashAttention lessons: lesson 6's kernels (the student's) and the
-torch reference both lessons compare against. No @triton.jit here: importing it picks no runtime.
+"""Host side of the Triton FlashAttention lessons: the kernels of lessons 6 and 7 (the
+student's) and the torch reference they compare against. No @triton.jit here: importing it
+picks no runtime.
 
 * `standard_attention`: softmax(sm_scale * Q K^T) V in torch for (..., N, D) inputs, causal or
   not, with the row logsumexp; the reference the graders, tests and benchmarks compare against
@@ -26,7 +27,7 @@ from .. import runtime
 from ..models.matmul import cdiv
 from ..runtime import CourseInputError
 from . import LOG2E, tiles
-from .tiles import BACKWARD_CONFIGS, FORWARD_CONFIGS  # noqa: F401  (lesson 6 names them here)
+from .tiles import BACKWARD_CONFIGS, FORWARD_CONFIGS  # noqa: F401  (lessons 6-7 name them here)
 
 
 @dataclass(frozen=True)
@@ -348,9 +349,16 @@ class FlashAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-def make_flash_attention(forward_kernel, delta_kernel=None, dkdv_kernel=None, dq_kernel=None):
-    """attention(q, k, v, causal=False, sm_scale=None) running the given Triton kernels."""
-    run_forward = functools.partial(flash_forward, forward_kernel)
+def make_flash_attention(forward_kernel=None, delta_kernel=None, dkdv_kernel=None,
+                         dq_kernel=None, *, run_forward=None):
+    """attention(q, k, v, causal=False, sm_scale=None) running the given Triton kernels: the
+    forward kernel (lesson 6's signature), or `run_forward(q, k, v, causal, sm_scale) -> (o, lse)`
+    (lesson 7 passes the course's, host.forward), and the three backward kernels (lesson 7)."""
+    if (forward_kernel is None) == (run_forward is None):
+        raise CourseInputError("give make_flash_attention a forward kernel or run_forward, "
+                               "one of the two")
+    if run_forward is None:
+        run_forward = functools.partial(flash_forward, forward_kernel)
     run_backward = None if delta_kernel is None else functools.partial(
         flash_backward, (delta_kernel, dkdv_kernel, dq_kernel))
 

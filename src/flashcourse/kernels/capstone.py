@@ -1,4 +1,4 @@
-"""Host side of lesson 10 (the capstone): the specification a student's attention implements,
+"""Host side of lesson 11 (the capstone): the specification a student's attention implements,
 its inputs and a small float32 torch version of it for the lesson's example.
 
 * `AttentionSpec`: what the attention computes besides softmax(q k^T) v: the causal mask

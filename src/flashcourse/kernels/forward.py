@@ -1,4 +1,4 @@
-"""The reference FlashAttention-2 forward kernels (lesson 7's ladder).
+"""The reference FlashAttention-2 forward kernels (lesson 8's ladder).
 
 One program per (query block, batch * head) walks over the key/value blocks with an online
 softmax. tl.constexpr switches turn on one optimisation after another (ladder.py lists the

@@ -1,7 +1,7 @@
 """Host side of the reference FlashAttention-2: launches forward.py's and backward.py's kernels.
 
 * `forward(q, k, v, causal, sm_scale, step=...)`: one ladder step's forward, (o, lse); with
-  `kernel=` it launches a kernel with lesson 7's exercise signature instead.
+  `kernel=` it launches a kernel with lesson 8's exercise signature instead.
 * `backward(q, k, v, o, lse, do, causal, sm_scale)`: (dq, dk, dv).
 * `flash_attention(q, k, v, causal, sm_scale, step)`: both behind attention.FlashAttentionFunction
   (the one autograd Function of the course), for (B, H, N, D) tensors with any strides.

@@ -1,4 +1,4 @@
-"""The optimisation ladder of the reference forward kernel (lesson 7), and what runs here.
+"""The optimisation ladder of the reference forward kernel (lesson 8), and what runs here.
 
 Every step is forward.attn_fwd_kernel compiled with one more tl.constexpr switch on:
 

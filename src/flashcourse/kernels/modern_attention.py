@@ -1,4 +1,4 @@
-"""Host side of lesson 8 ("Attention as people run it today"): masks, block lists, launchers,
+"""Host side of lesson 9 ("Attention as people run it today"): masks, block lists, launchers,
 paged caches and float64 references. The kernels themselves are the lesson's exercises.
 
 * masks: `dense_mask` builds the (n_q, n_k) boolean mask of a window (`left`, `right`) and of

@@ -13,7 +13,7 @@ from __future__ import annotations
 # The interpreter (CPU): small tiles, because its cost grows with tile area.
 INTERPRETER = (16, 16, 4, 1)
 
-# ---------------------------------------------------------------- the reference kernel (lesson 7)
+# ---------------------------------------------------------------- the reference kernel (lesson 8)
 
 # Forward, keyed on head dim <= 64. Measured best on an H200 with Triton 3.6 (gpu/explore_fwd.py,
 # fp16, N = 4096 and 16384): the best config did not depend on N or on causal masking. d = 128
@@ -35,7 +35,7 @@ AUTOTUNE_STEPS = (3, 5)  # the ladder steps autotune applies to
 # with Triton 3.9 (gpu/explore_bwd.py --kernels pair, fp16, N = 1k, 4k and 16k, round-robin beside
 # cuDNN): at d = 128 these ran 1.07-1.24x the earlier ((64, 128, 8, 2), (128, 64, 8, 2)); at
 # d = 64, 1.06-1.10x the earlier ((32, 128, 4, 3), (128, 32, 4, 3)) without a mask and
-# 0.98-1.02x with the causal one (assets/results/07-explore-bwd.csv). The dK/dV kernel keeps a
+# 0.98-1.02x with the causal one (assets/results/08-explore-bwd.csv). The dK/dV kernel keeps a
 # key block resident and walks query blocks, the dQ kernel the other way round.
 LADDER_BACKWARD = {
     True: ((32, 128, 4, 4), (128, 64, 4, 3)),
@@ -70,10 +70,10 @@ BACKWARD_CONFIGS = {
 }
 BACKWARD_DEFAULT = (64, 64, 4, 2)  # a (kernel, head dim) not in the table
 
-# ---------------------------------------------------------------- lesson 8 (masks and decoding)
+# ---------------------------------------------------------------- lesson 9 (masks and decoding)
 
 # Block-sparse forward on a GPU, keyed on head dim: lesson 6's forward configs with key blocks of
-# 64, so that a window's edges cost less (assets/results/08-masks.csv, H200, Triton 3.6).
+# 64, so that a window's edges cost less (assets/results/09-masks.csv, H200, Triton 3.6).
 SPARSE_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
-# Decoding: keys per step of the split-KV and paged kernels (assets/results/08-decode.csv).
+# Decoding: keys per step of the split-KV and paged kernels (assets/results/09-decode.csv).
 DECODE_BLOCK_N = {"interpreter": 16, "gpu": 64}

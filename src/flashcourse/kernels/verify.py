@@ -1,6 +1,6 @@
 """Correctness checks of the reference kernels (host.py) against torch attention in fp32.
 
-Used by tests/test_perf.py, lesson 7's ladder cell, the benchmark harness and gpu/perf.py: each
+Used by tests/test_perf.py, lesson 8's ladder cell, the benchmark harness and gpu/perf.py: each
 check raises AssertionError on a mismatch and otherwise returns one line per case. These check
 the course's own kernels; the graders of the student's kernels live in `flashcourse.checks`.
 Import after `fc.setup()` (host.py defines kernels).

@@ -1,9 +1,9 @@
-"""Checks of lesson 10, "Capstone: attention with a score_mod and a block mask".
+"""Checks of lesson 11, "Capstone: attention with a score_mod and a block mask".
 
 The student's function fn(q, k, v, spec) -> o (Triton kernels behind a torch.autograd.Function)
 is graded forward (`capstone/forward`) and backward (`capstone/backward`) against float64
 references of the specification (`reference.py`); cases, calls and the named mistakes are in
-`grading.py`. The questions and the veto misconceptions are data: self_checks/10-capstone.toml.
+`grading.py`. The questions and the veto misconceptions are data: self_checks/11-capstone.toml.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from .. import registry
 from . import grading
 
-LESSON = registry.lesson("capstone", "Lesson 10: Capstone: attention with a score_mod and a "
+LESSON = registry.lesson("capstone", "Lesson 11: Capstone: attention with a score_mod and a "
                          "block mask", pass_line=8)
 
 # The exercises, in the scorecard's order.

@@ -1,4 +1,4 @@
-"""The checks of lesson 10: the student's attention function, forward and backward, against
+"""The checks of lesson 11: the student's attention function, forward and backward, against
 float64 references of the specification, on cases that exercise every part of it.
 
 The student's function is called through `registry.run_student` once per case (forward only,

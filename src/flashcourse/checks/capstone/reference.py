@@ -1,4 +1,4 @@
-"""float64 attention under lesson 10's specification, with switches for known mistakes.
+"""float64 attention under lesson 11's specification, with switches for known mistakes.
 
 `forward` builds the visible set (optionally as a kernel walking a block map would see it:
 FULL tiles whole, PARTIAL tiles through a possibly mistaken mask, keys past N as zeros), then
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...kernels.modern_attention import EMPTY, FULL, PARTIAL  # lesson 8's kinds of a tile
+from ...kernels.modern_attention import EMPTY, FULL, PARTIAL  # lesson 9's kinds of a tile
 
 
 def docs_of(spec, B: int, N: int) -> torch.Tensor | None:

@@ -1,4 +1,4 @@
-"""Checks of lesson 8, "Attention as people run it today".
+"""Checks of lesson 9, "Attention as people run it today".
 
 Six code exercises: the block map of a mask (numpy) and the block-sparse kernel that walks only
 the listed key blocks (`masks.py`), the head arithmetic of grouped-query attention
@@ -8,7 +8,7 @@ its partial softmax state, and the kernel that merges the states; shared cases a
 `common.py`. Every kernel is launched by the grader
 (`kernels.modern_attention.launch_*`) with inputs inside NaN padding and outputs inside
 canaries. Its self-check questions and veto misconceptions are data:
-self_checks/08-modern-attention.toml.
+self_checks/09-modern-attention.toml.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from .. import registry
 from . import decoding, heads, masks
 
-LESSON = registry.lesson("modern-attention", "Lesson 8: Attention as people run it today",
+LESSON = registry.lesson("modern-attention", "Lesson 9: Attention as people run it today",
                          pass_line=8)
 
 # The exercises, in the scorecard's order.

@@ -1,4 +1,4 @@
-"""What lesson 8's checks share: where the lesson explains each exercise, the launch of a
+"""What lesson 9's checks share: where the lesson explains each exercise, the launch of a
 student's kernel, the comparison with candidate outputs of known mistakes, the masks and the
 decoding cases, and their inputs."""
 

@@ -1,4 +1,4 @@
-"""Lesson 8's decoding exercise, written from scratch: the split size that fills the GPU, the
+"""Lesson 9's decoding exercise, written from scratch: the split size that fills the GPU, the
 kernel that decodes one split of a paged cache for a whole group of query heads and writes its
 softmax state, and the kernel that merges the states. The references are float64 states and
 outputs (`kernels.modern_attention.split_states`, `decode_reference`); known mistakes are

@@ -1,4 +1,4 @@
-"""Lesson 8's grouped-query exercise: the K/V head a query head reads, checked against
+"""Lesson 9's grouped-query exercise: the K/V head a query head reads, checked against
 SDPA with enable_gqa=True; wrong head maps are named by attention with that map."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lesson 8's mask exercises: the block map of a mask (numpy) and the block-sparse attention
+"""Lesson 9's mask exercises: the block map of a mask (numpy) and the block-sparse attention
 kernel that walks only the listed key blocks. Known mistakes of the kernel are named by a
 float64 run of its block order with the mistake switched on (`sparse_model`)."""
 

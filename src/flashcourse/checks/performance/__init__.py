@@ -1,7 +1,7 @@
-"""Checks of lesson 7, "Performance engineering": the optimisation-ladder kernel (exp2 scale
+"""Checks of lesson 8, "Performance engineering": the optimisation-ladder kernel (exp2 scale
 folding and the split causal loop), here; the profile, tuning and deployment exercises in
 `tools.py`. Its self-check questions and veto misconceptions are data:
-self_checks/07-performance.toml.
+self_checks/08-performance.toml.
 
 The grader launches the student's @triton.jit kernel itself (through `host.forward` with
 `kernel=`), with inputs inside NaN padding and outputs inside canaries, and compares with
@@ -20,7 +20,7 @@ from ... import runtime
 from ...kernels import attention
 from .. import buffers, guards, registry
 
-LESSON = registry.lesson("performance", "Lesson 7: Performance engineering", pass_line=8)
+LESSON = registry.lesson("performance", "Lesson 8: Performance engineering", pass_line=8)
 
 
 LN2 = math.log(2.0)

@@ -1,4 +1,4 @@
-"""Lesson 7's tool exercises: a function that reads a torch.profiler table (called on
+"""Lesson 8's tool exercises: a function that reads a torch.profiler table (called on
 tables the check builds), tiles, warps and stages for the course kernel (validated everywhere,
 timed against the baseline config on a GPU; in the interpreter the point needs a config other
 than the baseline that the course's paper models predict faster, and the message and the

@@ -1,4 +1,4 @@
-"""Checks of lesson 9, "Attention across GPUs: ring attention".
+"""Checks of lesson 10, "Attention across GPUs: ring attention".
 
 Four code exercises, each run on 2 and then 4 processes joined by torch.distributed (gloo over
 loopback) that the check starts itself: the ring forward with its merge of partial states
@@ -8,7 +8,7 @@ code (`registry.run_student`) that starts the processes, runs every case and ret
 arrays (`distributed/tries.py`, what runs in each rank); the grader's replay checks those
 arrays. Cases in `common.py`; the known wrong rings replayed to name a mistake in
 `mistakes.py`; the order of computes, posts and waits each rank must keep in `protocol.py`.
-The self-check questions and veto misconceptions are data: self_checks/09-ring-attention.toml.
+The self-check questions and veto misconceptions are data: self_checks/10-ring-attention.toml.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .common import WORLD_SIZES  # noqa: F401  (the tests use these)
 from .mistakes import BACKWARD_MISTAKES, FORWARD_MISTAKES  # noqa: F401
 
 LESSON = registry.lesson(
-    "ring-attention", "Lesson 9: Attention across GPUs: ring attention", pass_line=8)
+    "ring-attention", "Lesson 10: Attention across GPUs: ring attention", pass_line=8)
 
 # The exercises, in the scorecard's order.
 registry.exercise("ring-attention/ring-forward", "the ring forward: transfers and merges", 2)(

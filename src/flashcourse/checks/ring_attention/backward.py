@@ -1,4 +1,4 @@
-"""Lesson 9's last exercise, the ring backward: dq, dk and dv against autograd, a wrong one
+"""Lesson 10's last exercise, the ring backward: dq, dk and dv against autograd, a wrong one
 named by replaying the known wrong rings (`mistakes.py`) or by which gradients are right, and
 the order of posts, computes and waits on every rank (`protocol.py`: K/V posted before each
 compute, the dK/dV accumulators travelling during the next one)."""

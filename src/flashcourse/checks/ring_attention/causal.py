@@ -1,4 +1,4 @@
-"""Lesson 9's causal exercises (section 5): the plan of each ring step, pair by pair, and the
+"""Lesson 10's causal exercises (section 5): the plan of each ring step, pair by pair, and the
 load-balanced (zigzag) split, each followed by a causal ring on it against standard attention."""
 
 from __future__ import annotations

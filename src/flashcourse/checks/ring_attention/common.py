@@ -1,4 +1,4 @@
-"""What lesson 9's checks share: the world sizes and tolerances, the cases and their inputs, a
+"""What lesson 10's checks share: the world sizes and tolerances, the cases and their inputs, a
 rank's padded shard, whole-sequence arrays gathered from the ranks' rows, and the references
 (standard attention in `distributed`, autograd here)."""
 

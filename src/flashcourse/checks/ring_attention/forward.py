@@ -1,4 +1,4 @@
-"""Lesson 9's first exercise, the ring forward: the result against standard attention, a
+"""Lesson 10's first exercise, the ring forward: the result against standard attention, a
 wrong one named by replaying the known wrong rings (`mistakes.py`), and the order of posts,
 computes and waits on every rank (`protocol.py`: each transfer overlaps a compute)."""
 

@@ -1,4 +1,4 @@
-"""Lesson 9's known wrong rings, replayed in one process on the very shards the ranks get
+"""Lesson 10's known wrong rings, replayed in one process on the very shards the ranks get
 (padded as `distributed/tries.py` pads them), so that a wrong result can be named: the
 forward's merges, steps and masks, and the backward's hops and sums.
 
@@ -168,7 +168,7 @@ BACKWARD_MISTAKES = {
                   f"it stays home and sums the rank's contributions ({SECTION_BACKWARD}).",
     "dq_last_only": "dQ holds the contribution of the last block only: each block of keys "
                     f"adds its own terms to the dQ of the rank's queries ({SECTION_BACKWARD}).",
-    "delta_from_do": "the row term delta of dS is built from dO alone. Lesson 6's derivation "
+    "delta_from_do": "the row term delta of dS is built from dO alone. Lesson 7's derivation "
                      "pairs the gradient dO with the forward's output O, row by row "
                      f"({SECTION_BACKWARD}).",
     "dk_last_only": "dK of each block holds only the contribution of the last rank it "
