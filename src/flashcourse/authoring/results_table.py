@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from ..hardware import H200_HBM_TBS
+
 BEGIN = "<!-- results table: made by `python -m flashcourse build` from assets/results/ -->"
 END = "<!-- end of the results table -->"
 SUMMARY = "<!-- summary table: made by `python -m flashcourse build` from assets/results/ -->"
@@ -108,6 +110,23 @@ def rows(results: Path) -> list[tuple[int, str, str, str]]:
     versions = ", ".join(sorted({row["triton"] for row in ladder}))
     add(8, f"optimisation ladder, step 7 vs step 0, fp16 N = 4096 (Triton {versions})",
         _span([float(row["vs_step0"]) for row in ladder]), "08-ladder")
+    masks = _rows(results, "09-masks")
+    flex = [float(row["ours vs flex"]) for row in masks if row["ours vs flex"]]
+    add(9, f"block-sparse forward vs FlexAttention compiled, same block mask, causal, window and "
+        f"documents, N 4k-32k ({len(flex)} cells)", _span(flex), "09-masks")
+    decode = _rows(results, "09-decode")
+    large = [row for row in decode if float(row["KV MiB"]) >= 256]
+    shares = [float(row["ours split-KV GB/s"]) / (H200_HBM_TBS * 1000) * 100 for row in large]
+    add(9, f"split-KV decoding, K and V read per second as a share of HBM's {H200_HBM_TBS:g} TB/s "
+        f"(datasheet), caches >= 256 MiB ({len(large)} shapes)",
+        f"{min(shares):.0f}% to {max(shares):.0f}%", "09-decode")
+    steady = [row for row in decode if row["sdpa cudnn GB/s"] and row["d"] == "128"
+              and float(row["ours split-KV spread %"]) < 5
+              and float(row["sdpa cudnn spread %"]) < 5]
+    add(9, f"split-KV decoding vs SDPA cuDNN, d = 128, shapes with spreads under 5% "
+        f"({len(steady)} shapes)", _span([float(row["ours split-KV GB/s"])
+                                           / float(row["sdpa cudnn GB/s"]) for row in steady]),
+        "09-decode")
     return found
 
 

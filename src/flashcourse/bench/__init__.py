@@ -144,12 +144,18 @@ def recorded(name: str) -> list[dict]:
                  for key, value in row.items()} for row in csv.DictReader(handle)]
 
 
-def show_recorded(name: str, columns: list[str]) -> None:
-    """Print a recorded results table with the date, GPU and versions it was measured with."""
+def show_recorded(name: str, columns: list[str], hbm_share_of: str | None = None) -> None:
+    """Print a recorded results table with the date, GPU and versions it was measured with.
+    `hbm_share_of`: a GB/s column, shown again as a share of the H200's HBM bandwidth (its
+    datasheet figure), the yardstick for kernels that only read."""
     rows = recorded(name)
     if not rows:
         print(f"No recorded results for {name} yet.")
         return
+    if hbm_share_of:
+        share = f"{hbm_share_of} as % of HBM"
+        rows = [dict(row, **{share: hbm_share(row[hbm_share_of])}) for row in rows]
+        columns = [*columns, share]
     first = rows[0]
     header = (f"Measured {first['date']} on {first['gpu']}, torch {first['torch']}, "
               f"Triton {first['triton']}:")
@@ -184,3 +190,12 @@ def show_ratio_summary(name: str, ratio: str, by: tuple[str, ...], at_least: flo
         print("  ".join(f"{value!s:>7s}" for value in key) +
               f"  {len(values):5d}  {min(values):6.2f}  {statistics.median(values):6.2f}"
               f"  {max(values):7.2f}  {sum(v >= at_least for v in values):5d}")
+
+
+def hbm_share(gb_per_s) -> float | str:
+    """GB/s as a percentage of the H200's HBM bandwidth (hardware.H200_HBM_TBS); "" if empty."""
+    from ..hardware import H200_HBM_TBS
+
+    if gb_per_s in ("", None):
+        return ""
+    return round(float(gb_per_s) / (H200_HBM_TBS * 1000) * 100, 1)
