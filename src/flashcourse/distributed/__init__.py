@@ -1,4 +1,4 @@
-"""Lesson 9's host side: ring attention on P processes of one machine.
+"""Lesson 10's host side: ring attention on P processes of one machine.
 
 - `model.py` (numpy): the splits of a sequence over ranks and the causal work of each rank,
   standard attention, the ring simulated in one process (`simulate_ring`), its schedule and
@@ -13,7 +13,7 @@
   started and says why (a deadlock, a crash) instead of hanging the notebook;
 - `tries.py`: the jobs each rank runs for the checks and the notebook's try cells.
 
-The ring itself is the student's (lesson 9's exercises). The lesson's figures of the ring are
+The ring itself is the student's (lesson 10's exercises). The lesson's figures of the ring are
 in `figures/ring.py`. Import from here: `from flashcourse import distributed as ring`.
 """
 

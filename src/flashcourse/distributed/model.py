@@ -1,4 +1,4 @@
-"""Lesson 9's model of the ring, numpy only: ranks simulated in one process.
+"""Lesson 10's model of the ring, numpy only: ranks simulated in one process.
 
 - the splits of a sequence over ranks (`contiguous_positions`, `zigzag_positions`, `chunks_of`)
   and the causal work each rank does (`causal_work`);

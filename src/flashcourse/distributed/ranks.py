@@ -1,4 +1,4 @@
-"""Lesson 9's processes: `run_ranks` starts P processes joined by torch.distributed (gloo over
+"""Lesson 10's processes: `run_ranks` starts P processes joined by torch.distributed (gloo over
 the loopback interface), runs a function on every rank, and ends with a timeout that stops every
 process it started and says why (a deadlock, a crash) instead of hanging the notebook. Inside a
 rank, collectives are refused and every transfer is logged: its post, the wait on its request,

@@ -1,4 +1,4 @@
-"""Lesson 9's ring on one rank, in torch: what the rank computes on one block of keys
+"""Lesson 10's ring on one rank, in torch: what the rank computes on one block of keys
 (`block_attention`, `block_gradients`), the merge of partial results in log-sum-exp form
 (`merge_lse`), the transfer to the neighbours (`exchange`) and the reference rings
 (`ring_forward`, `ring_backward`) that the checks compare with and the GPU script runs.

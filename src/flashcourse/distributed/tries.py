@@ -1,4 +1,4 @@
-"""Lesson 9's rings on P processes, for the notebook's try cells and the checks: one job per
+"""Lesson 10's rings on P processes, for the notebook's try cells and the checks: one job per
 exercise that builds a rank's shard, calls the student's function in each rank and returns
 plain arrays (`run_job` starts the ranks with `run_ranks`); `try_answer` runs an answer once
 and says whether it matches standard attention (or autograd, for the backward). Cases and their
