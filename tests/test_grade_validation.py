@@ -330,3 +330,15 @@ def test_a_bad_runner_account_cannot_crash_scoring():
         score._why_not_run(run, 10)
     assert score.cell_runs({"cells": "x"}) == ({}, None, False)
     assert score.cell_runs([1]) == ({}, None, False)
+
+
+def test_a_lesson_the_course_has_split_gets_a_line_that_says_what_to_do(tmp_path, exercises,
+                                                                        solution):
+    path = tmp_path / "ada__06-flash-attention.ipynb"  # lesson 6 before it became 6 and 7
+    samples.write(solution, path)
+    sub, job = collect.prepare(collect.Found(path, "ada"), exercises)
+    assert job is None and sub.status == "UNMATCHED"
+    assert "split it into 06-flash-forward and 07-flash-backward" in sub.problems[0]
+    assert "./course update" in sub.problems[0]
+    # a file of today's lesson 6 is matched as usual
+    assert collect.split_lesson("ada__06-flash-forward.ipynb", exercises) is None

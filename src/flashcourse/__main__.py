@@ -18,6 +18,10 @@ def main(argv: list[str] | None = None) -> int:
         from .authoring import book
 
         return book.main(argv[1:])
+    if argv[:2] == ["grade", "merge"]:  # the reports of several grade runs, as one
+        from .grader import shards
+
+        return shards.merge_main(argv[2:])
     if argv[:1] == ["release"]:  # the class edition
         from .authoring import release
 

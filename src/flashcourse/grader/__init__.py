@@ -16,12 +16,18 @@ Which side of the sandbox each module runs on:
 - `inside.py` (**sandbox**): the only grader code that runs beside student code; it executes
   the notebook, holds the channel's other end, and imports nothing of the course.
 - `score.py` (grader): replays every check on the records (`flashcourse.checks.recording`).
-- `report.py` (grader): scorecard, CSV, JUnit XML, HTML and JSON, written after every sandbox.
+- `report.py` (grader): scorecard, CSV, JUnit XML, HTML and JSON, written after every sandbox;
+  `analytics.py` counts what the class got wrong for it (progress.html, class.csv);
+  `gradescope.py`: Gradescope's results.json per submission; `outputs.py`: which of them
+  `--format` asks for.
+- `shards.py` (grader): `--shard K/N` (a part of the class by a hash of each label) and
+  `grade merge` (the parts, and later regrades, as one set of reports).
 - `written.py` (grader): the written answers: their points and rubrics from the lesson source,
   and `--scores FILE`, an instructor's filled open-answers.csv, checked and folded in.
 - `submission.py` (grader): the result records (statuses, items, problems).
 - `pytest_plugin.py` (pytest): `pytest --nbval SUBMISSION.ipynb` grades through `cli.grade`.
-- `samples.py` (tests): filled-in and known-wrong submissions.
+- `samples.py` (tests): filled-in and known-wrong submissions; a class of result records with
+  planted mistakes (`synthetic_class`).
 
 Inside the sandbox the student's kernel runs the lesson's pristine grading cells; each
 `check(...)` only records data there, on inputs from a key the grader issued for that exercise

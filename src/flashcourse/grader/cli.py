@@ -1,5 +1,7 @@
 """`python -m flashcourse grade PATH... [--out DIR] [--jobs N] [--timeout S] [--memory GIB]
-[--secret TEXT] [--student-from folder|file|metadata] [--scores FILE] [--no-sandbox]`.
+[--secret TEXT] [--student-from folder|file|metadata] [--scores FILE] [--shard K/N]
+[--format reports|gradescope]... [--no-sandbox]`; `grade merge DIR... --out DIR` (shards.py)
+puts the parts of a sharded run, and later regrades, together.
 
 For each submission the grader (this process, which never runs student code)
 
@@ -15,9 +17,10 @@ For each submission the grader (this process, which never runs student code)
 3. after the sandbox has ended, replays every check of the lesson here, on those records and
    with the same keys, and scores (score.py). Hidden cases always run in the replay.
 
-Reports (report.py) are written only after every sandbox has ended. Exit status 0 when every
-submission passed, 1 otherwise, 2 when there was nothing to grade, no sandbox could be made, or
-the scores file or a lesson source could not be used.
+Reports (outputs.py: report.py, gradescope.py) are written only after every sandbox has
+ended. Exit status 0 when every submission passed, 1 otherwise, 2 when there was nothing to
+grade, no sandbox could be made, a --shard value, the scores file or a lesson source could not
+be used.
 
 The written answers (the open part of each question, its points and rubric in the lesson
 source) are scored by the instructor, on top of the automatic points: the reports include
@@ -47,7 +50,7 @@ from pathlib import Path
 from .. import bench, runtime
 from ..authoring import build
 from ..checks import recording, registry
-from . import channel, collect, limits, report, sandbox, score, written
+from . import channel, collect, limits, outputs, report, sandbox, score, shards, written
 from .submission import CRASHED, DEFAULT_TIMEOUT, MALFORMED, TIMEOUT, Submission
 
 STARTUP_ALLOWANCE = 120  # seconds of a run that are not any cell's (kernel start, imports)
@@ -182,8 +185,10 @@ def grade(found: list[collect.Found], missing: list[str], out: Path | None = Non
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
           sandboxed: bool = True, progress=None, secret: str | None = None,
           memory: int | None = None, student_from: str = "folder",
-          scores: written.Scores | None = None) -> list[Submission]:
-    """Grade every found notebook; write the reports under `out` when given. `secret` (else a
+          scores: written.Scores | None = None,
+          formats: tuple[str, ...] = outputs.DEFAULT_FORMATS) -> list[Submission]:
+    """Grade every found notebook; write the reports under `out` when given (`formats`:
+    outputs.FORMATS). `secret` (else a
     random one) derives every exercise's key: the same secret and labels give the same inputs.
     `memory`: bytes of one sandbox. `student_from`: the rule that says whose each submission is
     (report.student_of). `scores`: the instructor's scores of the written answers
@@ -193,7 +198,7 @@ def grade(found: list[collect.Found], missing: list[str], out: Path | None = Non
                                                      registry.SECRET_ENV)}
     try:
         return _grade(found, missing, out, jobs, timeout, root, sandboxed, progress, secret,
-                      memory, student_from, scores)
+                      memory, student_from, scores, formats)
     finally:
         for name, value in saved.items():
             if value is None:
@@ -206,7 +211,8 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
           jobs: int | None = None, timeout: float = DEFAULT_TIMEOUT, root: Path | None = None,
           sandboxed: bool = True, progress=None, secret: str | None = None,
           memory: int | None = None, student_from: str = "folder",
-          scores: written.Scores | None = None) -> list[Submission]:
+          scores: written.Scores | None = None,
+          formats: tuple[str, ...] = outputs.DEFAULT_FORMATS) -> list[Submission]:
     if student_from not in report.STUDENT_RULES:  # before any sandbox runs
         raise ValueError(f"unknown student rule {student_from!r}; the rules are: "
                          + ", ".join(report.STUDENT_RULES))
@@ -266,7 +272,7 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
         if out is not None:  # every sandbox has ended: only now are reports written
             # a copy not kept gets a note, so the copies come before the reports
             report.copy_executed(subs, executed, out, channel.EXECUTED_LIMIT)
-            report.write_all(subs, out, timeout=timeout, jobs=jobs)
+            outputs.write(subs, out, timeout, jobs, formats)
     finally:
         grader.close()
     return subs
@@ -302,6 +308,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "filled in: fold those scores of the written answers into every "
                              "report (checked before anything runs; the pass line stays on the "
                              "automatic points)")
+    parser.add_argument("--shard", default=None, metavar="K/N",
+                        help="grade only part K of N (counted from 1) of the submissions, by "
+                             "a hash of each one's label; merge the parts' --out folders with "
+                             "`grade merge DIR... --out DIR`")
+    parser.add_argument("--format", action="append", choices=outputs.FORMATS, default=None,
+                        help="what to write under --out: reports (the default: everything "
+                             "above) and/or gradescope (gradescope/NAME/results.json per "
+                             "submission, Gradescope's autograder format); repeat it for both")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run submissions without bubblewrap (unsafe; every report line "
                              "says so)")
@@ -313,27 +327,51 @@ def run_cli(args: argparse.Namespace) -> int:
     except written.ScoresError as err:
         print(f"cannot grade: {err}", file=sys.stderr)
         return 2
+    try:
+        shard = shards.parse_shard(args.shard) if args.shard else None
+        if shard and scores:  # its rows name the whole class, a part holds some of it
+            raise shards.ShardError("--scores with --shard: fold the scores in at the merge "
+                                    "instead (grade merge DIR... --out DIR --scores FILE)")
+    except shards.ShardError as err:
+        print(f"cannot grade: {err}", file=sys.stderr)
+        return 2
+    formats = tuple(args.format or outputs.DEFAULT_FORMATS)
     found, missing = collect.collect(args.paths)
     if not found:
         print("nothing to grade: no .ipynb files under "
               + ", ".join(collect.printable(str(p)) for p in args.paths), file=sys.stderr)
         return 2
+    everyone = [item.label for item in found] + missing  # the order an unsharded run reports
+    if shard:
+        found = shards.select(found, *shard)
+        print(f"shard {shard[0]}/{shard[1]}: {len(found)} of {len(everyone) - len(missing)} "
+              "submissions", file=sys.stderr)
     started = time.monotonic()
     try:
-        subs = grade(found, missing, out=args.out, jobs=args.jobs, timeout=args.timeout,
-                     root=args.root, sandboxed=not args.no_sandbox, secret=args.secret,
-                     memory=int(args.memory * 2**30) if args.memory else None,
-                     student_from=args.student_from, scores=scores)
+        if found:
+            subs = grade(found, missing, out=args.out, jobs=args.jobs, timeout=args.timeout,
+                         root=args.root, sandboxed=not args.no_sandbox, secret=args.secret,
+                         memory=int(args.memory * 2**30) if args.memory else None,
+                         student_from=args.student_from, scores=scores, formats=formats)
+        else:  # an empty part still writes its (empty) reports, for the merge
+            subs = [Submission(label=name, path=name, status=MALFORMED,
+                               problems=["no such file or folder"]) for name in missing]
+            report.copy_executed(subs, {}, args.out, channel.EXECUTED_LIMIT)
+            outputs.write(subs, args.out, args.timeout, args.jobs or 1, formats)
     except (sandbox.SandboxUnavailable, written.ScoresError, build.LessonSourceError) as err:
         print(f"cannot grade: {err}", file=sys.stderr)
         return 2
+    if shard:
+        shards.write_shard_file(args.out, *shard, everyone, subs)
     print(report.scorecard_text(subs))
     elapsed = time.monotonic() - started
     timed_out = sum(s.status == TIMEOUT for s in subs)
     print(f"\n{sum(s.passed for s in subs)} of {len(subs)} submissions passed "
           f"({elapsed:.1f} s{f', {timed_out} stopped at the time limit' if timed_out else ''})."
-          f" Reports in {args.out}/: scorecard.txt, results.csv, students.csv, junit.xml, "
-          "progress.html, open-answers.csv, results.json, executed/")
+          f" Reports in {args.out}/: "
+          + ("scorecard.txt, results.csv, students.csv, junit.xml, progress.html, class.csv, "
+             "open-answers.csv, results.json, submissions/, " if "reports" in formats else "")
+          + ("gradescope/, " if "gradescope" in formats else "") + "executed/")
     unscored = sum(s.unscored for s in subs)
     if unscored:
         print(f"{unscored} written answer{'s are' if unscored > 1 else ' is'} not scored yet: "

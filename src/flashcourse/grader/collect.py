@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..workspace import MOVED  # lessons renamed or split since an earlier edition
 from . import answers, scan, validate
 from .submission import MALFORMED, REFUSED, UNMATCHED, Submission
 
@@ -308,6 +309,15 @@ class Job:
     budget_cells: int = 1  # code cells of the exercise notebook: the run's time budget
 
 
+def split_lesson(name: str, exercises: dict[str, dict]) -> str | None:
+    """The old lesson a file name names, when the course has since split that lesson in two
+    (workspace.MOVED) and the name names no lesson of today: grading it as one of the halves
+    would score the other half's answers as missing."""
+    if any(slug in name for slug in exercises):
+        return None
+    return next((old for old, new in MOVED.items() if len(new) > 1 and old in name), None)
+
+
 def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | None]:
     """Read, match and scan one submission; no job when it cannot run. Whatever the notebook
     holds, this returns: one that cannot be read, or whose scan fails or runs past
@@ -340,6 +350,14 @@ def _prepare_notebook(sub: Submission, item: Found, submitted: dict,
     from ..checks import registry
 
     cells = submitted["cells"]
+    split = split_lesson(item.path.name, exercises)
+    if split:
+        sub.status = UNMATCHED
+        sub.problems.append(
+            f"this is lesson {split} of an earlier edition of the course, which split it into "
+            f"{' and '.join(MOVED[split])}: ./course update carries the answers over into "
+            "them (the old copy is kept in work/backups/); submit each of them")
+        return sub, None
     slug = match_exercise(item.path.name, cells, exercises)
     checks = check_cells(exercises[slug]) if slug else {}
     lesson_ids = {ex.split("/")[0] for ex in checks}

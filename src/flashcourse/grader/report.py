@@ -35,6 +35,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from . import analytics
 from .collect import BACKUP_REFUSAL, printable, read_regular
 from .score import read_untrusted
 from .submission import PASS, Submission, as_dict
@@ -312,6 +313,8 @@ th { background: #f3f3f3; }
 .bar { background: #eee; width: 8rem; height: .8rem; display: inline-block; }
 .bar span { display: block; height: 100%; background: #4a8; }
 small { color: #555; }
+.analytics section { margin-bottom: 1.5rem; } .analytics svg text { font-size: 10px; }
+.analytics svg .bin { fill: #4a8; } .findings li { margin: .2rem 0; }
 details summary { cursor: pointer; } .none { color: #999; }
 pre { white-space: pre-wrap; max-width: 60rem; margin: .2rem 0; }
 .submission { border-top: 1px solid #ddd; margin-top: .4rem; }
@@ -382,7 +385,9 @@ def write_students_csv(subs: list[Submission], path: Path) -> None:
                 *(_lesson_summary(row[lesson]) if lesson in row else "" for lesson in lessons)]])
 
 
-def _submission_details(sub: Submission) -> str:
+def _submission_details(sub: Submission, up: str = "") -> str:
+    """One submission's items, notes and open answers, as HTML; `up`: the way from the page
+    it is on to the report folder ("../" from a submission's own page)."""
     esc = html_text
     items = []
     for item in sub.exercises:
@@ -408,7 +413,7 @@ def _submission_details(sub: Submission) -> str:
             body = (f"<pre class=\"open-answer\">{esc(text)}</pre>" if answered(text) else
                     "<p><i>not answered</i></p>")
             opens.append(f"<h4>{esc(cell_id)}</h4>{body}")
-    executed = f"executed/{executed_name(sub)}"
+    executed = f"{up}executed/{executed_name(sub)}"
     return (f'<div class="submission"><p>{esc(sub.label)}: <b>{esc(sub.status)}</b> '
             f"{esc(total_text(sub))} ({esc(pass_text(sub))}) &middot; "
             f'<a class="executed" href="{esc(executed)}">executed notebook</a></p>'
@@ -452,14 +457,156 @@ misconception, no tampering), from {students} students{at_top}. Written answers 
 points on top once the instructor has scored them (open-answers.csv, then
 <code>grade --scores</code>); a total is provisional until then. Click a lesson's cell for each
 item's reason, the executed notebook and the open answers. The same rows:
-<a href="students.csv">students.csv</a>.
-Generated {esc(time.strftime("%Y-%m-%d %H:%M"))}.</p>
+<a href="students.csv">students.csv</a>; what the class got wrong, below and in
+<a href="class.csv">class.csv</a>.
+Generated <span class="volatile">{esc(time.strftime("%Y-%m-%d %H:%M"))}</span>.</p>
 <table id="progress"><thead><tr><th>student</th>{header}</tr></thead>
 <tbody>
 {chr(10).join(rows)}
-</tbody></table></body></html>
+</tbody></table>
+{analytics_html(analytics.class_stats(subs), subs)}
+</body></html>
 """
     path.write_text(page, encoding="utf-8")
+
+
+# ---------------------------------------------------------------- what the class got wrong
+
+
+def submission_page(sub: Submission) -> str:
+    """Where a submission's own report page lies in the report folder (named as its executed
+    copy is, so every label has its own)."""
+    return f"submissions/{executed_name(sub)[:-len('.ipynb')]}.html"
+
+
+def write_submission_pages(subs: list[Submission], out: Path) -> None:
+    """submissions/NAME.html: one page per submission, its items, notes and open answers, for
+    the links of progress.html's analytics."""
+    folder = out / "submissions"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for sub in subs:
+        page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html_text(sub.label)}</title>
+<style>{STYLE}</style></head><body>
+<p><a class="back" href="../progress.html">Grading progress</a></p>
+<h1 class="label">{html_text(sub.label)}</h1>
+{_submission_details(sub, up="../")}
+</body></html>
+"""
+        (out / submission_page(sub)).write_text(page, encoding="utf-8")
+
+
+FINDING_KINDS = {"code": "mistake", "question": "wrong part", "veto": "veto statement"}
+UNDIAGNOSED = "wrong, no mistake named"
+
+
+def _findings(item: analytics.ItemStats) -> list[tuple[str, str, list[str]]]:
+    """(kind, what, labels) of one item: its diagnosed mistakes, the wrong answers no check
+    named, or the parts and statements answered wrongly, most common first."""
+    kind = FINDING_KINDS.get(item.kind, "mistake")
+    found = [(kind, what, labels) for what, labels in
+             analytics.by_count(item.mistakes or item.parts)]
+    if item.undiagnosed:
+        found.append(("mistake", UNDIAGNOSED, item.undiagnosed))
+    return found
+
+
+def _histogram_svg(counts: list[int]) -> str:
+    """The points histogram as inline SVG: one bar per whole point, its count above it."""
+    step, bar, height, top = 26, 20, 80, max(counts) or 1
+    shapes = []
+    for points, count in enumerate(counts):
+        tall, x = round(height * count / top), points * step
+        shapes.append(
+            f'<rect class="bin" data-points="{points}" data-count="{count}" x="{x + 3}" '
+            f'y="{height - tall + 14}" width="{bar}" height="{tall}">'
+            f"<title>{points} points: {count}</title></rect>"
+            f'<text x="{x + 13}" y="{height - tall + 11}" text-anchor="middle">'
+            f'{count or ""}</text>'
+            f'<text x="{x + 13}" y="{height + 28}" text-anchor="middle">{points}</text>')
+    return (f'<svg class="histogram" role="img" width="{step * len(counts)}" '
+            f'height="{height + 32}" aria-label="submissions by automatic points">'
+            f'{"".join(shapes)}</svg>')
+
+
+def _lesson_html(stats: analytics.LessonStats, pages: dict[str, str]) -> str:
+    esc = html_text
+    rate = f"{100 * stats.passed / stats.count:.0f}%" if stats.count else "-"
+    rows = []
+    for item in stats.items.values():
+        cells = "".join(f'<td data-outcome="{esc(outcome)}">{len(labels)}</td>'
+                        for outcome, labels in item.outcomes.items())
+        rows.append(f'<tr class="item" data-item="{esc(item.id)}"><th scope="row">'
+                    f"{esc(item.title)}</th>{cells}</tr>")
+    findings = []
+    for item in stats.items.values():
+        for kind, what, labels in _findings(item):
+            links = ", ".join(f'<a class="submission-link" href="{esc(pages[label])}">'
+                              f"{esc(label)}</a>" for label in labels)
+            findings.append(
+                f'<li class="finding" data-kind="{esc(kind)}" data-item="{esc(item.id)}" '
+                f'data-count="{len(labels)}"><b>{esc(item.title)}</b> ({esc(kind)}): '
+                f'{esc(what)}: <span class="count">{len(labels)} of {stats.count}</span>'
+                f"<details><summary>which submissions</summary>{links}</details></li>")
+    seconds = sum(stats.seconds)
+    heads = "".join(f"<th>{esc(outcome)}</th>" for outcome in analytics.OUTCOMES)
+    return f"""<section class="lesson-analytics" id="class-{esc(stats.lesson)}"
+ data-lesson="{esc(stats.lesson)}">
+<h3>{esc(stats.title or stats.lesson)} <small>({esc(stats.lesson)})</small></h3>
+<p class="pass-rate" data-passed="{stats.passed}" data-count="{stats.count}">{stats.passed}
+of {stats.count} submissions passed ({rate}). Graded in
+<span class="volatile">{seconds:.0f} s of sandbox time, {seconds / (stats.count or 1):.1f} s
+each</span>.</p>
+{_histogram_svg(stats.histogram)}
+<table class="items"><thead><tr><th>item</th>{heads}</tr></thead>
+<tbody>{"".join(rows)}</tbody></table>
+<h4>Mistakes, wrong parts and veto statements</h4>
+<ul class="findings">{"".join(findings) or "<li>none</li>"}</ul>
+</section>"""
+
+
+def analytics_html(lessons: list[analytics.LessonStats], subs: list[Submission]) -> str:
+    """progress.html's part on the class: per lesson, the pass rate, the points histogram,
+    each item's outcomes and every finding, linked to the submissions' own pages."""
+    pages = {sub.label: submission_page(sub) for sub in subs}
+    if not lessons:
+        return ""
+    body = "\n".join(_lesson_html(stats, pages) for stats in lessons)
+    return f"""<div class="analytics" id="analytics">
+<h2>What the class got wrong</h2>
+<p>Per lesson: the submissions by automatic points, how each item went (a veto statement
+judged wrongly counts as wrong; other: refused, an error or a timeout) and what the checks
+diagnosed, each with the submissions that made it (most common first). The same counts:
+<a href="class.csv">class.csv</a>.</p>
+{body}
+</div>"""
+
+
+CLASS_COLUMNS = ("lesson", "section", "item", "what", "value", "of", "submissions")
+
+
+def write_class_csv(subs: list[Submission], path: Path) -> None:
+    """class.csv: progress.html's class analytics as rows (section: passed, points, item,
+    mistake, wrong part, veto statement, grading seconds)."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(CLASS_COLUMNS)
+        for stats in analytics.class_stats(subs):
+            rows = [("passed", "", "submissions passed", stats.passed, [])]
+            rows += [("points", "", f"{points} points", count, [])
+                     for points, count in enumerate(stats.histogram)]
+            for item in stats.items.values():
+                rows += [("item", item.id, outcome, len(labels),
+                          [] if outcome == "pass" else labels)
+                         for outcome, labels in item.outcomes.items()]
+                rows += [(kind, item.id, what, len(labels), labels)
+                         for kind, what, labels in _findings(item)]
+            rows.append(("grading seconds", "", "total", f"{sum(stats.seconds):.2f}", []))
+            for section, item_id, what, value, labels in rows:
+                writer.writerow([csv_safe(v) for v in [
+                    stats.lesson, section, item_id, what, value, stats.count,
+                    " | ".join(labels)]])
 
 
 OPEN_ANSWER_COLUMNS = ("student", "lesson", "submission", "question", "points", "rubric",
@@ -484,6 +631,8 @@ def write_open_answers(subs: list[Submission], path: Path) -> None:
 
 def write_all(subs: list[Submission], out: Path, timeout: float, jobs: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    write_submission_pages(subs, out)
+    write_class_csv(subs, out / "class.csv")
     (out / "scorecard.txt").write_text(scorecard_text(subs) + "\n", encoding="utf-8")
     write_csv(subs, out / "results.csv")
     write_junit(subs, out / "junit.xml")

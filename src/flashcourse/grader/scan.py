@@ -760,7 +760,7 @@ def _names_reaching_references(parsed: list[tuple[str, ast.Module, set[int]]],
                                given: set[tuple[str, str]]) -> dict[str, list[_Reach]]:
     """Every notebook-wide name whose binding reaches a reference, itself or through other such
     names (followed MAX_HELPER_DEPTH deep). A binding the lesson's own cells make (`given`:
-    lesson 7's `machine_backends` offers SDPA on purpose) is no reference by itself, but still
+    lesson 8's `machine_backends` offers SDPA on purpose) is no reference by itself, but still
     carries one that a student's name it reads reaches."""
     bindings: list[tuple[str, str, set[str]]] = []  # name, cell, notebook-wide names read
     reaching: dict[str, list[_Reach]] = {}

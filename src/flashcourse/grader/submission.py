@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 DEFAULT_TIMEOUT = 120  # seconds one cell of a submission may run
 
@@ -86,3 +87,62 @@ class Submission:
 def as_dict(sub: Submission) -> dict:
     return dict(asdict(sub), passed=sub.passed, written_points=sub.written_earned,
                 written_max=sub.written_total, provisional=sub.provisional)
+
+
+class RecordError(ValueError):
+    """A result record (results.json of an earlier run) this grader cannot read back."""
+
+
+def _typed(value, annotation: str, where: str):
+    """`value` checked against a field's annotation (the few this module uses), as read back
+    from JSON: a float field takes an int, nothing takes a bool for a number."""
+    def fail(what: str):
+        raise RecordError(f"{where}: {what}, got {type(value).__name__}")
+
+    if annotation == "str":
+        return value if isinstance(value, str) else fail("expected text")
+    if annotation in ("float", "int", "float | None"):
+        if value is None and annotation.endswith("None"):
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            fail("expected a number")
+        if not math.isfinite(value):
+            fail("expected a finite number")
+        if annotation == "int" and value != int(value):
+            fail("expected a whole number")
+        return int(value) if annotation == "int" else value  # as written: 10 stays 10
+    if annotation == "bool":
+        return value if isinstance(value, bool) else fail("expected true or false")
+    if annotation.startswith("list["):
+        if not isinstance(value, list):
+            fail("expected a list")
+        inner = annotation[5:-1]
+        return [_typed(item, inner, f"{where}[{number}]") for number, item in enumerate(value)]
+    if annotation == "dict[str, str]":
+        if not isinstance(value, dict):
+            fail("expected an object")
+        return {_typed(k, "str", f"{where} key"): _typed(v, "str", f"{where}.{k}")
+                for k, v in value.items()}
+    record = RECORD_TYPES.get(annotation)
+    if record is None:
+        raise TypeError(f"no reader for the annotation {annotation}")
+    return from_dict(value, record, where)
+
+
+def from_dict(data, kind=None, where: str = "submission"):
+    """The record `as_dict` wrote (`kind`: Submission by default, or a nested record type),
+    every field checked as data; the properties as_dict adds are recomputed, not read. Raises
+    RecordError naming the field."""
+    kind = kind or Submission
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+    values = {}
+    for spec in fields(kind):
+        if spec.name in data:
+            values[spec.name] = _typed(data[spec.name], spec.type, f"{where}.{spec.name}")
+        elif spec.default is MISSING and spec.default_factory is MISSING:
+            raise RecordError(f"{where}: the field {spec.name!r} is missing")
+    return kind(**values)
+
+
+RECORD_TYPES = {"ExerciseResult": ExerciseResult, "WrittenAnswer": WrittenAnswer}
