@@ -332,7 +332,7 @@ WRONG_DEPLOY = {
         "the course kernel takes fp16 and bf16 only, not float32"),
     "head dim not checked": (
         [(PICK_COURSE, 'if "course" in backends and q.dtype in COURSE_DTYPES:')],
-        "compiles head dims 16, 32, 64 and 128 only, not 48"),
+        "compiles head dims 16, 32, 64 and 128 natively, not 48"),
     "sdpa called without asking": (
         [('if "sdpa" in backends:', "if True:")], "KeyError"),
     "sdpa preferred to the course kernel": (

@@ -5,6 +5,9 @@
 * `backward(q, k, v, o, lse, do, causal, sm_scale)`: (dq, dk, dv).
 * `flash_attention(q, k, v, causal, sm_scale, step)`: both behind attention.FlashAttentionFunction
   (the one autograd Function of the course), for (B, H, N, D) tensors with any strides.
+* Any head dim from 1 to MAX_HEAD_DIM: the kernels are compiled for powers of two only
+  (tl.arange), so `run_at_kernel_width` zero-pads the head dim to `kernel_head_dim(d)` and
+  copies the results' first d columns back (lesson 9's launchers use it too).
 
 Import after `fc.setup()` (it picks the runtime itself if nobody did).
 """
@@ -23,6 +26,65 @@ from . import attention, tiles
 from .backward import attn_bwd_delta_kernel, attn_bwd_dkdv_kernel, attn_bwd_dq_kernel
 from .forward import attn_fwd_halves_kernel, attn_fwd_kernel
 from .ladder import STEPS, Step, TensorDescriptor, as_step, config_for, step_supported
+
+# ---------------------------------------------------------------- head dims
+
+MAX_HEAD_DIM = 256  # wider rows would not leave registers for a tile's fp32 accumulator
+MIN_KERNEL_HEAD_DIM = 16  # tl.dot's smallest tile side
+
+
+def kernel_head_dim(d: int) -> int:
+    """The head dim the kernels run at for a head dim d: d rounded up to a power of two
+    (tl.arange needs one) of at least MIN_KERNEL_HEAD_DIM."""
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise CourseInputError(
+            f"head dim {d} is not supported: the reference kernels take head dims 1 to "
+            f"{MAX_HEAD_DIM} (they pad it to 16, 32, 64, 128 or 256). Give q, k and v a last "
+            f"axis of at most {MAX_HEAD_DIM}, or use torch's scaled_dot_product_attention.")
+    return max(MIN_KERNEL_HEAD_DIM, 1 << (d - 1).bit_length())
+
+
+def pad_head_dim(x: torch.Tensor, width: int) -> torch.Tensor:
+    """x with its last axis zero-padded to `width` (x itself when it has that width)."""
+    extra = width - x.shape[-1]
+    return x if extra == 0 else torch.nn.functional.pad(x, (0, extra))
+
+
+def run_at_kernel_width(launch, inputs, outputs):
+    """launch(*inputs, *outputs) at the kernels' head dim. `inputs` and `outputs` are the
+    tensors whose last axis is the head dim d; everything else goes in with `launch`.
+
+    When d is not a kernel width, the inputs are zero-padded and the kernel writes into padded
+    buffers, whose first d columns are copied into `outputs`. Zeros change nothing: padded
+    columns add 0 to q k^T (so the scores, P and every row statistic stay the same), and zero
+    columns of v, o and dO make zero columns of o, dq, dk and dv, which are dropped. The
+    caller computes sm_scale from the real d. Returns what launch returns.
+    """
+    d = inputs[0].shape[-1]
+    width = kernel_head_dim(d)
+    if width == d:
+        return launch(*inputs, *outputs)
+    wide = [x.new_empty((*x.shape[:-1], width)) for x in outputs]
+    result = launch(*(pad_head_dim(x, width) for x in inputs), *wide)
+    for out, padded in zip(outputs, wide, strict=True):
+        out.copy_(padded[..., :d])
+    return result
+
+
+def check_reference_qkv(q, k, v) -> None:
+    """The reference kernels' check of their inputs: attention.check_qkv's (shapes, one dtype,
+    the runtime's device), but any head dim from 1 to MAX_HEAD_DIM (the launchers pad it)."""
+    runtime.check_tensors(q, k, v, names=("q", "k", "v"), dot=True)
+    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise CourseInputError(f"q, k and v must all have shape (B, H, N, D); got "
+                               f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}.")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise CourseInputError(f"q, k, v must share one dtype; got {q.dtype}, {k.dtype}, "
+                               f"{v.dtype}.")
+    kernel_head_dim(q.shape[-1])
+
+
+# ---------------------------------------------------------------- forward
 
 
 def _tma_ok(*tensors) -> bool:
@@ -56,7 +118,7 @@ def _autotuned(step: Step, d: int):
     """The forward kernel under @triton.autotune for step 3 (tiles) or 5 (stages): compiled
     only; the interpreter has no driver to time configs with."""
     if step.tuned_stages:  # the tiles are fixed (the descriptors' blocks): search the stages
-        bm, bn, warps, _ = tiles.TUNED[d <= 64]
+        bm, bn, warps, _ = forward_config(step, d)
         key = (step.number, bm, bn, warps)
         configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=s)
                    for s in tiles.AUTOTUNE_STAGES]
@@ -71,6 +133,16 @@ def _autotuned(step: Step, d: int):
     return _TUNERS[key]
 
 
+def forward_config(step, d: int) -> tuple[int, int, int, int]:
+    """ladder.config_for, and for the tuned steps at d = 256 tiles.TUNED_WIDE: the d <= 128
+    tiles would hold a (128, 256) fp32 accumulator in 4 warps' registers."""
+    step = as_step(step)
+    if d <= 128 or not step.tuned or runtime.current().interpreter:
+        return config_for(step, d)
+    bm, bn, warps, stages = tiles.TUNED_WIDE
+    return bm, bn, warps, stages if step.tuned_stages else 2
+
+
 def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=None,
             config: tuple[int, int, int, int] | None = None, autotune: bool = False,
             out=None, lse=None, kernel=None):
@@ -78,9 +150,11 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
 
     config overrides (BLOCK_M, BLOCK_N, num_warps, num_stages); autotune=True (compiled only)
     searches tiles for step 3 and stages for step 5. `kernel` runs a kernel with the
-    exercise's signature (no ladder switches) instead of the reference.
+    exercise's signature (no ladder switches) instead of the reference. Any head dim from 1
+    to MAX_HEAD_DIM: it runs padded to kernel_head_dim(d), with sm_scale = 1 / sqrt(d) of the
+    real d unless given.
     """
-    attention.check_qkv(q, k, v)
+    check_reference_qkv(q, k, v)
     step = as_step(step)
     ok, why = step_supported(step)
     if not ok:
@@ -91,7 +165,16 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
     lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device) if lse is None else lse
     if lse.shape != (B, H, N) or not lse.is_contiguous():
         raise CourseInputError("lse must be a contiguous (B, H, N) float32 tensor.")
-    bm, bn, warps, stages = config or config_for(step, D)
+    launch = functools.partial(_launch_forward, lse=lse, causal=causal, sm_scale=sm_scale,
+                               step=step, config=config, autotune=autotune, kernel=kernel)
+    run_at_kernel_width(launch, (q, k, v), (o,))
+    return o, lse
+
+
+def _launch_forward(q, k, v, o, *, lse, causal, sm_scale, step, config, autotune, kernel):
+    """forward's kernel launch, at a kernel head dim (q.shape[-1] a power of two)."""
+    B, H, N, D = q.shape
+    bm, bn, warps, stages = config or forward_config(step, D)
     runtime.check_block_size("BLOCK_M", bm)
     runtime.check_block_size("BLOCK_N", bn)
     if bm % bn:
@@ -102,7 +185,7 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
         attention.refuse_unfinished(kernel, getattr(kernel, "__name__", "kernel"))
         kernel[(triton.cdiv(N, bm), B * H)](*args, HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn,
                                             CAUSAL=causal, num_warps=warps, num_stages=stages)
-        return o, lse
+        return
     use_tma = step.tma and _tma_ok(q, k, v, o)
     interpreter = runtime.current().interpreter
     if step.halves and (interpreter or tiles.HALVES[D <= 64]):
@@ -114,7 +197,7 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
         attn_fwd_halves_kernel[(triton.cdiv(N, bm), B * H)](
             *args, HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, USE_TMA=use_tma,
             num_warps=warps, num_stages=stages)
-        return o, lse
+        return
     if use_tma:  # the kernel reads the tensors through these; strides stay as arguments
         args[:4] = _descriptors(q, k, v, o, bm, bn)
     switches = dict(HEAD_D=D, CAUSAL=causal, USE_EXP2=step.use_exp2, SPLIT=step.split,
@@ -126,10 +209,9 @@ def forward(q, k, v, causal: bool = False, sm_scale: float | None = None, step=N
             return (triton.cdiv(N, meta["BLOCK_M"]), B * H)
 
         tuned[grid](*args, **switches)
-        return o, lse
+        return
     attn_fwd_kernel[(triton.cdiv(N, bm), B * H)](*args, BLOCK_M=bm, BLOCK_N=bn,
                                                  num_warps=warps, num_stages=stages, **switches)
-    return o, lse
 
 
 def best_config(step) -> dict | None:
@@ -142,9 +224,11 @@ def best_config(step) -> dict | None:
 
 
 def backward_configs(d: int):
-    """(dK/dV config, dQ config) on this runtime."""
+    """(dK/dV config, dQ config) on this runtime, for a kernel head dim d."""
     if runtime.current().interpreter:
         return tiles.INTERPRETER, tiles.INTERPRETER
+    if d > 128:
+        return tiles.LADDER_BACKWARD_WIDE
     return tiles.LADDER_BACKWARD[d <= 64]
 
 
@@ -154,12 +238,22 @@ def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
 
     configs: (dK/dV config, dQ config). fused_dq=True (an experiment, timed by
     gpu/explore_bwd.py): the dK/dV kernel adds dQ up in an fp32 buffer with atomics and no dQ
-    kernel runs (its config is ignored).
+    kernel runs (its config is ignored). Any head dim from 1 to MAX_HEAD_DIM, as forward.
     """
-    B, H, N, D = q.shape
+    D = q.shape[-1]
+    kernel_head_dim(D)  # refuses a head dim out of range before 1 / sqrt(D) fails
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
-    delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    launch = functools.partial(_launch_backward, lse=lse, causal=causal, sm_scale=sm_scale,
+                               configs=configs, fused_dq=fused_dq)
+    run_at_kernel_width(launch, (q, k, v, o, do), (dq, dk, dv))
+    return dq, dk, dv
+
+
+def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, configs, fused_dq):
+    """backward's three kernel launches, at a kernel head dim (q.shape[-1] a power of two)."""
+    B, H, N, D = q.shape
+    delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
     interpreter = runtime.current().interpreter
     block = tiles.INTERPRETER[0] if interpreter else tiles.DELTA_BLOCK_M
     attn_bwd_delta_kernel[(triton.cdiv(N, block), B * H)](
@@ -188,7 +282,6 @@ def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
         except triton.runtime.errors.OutOfResources:  # too much shared memory: smaller tiles
             if number == len(attempts) - 1:
                 raise
-    return dq, dk, dv
 
 
 def flash_attention(q, k, v, causal: bool = False, sm_scale: float | None = None, step=None):

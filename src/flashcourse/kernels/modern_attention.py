@@ -7,7 +7,8 @@ paged caches and float64 references. The kernels themselves are the lesson's exe
   arrays the sparse kernel walks (FlexAttention's BlockMask keeps the same four).
 * launchers: `launch_sparse`, `launch_gqa`, `launch_paged_split`, `launch_merge` pass
   strides and compile-time sizes (every tensor is an argument); `paged_split_decode` runs a
-  split kernel and a merge kernel on a paged cache.
+  split kernel and a merge kernel on a paged cache. Any head dim up to 256: a head dim that is
+  not a power of two of at least 16 runs zero-padded (host.run_at_kernel_width).
 * decoding: `split_count`, `paged_cache` (a cache scattered into pages in a shuffled order,
   with NaN in every unused slot).
 * references (float64, on the CPU): `masked_reference`, `decode_reference`, `split_states`.
@@ -137,11 +138,30 @@ def _where() -> str:
     return "interpreter" if runtime.current().interpreter else "gpu"
 
 
+def _at_kernel_width(launch, inputs, outputs):
+    """host.run_at_kernel_width: imported at launch, because host defines the reference
+    kernels, and this module must stay importable before a runtime is chosen."""
+    from .host import run_at_kernel_width
+
+    return run_at_kernel_width(launch, inputs, outputs)
+
+
+def _check_head_dims(names, tensors) -> None:
+    """One head dim (the last axis) for every tensor, checked before padding hides a
+    mismatch."""
+    dims = [x.shape[-1] for x in tensors]
+    _require(len(set(dims)) == 1, "the last axis (the head dim) must be the same for "
+             + ", ".join(f"{name} ({d})" for name, d in zip(names, dims, strict=True)) + ".")
+
+
 def sparse_config(d: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the sparse kernel on this runtime."""
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the sparse kernel on this runtime, for
+    head dim d (the entry of the width it runs padded to)."""
     if runtime.current().interpreter:
         return tiles.INTERPRETER
-    return tiles.SPARSE_CONFIGS.get(d, tiles.SPARSE_CONFIGS[64])
+    from .host import kernel_head_dim  # see _at_kernel_width
+
+    return tiles.SPARSE_CONFIGS.get(kernel_head_dim(d), tiles.SPARSE_CONFIGS[64])
 
 
 def launch_sparse(kernel, q, k, v, out, docs, left, right, lists, block_m, block_n,
@@ -150,13 +170,20 @@ def launch_sparse(kernel, q, k, v, out, docs, left, right, lists, block_m, block
     `lists` = block_list_tensors(block map), `docs` an int32 tensor of document ids."""
     runtime.check_block_size("BLOCK_M", block_m)
     runtime.check_block_size("BLOCK_N", block_n)
+    _check_head_dims(("q", "k", "v", "out"), (q, k, v, out))
     B, H, N, D = q.shape
+    qk_scale = _scale(D, sm_scale) * LOG2E  # of the real head dim, not the padded one
     full_counts, full_index, part_counts, part_index = lists
-    kernel[(cdiv(N, block_m), B * H)](
-        q, k, v, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-        H, N, _scale(D, sm_scale) * LOG2E, docs, left, right,
-        full_counts, full_index, part_counts, part_index, full_index.stride(0),
-        D=D, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+
+    def launch(q, k, v, out):
+        kernel[(cdiv(N, block_m), B * H)](
+            q, k, v, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+            H, N, qk_scale, docs, left, right,
+            full_counts, full_index, part_counts, part_index, full_index.stride(0),
+            D=q.shape[-1], BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+            num_stages=num_stages)
+
+    _at_kernel_width(launch, (q, k, v), (out,))
 
 
 def sparse_attention(kernel, q, k, v, mask, docs=None, left=UNLIMITED, right=UNLIMITED,
@@ -184,10 +211,16 @@ def launch_gqa(kernel, q, k, v, out, block_m=16, block_n=16, sm_scale=None, num_
     if H % H_KV:
         raise runtime.CourseInputError(f"H={H} query heads must be a multiple of the "
                                        f"H_KV={H_KV} key/value heads.")
-    kernel[(cdiv(N, block_m), B * H)](
-        q, k, v, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-        H, H_KV, N, _scale(D, sm_scale) * LOG2E, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
-        num_warps=num_warps, num_stages=num_stages)
+    _check_head_dims(("q", "k", "v", "out"), (q, k, v, out))
+    qk_scale = _scale(D, sm_scale) * LOG2E  # of the real head dim, not the padded one
+
+    def launch(q, k, v, out):
+        kernel[(cdiv(N, block_m), B * H)](
+            q, k, v, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+            H, H_KV, N, qk_scale, D=q.shape[-1], BLOCK_M=block_m, BLOCK_N=block_n,
+            num_warps=num_warps, num_stages=num_stages)
+
+    _at_kernel_width(launch, (q, k, v), (out,))
 
 
 def group_rows(group: int) -> int:
@@ -252,12 +285,17 @@ def launch_paged_split(kernel, q, k_pages, v_pages, page_table, lengths, m, l, o
                          block_n)
     B, H, D = q.shape
     page_size, H_KV = k_pages.shape[1], k_pages.shape[2]
-    kernel[(m.shape[-1], B * H_KV)](
-        q, k_pages, v_pages, page_table, lengths, m, l, o,
-        q.stride(0), q.stride(1), *k_pages.stride()[:3], *v_pages.stride()[:3],
-        page_table.stride(0), *m.stride(), *o.stride()[:3],
-        H, H_KV, _scale(D, sm_scale), D=D, GROUP=group_rows(H // H_KV), PAGE_SIZE=page_size,
-        SPLIT_SIZE=split_size, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+    scale = _scale(D, sm_scale)  # of the real head dim, not the padded one
+
+    def launch(q, k_pages, v_pages, o):  # padded, this copies the whole pool
+        kernel[(m.shape[-1], B * H_KV)](
+            q, k_pages, v_pages, page_table, lengths, m, l, o,
+            q.stride(0), q.stride(1), *k_pages.stride()[:3], *v_pages.stride()[:3],
+            page_table.stride(0), *m.stride(), *o.stride()[:3],
+            H, H_KV, scale, D=q.shape[-1], GROUP=group_rows(H // H_KV), PAGE_SIZE=page_size,
+            SPLIT_SIZE=split_size, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+
+    _at_kernel_width(launch, (q, k_pages, v_pages), (o,))
 
 
 def launch_merge(kernel, m, l, o, out, num_warps=4):
@@ -268,9 +306,13 @@ def launch_merge(kernel, m, l, o, out, num_warps=4):
     _require(tuple(o.shape[:3]) == (B, H, S) and tuple(out.shape) == (B, H, o.shape[-1]),
              f"o must be (B, H, S, D) and out (B, H, D) with B={B}, H={H}, S={S}; got "
              f"{tuple(o.shape)} and {tuple(out.shape)}.")
-    kernel[(B * H,)](m, l, o, out, *m.stride(), *o.stride()[:3], out.stride(0), out.stride(1),
-                     H, S, D=o.shape[-1], S_BLOCK=max(2, 1 << max(0, (S - 1).bit_length())),
-                     num_warps=num_warps)
+
+    def launch(o, out):
+        kernel[(B * H,)](m, l, o, out, *m.stride(), *o.stride()[:3], out.stride(0),
+                         out.stride(1), H, S, D=o.shape[-1],
+                         S_BLOCK=max(2, 1 << max(0, (S - 1).bit_length())), num_warps=num_warps)
+
+    _at_kernel_width(launch, (o,), (out,))
 
 
 def paged_split_decode(split_kernel, merge_kernel, q, k_pages, v_pages, page_table, lengths,

@@ -30,6 +30,13 @@ HALVES = {True: (128, 64, 4, 3), False: None}
 AUTOTUNE_TILES = [(64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 32, 4)]
 AUTOTUNE_STAGES = [2, 3, 4]
 AUTOTUNE_STEPS = (3, 5)  # the ladder steps autotune applies to
+# Steps 3-7 at head dim 256 (160 and the others above 128 run padded to 256). Measured on an H200
+# with Triton 3.6 (gpu/check_head_dims.py --sweep, fp16, N = 4096, B = 8, H = 16, causal and
+# not): 3.99 / 2.20 ms (full / causal) against 4.96-7.93 / 2.72-4.41 for (64, 64, 4, 2),
+# (64, 32, 4, 2), (64, 64, 8, 2) and (128, 32, 8, 2). Stages not swept: a third K/V stage
+# beside the 128 x 256 query tile would need 256 KB of shared memory (computed; an SM has 228).
+# d = 128's TUNED entry would hold a (128, 256) fp32 accumulator in 4 warps' registers.
+TUNED_WIDE = (128, 64, 8, 2)
 
 # Backward, keyed on head dim <= 64: (dK/dV config, dQ config). Measured as pairs on an H200
 # with Triton 3.9 (gpu/explore_bwd.py --kernels pair, fp16, N = 1k, 4k and 16k, round-robin beside
@@ -41,6 +48,12 @@ LADDER_BACKWARD = {
     True: ((32, 128, 4, 4), (128, 64, 4, 3)),
     False: ((64, 64, 4, 2), (128, 64, 8, 3)),
 }
+# Head dim 256 (and the head dims padded to it): the fastest of four dK/dV configs with dQ at
+# (64, 32, 4, 2) and of four dQ configs with dK/dV at (32, 64, 8, 2), in the same run as
+# TUNED_WIDE (timed as forward + backward: 29.0 / 16.1 ms full / causal for dK/dV against 33.5-
+# 58.7 / 17.7-30.5; 32.3 / 16.7 for dQ against 33.7-39.4 / 17.7-20.7); the pair as a whole
+# was timed only in that run's padding table (assets/results/08-head-dims.csv).
+LADDER_BACKWARD_WIDE = ((64, 64, 8, 2), (128, 32, 8, 2))
 # Smaller tiles, tried when a GPU has too little shared memory for LADDER_BACKWARD.
 LADDER_BACKWARD_FALLBACK = ((32, 64, 4, 2), (64, 32, 4, 2))
 DELTA_BLOCK_M = 64  # rows per program of the delta pre-pass (INTERPRETER's in the interpreter)
@@ -74,6 +87,9 @@ BACKWARD_DEFAULT = (64, 64, 4, 2)  # a (kernel, head dim) not in the table
 
 # Block-sparse forward on a GPU, keyed on head dim: lesson 6's forward configs with key blocks of
 # 64, so that a window's edges cost less (assets/results/09-masks.csv, H200, Triton 3.6).
-SPARSE_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
+# d = 256: the fastest of (64, 64, 4, 2), (128, 64, 8, 2) and (64, 32, 4, 2) on the causal mask
+# (2.72 ms against 3.09-3.25, fp16, N = 4096, B = 8, H = 16; gpu/check_head_dims.py --sweep,
+# H200, Triton 3.6).
+SPARSE_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 4, 2)}
 # Decoding: keys per step of the split-KV and paged kernels (assets/results/09-decode.csv).
 DECODE_BLOCK_N = {"interpreter": 16, "gpu": 64}

@@ -398,7 +398,8 @@ def _why_this_backend(dtype, d: int, offered, expected: str) -> str:
     if "course" in offered and dtype not in COURSE_DTYPES:
         reason = f"the course kernel takes fp16 and bf16 only, not {name}"
     elif "course" in offered:
-        reason = f"the course kernel compiles head dims 16, 32, 64 and 128 only, not {d}"
+        reason = (f"the course kernel compiles head dims 16, 32, 64 and 128 natively, not {d} "
+                  "(other head dims it pads, slower than sdpa)")
     else:
         reason = "the course kernel is not offered on this machine"
     if expected == "sdpa":
