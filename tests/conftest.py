@@ -1,4 +1,5 @@
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,16 @@ def pytest_terminal_summary(terminalreporter):
     for (exercise_id, mistake), ok in sorted(KNOWN_WRONG.items()):
         if not ok:
             terminalreporter.write_line(f"  NOT rejected: {exercise_id}: {mistake}")
+
+
+# The browser of the Chromium tests (test_browser, test_grade_analytics); `sync_api` skips a
+# test, saying why, when it or Playwright is missing.
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture
+def sync_api():
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
+    return pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed (pip install playwright)")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"  # as conftest's sync_api
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 SLUG = "01-gpu-flash"
@@ -49,14 +49,6 @@ def _settings(folder: Path) -> None:
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(value))
-
-
-@pytest.fixture
-def sync_api():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
-    return pytest.importorskip(
-        "playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 
 
 @pytest.fixture

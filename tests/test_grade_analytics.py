@@ -7,14 +7,13 @@ the submission's page. Screenshots go to test-artifacts/."""
 
 import csv
 import shutil
-from pathlib import Path
 
 import pytest
 
 from flashcourse.checks import LESSON_MODULES
 from flashcourse.grader import analytics, report, samples
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"  # as conftest's sync_api
 
 
 @pytest.fixture(scope="module")
@@ -111,14 +110,6 @@ def test_every_link_of_the_page_has_its_submission_page(written_class):
         text = own.read_text(encoding="utf-8")
         assert report.html_text(sub.label) in text and "../executed/" in text
         assert "<script>" not in text
-
-
-@pytest.fixture
-def sync_api():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
-    return pytest.importorskip(
-        "playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 
 
 def test_the_page_shows_the_counts_offline_in_chromium(sync_api, written_class, lessons, root):

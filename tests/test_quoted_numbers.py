@@ -8,20 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from flashcourse.authoring import results_table
 from flashcourse.hardware import H200_HBM_TBS
 
 RESULTS = Path(__file__).resolve().parents[1] / "assets" / "results"
 
 
 def _rows(name: str, results: Path = RESULTS) -> list[dict]:
-    with (results / f"{name}.csv").open(newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
+    return results_table.read_table(results, name)
 
 
 def _one(name: str, **equal) -> dict:
-    found = [r for r in _rows(name) if all(r[k] == v for k, v in equal.items())]
-    assert len(found) == 1, (name, equal, len(found))
-    return found[0]
+    return results_table.one_row(_rows(name), **equal)
 
 
 def _span(values, sep: str = "-", suffix: str = "x") -> str:
@@ -37,7 +35,7 @@ def _ceiling_gemm() -> str:
 
 
 def _cublas(results: Path = RESULTS) -> str:
-    row = [r for r in _rows("04-matmul", results) if r["kernel"] == "torch.matmul"][0]
+    row = results_table.one_row(_rows("04-matmul", results), kernel="torch.matmul")
     return f"at {float(row['tflops']):.0f} TFLOP/s"
 
 

@@ -19,7 +19,8 @@ SUMMARY = "<!-- summary table: made by `python -m flashcourse build` from assets
 HEADER = ["| measurement (same run, H200) | result | table |", "|---|---|---|"]
 
 
-def _rows(results: Path, name: str) -> list[dict]:
+def read_table(results: Path, name: str) -> list[dict]:
+    """The rows of assets/results/NAME.csv (the lessons' prose tests read them too)."""
     with (results / f"{name}.csv").open(newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
 
@@ -34,7 +35,7 @@ def _where(rows: list[dict], **equal) -> list[dict]:
     return [row for row in rows if all(row[key] == value for key, value in equal.items())]
 
 
-def _one(rows: list[dict], **equal) -> dict:
+def one_row(rows: list[dict], **equal) -> dict:
     found = _where(rows, **equal)
     if len(found) != 1:
         raise ValueError(f"results table: {len(found)} rows where {equal}, expected one")
@@ -48,43 +49,44 @@ def rows(results: Path) -> list[tuple[int, str, str, str]]:
     def add(lesson, measurement, result, name):
         found.append((lesson, measurement, result, name))
 
-    copies = _rows(results, "02-copy-bandwidth")
+    copies = read_table(results, "02-copy-bandwidth")
     best = max(_where(copies, kernel="copy_kernel"), key=lambda row: float(row["GB/s"]))
-    torch_copy = _one(copies, kernel="torch copy_")
+    torch_copy = one_row(copies, kernel="torch copy_")
     add(2, f"copy kernel (BLOCK {best['BLOCK']}) vs `torch` device-to-device copy, 1 GiB fp32",
         f"{float(best['GB/s']):.0f} vs {float(torch_copy['GB/s']):.0f} GB/s "
         f"({float(best['vs torch']):.3f}x)", "02-copy-bandwidth")
 
-    coalescing = _rows(results, "03-coalescing")
-    strided = _one(coalescing, kernel="strided copy, stride 32")
+    coalescing = read_table(results, "03-coalescing")
+    strided = one_row(coalescing, kernel="strided copy, stride 32")
     add(3, "strided copy, stride 32 vs 1", f"{float(strided['vs coalesced']):.3f}x the bandwidth",
         "03-coalescing")
-    tiled = _one(coalescing, kernel="transpose, tiled 64 x 64")
-    naive = _one(coalescing, kernel="transpose, naive")
+    tiled = one_row(coalescing, kernel="transpose, tiled 64 x 64")
+    naive = one_row(coalescing, kernel="transpose, naive")
     add(3, "tiled vs naive transpose, 8192^2 fp32",
         f"{float(naive['ms']) / float(tiled['ms']):.1f}x faster "
         f"({float(tiled['useful GB/s']):.0f} vs {float(naive['useful GB/s']):.0f} GB/s)",
         "03-coalescing")
 
-    matmul = _rows(results, "04-matmul")
+    matmul = read_table(results, "04-matmul")
     best = max(_where(matmul, kernel="tiled Triton"), key=lambda row: float(row["tflops"]))
-    cublas = _one(matmul, kernel="torch.matmul")
+    cublas = one_row(matmul, kernel="torch.matmul")
     add(4, "tiled `tl.dot` matmul vs `torch.matmul` (cuBLAS), fp16 4096^3",
         f"{float(best['tflops']):.0f} vs {float(cublas['tflops']):.0f} TFLOP/s "
         f"({float(best['vs_torch']):.3f}x)", "04-matmul")
 
-    softmax = _rows(results, "05-softmax")
-    fused = _one(softmax, kernel="fused Triton", n_cols="4096")
-    torch_softmax = _one(softmax, kernel="torch.softmax", n_cols="4096")
+    softmax = read_table(results, "05-softmax")
+    fused = one_row(softmax, kernel="fused Triton", n_cols="4096")
+    torch_softmax = one_row(softmax, kernel="torch.softmax", n_cols="4096")
     add(5, "fused row softmax vs `torch.softmax`, fp16 rows of 4096",
         f"{float(fused['GB/s']):.0f} vs {float(torch_softmax['GB/s']):.0f} GB/s", "05-softmax")
 
-    lesson6 = [row for row in _rows(results, "06-flash-attention-fwd") if int(row["N"]) >= 4096]
+    lesson6 = [row for row in read_table(results, "06-flash-attention-fwd")
+               if int(row["N"]) >= 4096]
     triton6 = ", ".join(sorted({row["triton"] for row in lesson6}))
     add(6, f"lesson 6's forward vs SDPA flash backend, fp16/bf16, d 64/128, N >= 4096 "
         f"(Triton {triton6})", _span([float(row["fwd ratio"]) for row in lesson6]),
         "06-flash-attention-fwd")
-    against = _rows(results, "06-vs-reference")
+    against = read_table(results, "06-vs-reference")
     for lesson, mode, what in ((6, "fwd", "lesson 6's forward"),
                                (7, "fwdbwd", "lessons 6-7's forward+backward")):
         cells = _where(against, mode=mode)
@@ -98,7 +100,7 @@ def rows(results: Path) -> list[tuple[int, str, str, str]]:
 
     sweeps = (("forward", "08-attention-fwd"), ("forward+backward", "08-attention-fwdbwd"))
     for mode, name in sweeps:
-        rows = _rows(results, name)
+        rows = read_table(results, name)
         versions = ", ".join(sorted({row["triton"] for row in rows}))
         shapes = "fp16/bf16, d 64/128, N 1k-16k"
         add(8, f"reference kernel {mode} vs SDPA cuDNN backend, {shapes} (Triton {versions})",
@@ -106,15 +108,15 @@ def rows(results: Path) -> list[tuple[int, str, str, str]]:
         add(8, f"reference kernel {mode} vs SDPA flash backend, same cases",
             _span([float(row["course/flash"]) for row in rows]), name)
 
-    ladder = _where(_rows(results, "08-ladder"), step="7", N="4096", dtype="fp16")
+    ladder = _where(read_table(results, "08-ladder"), step="7", N="4096", dtype="fp16")
     versions = ", ".join(sorted({row["triton"] for row in ladder}))
     add(8, f"optimisation ladder, step 7 vs step 0, fp16 N = 4096 (Triton {versions})",
         _span([float(row["vs_step0"]) for row in ladder]), "08-ladder")
-    masks = _rows(results, "09-masks")
+    masks = read_table(results, "09-masks")
     flex = [float(row["ours vs flex"]) for row in masks if row["ours vs flex"]]
     add(9, f"block-sparse forward vs FlexAttention compiled, same block mask, causal, window and "
         f"documents, N 4k-32k ({len(flex)} cells)", _span(flex), "09-masks")
-    decode = _rows(results, "09-decode")
+    decode = read_table(results, "09-decode")
     large = [row for row in decode if float(row["KV MiB"]) >= 256]
     shares = [float(row["ours split-KV GB/s"]) / (H200_HBM_TBS * 1000) * 100 for row in large]
     add(9, f"split-KV decoding, K and V read per second as a share of HBM's {H200_HBM_TBS:g} TB/s "

@@ -146,8 +146,8 @@ def _is_power_of_two(x: int) -> bool:
     return x >= 1 and x & (x - 1) == 0
 
 
-def check_qkv(q, k, v, names=("q", "k", "v")) -> None:
-    """Shapes (B, H, N, D), one dtype, a supported head dim, the runtime's device."""
+def check_qkv_shapes(q, k, v, names=("q", "k", "v")) -> None:
+    """Shapes (B, H, N, D), one dtype, the runtime's device; any head dim."""
     runtime.check_tensors(q, k, v, names=names, dot=True)
     if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
         raise CourseInputError(f"q, k and v must all have shape (B, H, N, D); got "
@@ -155,6 +155,11 @@ def check_qkv(q, k, v, names=("q", "k", "v")) -> None:
     if not (q.dtype == k.dtype == v.dtype):
         raise CourseInputError(f"q, k, v must share one dtype; got {q.dtype}, {k.dtype}, "
                                f"{v.dtype}.")
+
+
+def check_qkv(q, k, v, names=("q", "k", "v")) -> None:
+    """check_qkv_shapes, and a head dim the lessons' kernels compile (they do not pad)."""
+    check_qkv_shapes(q, k, v, names)
     d = q.shape[-1]
     if not (_is_power_of_two(d) and 16 <= d <= 128):
         raise CourseInputError(f"head dim {d} is not supported: use 16, 32, 64 or 128 "

@@ -72,15 +72,9 @@ def run_at_kernel_width(launch, inputs, outputs):
 
 
 def check_reference_qkv(q, k, v) -> None:
-    """The reference kernels' check of their inputs: attention.check_qkv's (shapes, one dtype,
-    the runtime's device), but any head dim from 1 to MAX_HEAD_DIM (the launchers pad it)."""
-    runtime.check_tensors(q, k, v, names=("q", "k", "v"), dot=True)
-    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
-        raise CourseInputError(f"q, k and v must all have shape (B, H, N, D); got "
-                               f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}.")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise CourseInputError(f"q, k, v must share one dtype; got {q.dtype}, {k.dtype}, "
-                               f"{v.dtype}.")
+    """The reference kernels' check of their inputs: shapes, one dtype, the runtime's device,
+    and any head dim from 1 to MAX_HEAD_DIM (the launchers pad it)."""
+    attention.check_qkv_shapes(q, k, v)
     kernel_head_dim(q.shape[-1])
 
 
