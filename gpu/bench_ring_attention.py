@@ -5,7 +5,7 @@ Run on a machine with two GPUs (NCCL):
 
     torchrun --standalone --nproc_per_node=2 gpu/bench_ring_attention.py --out DIR [--quick]
 
-It writes DIR/09-ring-scaling.csv (copy it to assets/results/ for the book). On a CPU machine
+It writes DIR/10-ring-scaling.csv (copy it to assets/results/ for the book). On a CPU machine
 the same script runs with gloo, torch's attention per block and tiny sizes, to test it
 (`--block kernel` runs the course's kernel in Triton's interpreter instead, one tiny size):
 

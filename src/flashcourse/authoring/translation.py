@@ -47,6 +47,8 @@ WORDS = re.compile(r"[A-Za-z]{2,}[\s,;:'-]+[A-Za-z]{2,}")  # prose, not `# (B, H
 LIST_ITEM = re.compile(r"^(?P<indent>\s*)(?:[-*+]|\d+\.)\s+\S")
 HEADING = re.compile(r"^#{1,6}\s")
 FENCE_LINE = re.compile(r"^\s*:::")
+_CJK = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"  # CJK punctuation, ideographs, full-width forms
+CJK_LINE_BREAK = re.compile(rf"(?<=[{_CJK}])\n[ \t]*(?=[{_CJK}])")
 GRADING_CELL = re.compile(r"^#\|\s*id:\s*check-")
 
 
@@ -360,7 +362,8 @@ def compare(found: list[Unit], entries: list[Entry]) -> Comparison:
                     result.stale.append((unit, entry))
                 elif not entry.done:
                     result.missing.append(unit)
-            elif position < len(old) and old[position].key not in {u.key for u in wanted}:
+            elif (position < len(old) and old[position].key not in {u.key for u in wanted}
+                  and old[position].zh.strip()):
                 result.stale.append((unit, old[position]))
             else:
                 result.missing.append(unit)
@@ -381,7 +384,7 @@ def updated_entries(found: list[Unit], entries: list[Entry]) -> list[Entry]:
         if unit.key in by_key and unit.key not in stale:
             kept = by_key[unit.key]
             result.append(Entry(unit.key, unit.text, kept.zh, kept.stale, kept.was))
-        elif unit.key in stale:
+        elif unit.key in stale and stale[unit.key].zh.strip():
             old = stale[unit.key]
             was = old.was if old.stale and old.was else old.en
             result.append(Entry(unit.key, unit.text, old.zh, True, was))
@@ -497,6 +500,8 @@ def _rendered(unit: Unit, zh: str, lines: list[str], anchors: bool) -> list[str]
         return [f"{code}# {' '.join(zh.split())}"]
     if unit.kind == "heading" and anchors and "{#" not in zh:
         return [f"{zh} {{#{pandoc_id(unit.text)}}}"]
+    if unit.kind in ("paragraph", "item"):  # a line break between two CJK characters would
+        zh = CJK_LINE_BREAK.sub("", zh)  # show as a space in a notebook and on the page
     return zh.split("\n")
 
 
@@ -543,8 +548,9 @@ class Term:
     kept: bool = False  # the translation may keep the English word instead
 
     def found_in(self, english: str) -> bool:
+        prose = re.sub(r"`[^`]*`", "", english)  # code is never translated
         pattern = self.match or re.escape(self.en)
-        return re.search(rf"(?<![\w-])(?:{pattern})(?![\w-])", english, re.I) is not None
+        return re.search(rf"(?<![\w-])(?:{pattern})(?![\w-])", prose, re.I) is not None
 
     def used_in(self, chinese: str) -> bool:
         return self.zh in chinese or (self.kept and self.en.lower() in chinese.lower())

@@ -15,7 +15,7 @@ from .model import NEG_INF, chunk_lengths, chunks_of, sm_scale
 
 EVENT_CODES = {"compute": 0, "post": 1, "blocking": 2, "wait": 3}  # what a watched rank did
 CARRIES = {"unknown": -1, "kv": 0, "other": 1}  # what a transfer carried: K/V or not
-SCALING_RESULTS = "09-ring-scaling"  # assets/results/<name>.csv, written by the GPU script
+SCALING_RESULTS = "10-ring-scaling"  # assets/results/<name>.csv, written by the GPU script
 
 # ---------------------------------------------------------------- a watched rank's log
 # A rank the checks run logs, in order, each block compute, each transfer it posts, each wait
@@ -266,7 +266,7 @@ def ring_backward(q, k, v, o, lse, do, q_pos, k_pos, causal: bool):
 
 
 def scaling_rows() -> list[dict]:
-    """The recorded two-GPU measurements (assets/results/09-ring-scaling.csv), [] if none."""
+    """The recorded two-GPU measurements (assets/results/10-ring-scaling.csv), [] if none."""
     from ..bench import recorded
 
     return recorded(SCALING_RESULTS)
