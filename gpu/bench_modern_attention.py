@@ -7,20 +7,29 @@
 Writes DIR/09-masks.csv and DIR/09-decode.csv (copy them to assets/results/ to show them in
 the lesson). The kernels are the solution cells of lessons/09-modern-attention.qmd.
 
-* 09-masks.csv: the block-sparse forward (B=1, H=16, D=128) on causal, causal-window (1024
-  keys) and causal document masks at N = 4k to 32k, against FlexAttention compiled, given a
-  BlockMask built from the same mask function, and against SDPA given the dense boolean mask
-  (and SDPA with is_causal=True for the causal mask). Our block map and FlexAttention's
-  BlockMask are built once, outside the timings.
+* 09-masks.csv: the reference block-sparse forward (kernels/sparse_forward.py) and the lesson's
+  teaching kernel (B=1, H=16) on causal, causal-window (1024 keys), causal document and 50%
+  random block masks at N = 8k, 16k, 32k, fp16 and bf16, D = 64 and 128, against FlexAttention
+  compiled, given a BlockMask built from the same mask function, against SDPA given the dense
+  boolean mask, and on the causal mask against the dense reference forward and SDPA with
+  is_causal=True; times are medians of REPEATS interleaved timings, spreads (max - min) /
+  median. Block maps and BlockMasks are built once, outside the timings.
+* 09-sparse-steps.csv (--part steps): the step from the teaching kernel to the reference, one
+  optimisation at a time, N = 16k, fp16; with --sweep also 09-sparse-tiles.csv, the reference at
+  each of SWEEP_CONFIGS.
 * 09-decode.csv: one new token per sequence against a cache of 4k to 128k keys, batch 1, 8 and
   64, 32 query heads: fp16 at d = 128 with MHA (32 K/V heads) and GQA (8), fp16 GQA at d = 64,
   bf16 GQA at d = 128 (shapes whose K and V pass 16 GiB are left out): exercise 4's paged
   split-KV kernel plus merge (pages of 64, shuffled) at the split size of the lesson's
-  `choose_split_size`, the same with one split per sequence ("unsplit"), SDPA's flash,
-  efficient, cuDNN and math
-  backends (enable_gqa=True) and FlexAttention compiled. Figures are bytes of K and V read per
-  second; "copy figure GB/s" is the same number of bytes over the time a device-to-device copy
-  of them takes (the copy also writes them, so a kernel that only reads can exceed it).
+  `choose_split_size`, the same with one split per sequence ("unsplit"), the course's
+  reference decoding step (kernels/decode.py: splits from decode_splits, planned once),
+  SDPA's flash, efficient, cuDNN and math backends (enable_gqa=True) and FlexAttention
+  compiled. Figures are bytes of K and V read per second. Ours, the reference, flash and cuDNN
+  are timed twice: launched from Python ("ms"), and replayed in a CUDA graph ("graph ms", the
+  GPU's time without the host's launch work, as serving engines run a step). "read-only GB/s"
+  is the read-only kernel (decode.read_only) reading as many bytes, in a graph: the measured
+  ceiling; "% of HBM" and "% of read-only" set the graph figures against the datasheet's
+  4.8 TB/s and that ceiling.
 
 Every kernel's output is checked against a reference before it is timed (our kernels against
 float32 math, the baselines against the same); a kernel that fails is not timed and
@@ -50,11 +59,11 @@ TOLERANCE = {"float16": 2e-2, "bfloat16": 6e-2, "float32": 5e-3}  # max abs erro
 WINDOW = 1024
 PAGE_SIZE = 64
 MAX_KV_BYTES = 16 * 2**30  # decode shapes above this are left out of the grid
-COPY_BYTES_CAP = 4 * 2**30  # the copy figure of larger caches is timed on this many bytes
+READ_BYTES_CAP = 4 * 2**30  # the read-only figure of larger caches is timed on this many bytes
 # Seconds FlexAttention may take (compilation included) in each section; past them its cells
 # say "not run (time budget)". The quick mode leaves it out: its first compilation alone can
 # take most of a minute.
-FLEX_BUDGET_S = {"full": {"masks": 100.0, "decode": 60.0}, "quick": {"masks": 0.0, "decode": 0.0},
+FLEX_BUDGET_S = {"full": {"masks": 400.0, "decode": 60.0}, "quick": {"masks": 0.0, "decode": 0.0},
                  "interpreter": {"masks": 1e9, "decode": 1e9}}
 
 
@@ -68,6 +77,7 @@ class Bench:
         self.started = time.time()
         self.flex_seconds = {"masks": 0.0, "decode": 0.0}
         self.failures = []
+        self.fair_flex = False  # --fair-flex: one minimal mask_mod per mask
 
     def time(self, fn) -> tuple[float, float, float]:
         """(median, 20th, 80th percentile) in ms; the interpreter runs fn once (time 0)."""
@@ -77,6 +87,29 @@ class Bench:
         import triton.testing
 
         p20, p50, p80 = triton.testing.do_bench(fn, warmup=25, rep=100,
+                                                quantiles=[0.2, 0.5, 0.8])
+        return float(p50), float(p20), float(p80)
+
+    def time_graph(self, fn, rep: int = 100) -> tuple[float, float, float]:
+        """Bench.time of fn captured once in a CUDA graph and replayed: the GPU's time for
+        fn's kernels without the host's work of launching them (how serving engines run a
+        decoding step). The interpreter runs fn once (time 0)."""
+        if self.mode == "interpreter":
+            fn()
+            return 0.0, 0.0, 0.0
+        import triton.testing
+
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # compile and warm up outside the capture
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        p20, p50, p80 = triton.testing.do_bench(graph.replay, warmup=10, rep=rep,
                                                 quantiles=[0.2, 0.5, 0.8])
         return float(p50), float(p20), float(p80)
 
@@ -110,6 +143,15 @@ def load_kernels():
 # ---------------------------------------------------------------- masks
 
 
+REPEATS = 5  # interleaved timings per kernel in the masks part (median and spread of these)
+RANDOM_DENSITY = 0.5  # the random block mask: each 128 x 128 block visible with this chance
+# Tiles tried for the reference sparse kernel with --sweep (BLOCK_M, BLOCK_N, warps, stages).
+SWEEP_CONFIGS = {64: [(128, 64, 8, 4), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3),
+                      (64, 64, 4, 3)],
+                 128: [(128, 64, 4, 2), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2),
+                       (64, 64, 4, 3)]}
+
+
 def document_ids(n: int, seed: int) -> np.ndarray:
     """Causal documents of random lengths (about n / 8 each) filling exactly n tokens."""
     rng = np.random.default_rng(seed)
@@ -121,35 +163,73 @@ def document_ids(n: int, seed: int) -> np.ndarray:
     return np.concatenate([np.full(k, i, np.int32) for i, k in enumerate(lengths)])
 
 
-def bench_masks(b: Bench, kernels, ma) -> list[dict]:
-    torch = b.torch
+class MaskCase:
+    """One mask of the grid: the lesson's rule (a window and documents) or a random table of
+    visible FLEX_BLOCK x FLEX_BLOCK blocks (whose tiles are FULL or EMPTY, never PARTIAL)."""
+
+    def __init__(self, name, n, left, right, docs=None, table=None):
+        self.name, self.n, self.left, self.right = name, n, left, right
+        self.docs, self.table = docs, table  # docs None: one document
+
+    def kinds(self, ma, sf, block_m, block_n):
+        if self.table is not None:
+            return sf.block_table_kinds(self.table, FLEX_BLOCK, self.n, block_m, block_n)
+        return ma.classify_rule(self.n, block_m, block_n, self.left, self.right, self.docs)
+
+    def dense(self, ma, sf):
+        if self.table is not None:
+            return sf.block_table_mask(self.table, FLEX_BLOCK, self.n)
+        return ma.dense_mask(self.n, self.n, self.left, self.right, self.docs)
+
+    def ids(self):
+        """Document ids for the teaching kernel, which always reads them."""
+        return self.docs if self.docs is not None else np.zeros(self.n, np.int32)
+
+
+def mask_cases(ma, sf, n: int, window: int) -> list[MaskCase]:
+    return [MaskCase("causal", n, ma.UNLIMITED, 0),
+            MaskCase(f"causal window {window}", n, window - 1, 0),
+            MaskCase("causal documents", n, ma.UNLIMITED, 0, docs=document_ids(n, seed=n)),
+            MaskCase(f"random blocks {RANDOM_DENSITY:.0%}", n, ma.UNLIMITED, ma.UNLIMITED,
+                     table=sf.random_block_table(n, FLEX_BLOCK, RANDOM_DENSITY, seed=n))]
+
+
+def mask_grid(b: Bench, torch):
+    """(N, dtype, D) of the masks part, B = 1 and H = 16 (2 in the interpreter)."""
     if b.mode == "interpreter":
-        grid, (B, H, D) = [(128, torch.float16)], (1, 2, 32)
-    elif b.mode == "quick":
-        grid, (B, H, D) = [(4096, torch.float16)], (1, 16, 128)
-    else:
-        grid = [(n, torch.float16) for n in (4096, 8192, 16384, 32768)] + [
-            (8192, torch.bfloat16)]
-        B, H, D = 1, 16, 128
+        return [(128, torch.float16, 32)], 2
+    if b.mode == "quick":
+        return [(8192, torch.float16, 128)], 16
+    return [(n, dtype, d) for d in (128, 64) for dtype in (torch.float16, torch.bfloat16)
+            for n in (8192, 16384, 32768)], 16
+
+
+def bench_masks(b: Bench, kernels, ma, sf, write_rows) -> list[dict]:
+    """Every mask of mask_cases at every (N, dtype, D) of mask_grid; write_rows(rows) after
+    each shape, so that a run cut short keeps what it measured."""
+    torch = b.torch
+    from flashcourse.kernels import host
+
+    grid, H = mask_grid(b, torch)
+    if b.fair_flex:
+        grid = [(n, dtype, d) for n, dtype, d in grid if dtype == torch.float16]
     window = 32 if b.mode == "interpreter" else WINDOW
     flex, create_block_mask = flex_functions(b)
     rows = []
-    for n, dtype in grid:
-        docs = document_ids(n, seed=n)
-        masks = {"causal": (ma.UNLIMITED, 0, np.zeros(n, np.int32)),
-                 f"causal window {window}": (window - 1, 0, np.zeros(n, np.int32)),
-                 "causal documents": (ma.UNLIMITED, 0, docs)}
-        gen = torch.Generator(device=b.device).manual_seed(n)
-        q, k, v = (torch.randn(B, H, n, D, device=b.device, dtype=dtype, generator=gen)
+    for n, dtype, D in grid:
+        gen = torch.Generator(device=b.device).manual_seed(n + D)
+        q, k, v = (torch.randn(1, H, n, D, device=b.device, dtype=dtype, generator=gen)
                    for _ in range(3))
-        for name, (left, right, ids) in masks.items():
-            row = mask_case(b, kernels, ma, flex, create_block_mask, q, k, v, name, left,
-                            right, ids)
+        for case in mask_cases(ma, sf, n, window):
+            row = mask_case(b, kernels, ma, sf, flex, create_block_mask, q, k, v, case,
+                            dense_causal=host.forward if case.name == "causal" else None)
             rows.append(row)
-            print(f"masks: {name:22s} N={n:6d} {row['dtype']:8s} ours "
-                  f"{row.get('ours ms', 0):.3f} ms, flex {row.get('flex ms', 0):.3f} ms, "
-                  f"sdpa {row.get('sdpa ms', 0):.3f} ms, "
-                  f"{row['tiles computed']:.1%} of tiles", flush=True)
+            print(f"masks: {case.name:20s} N={n:6d} {row['dtype']:8s} D={D:3d} reference "
+                  f"{row.get('reference sparse ms', 0):.3f} ms, teaching "
+                  f"{row.get('ours ms', 0):.3f}, flex {row.get('flex ms', 0):.3f}, dense causal "
+                  f"{row.get('dense reference causal ms', 0):.3f}, ref/flex "
+                  f"{row.get('reference vs flex', 0):.2f}", flush=True)
+        write_rows(rows)
     return rows
 
 
@@ -166,63 +246,116 @@ def masked_reference(torch, q, k, v, dense, chunk: int = 1024):
     return out
 
 
-def mask_case(b: Bench, kernels, ma, flex, create_block_mask, q, k, v, name, left, right,
-              ids) -> dict:
-    """One mask at one size: check our kernel, FlexAttention and SDPA, then time them."""
+def interleaved(b: Bench, candidates: dict, repeats: int = REPEATS) -> dict:
+    """{name: (median, min, max)} in ms of `repeats` timings of each candidate taken round-robin
+    (each a do_bench median with the L2 flushed), so that a drift of the GPU's clock touches
+    every candidate alike. The interpreter runs each once (time 0)."""
+    if b.mode == "interpreter":
+        for fn in candidates.values():
+            fn()
+        return {name: (0.0, 0.0, 0.0) for name in candidates}
+    import statistics
+
+    import triton.testing
+
+    times = {name: [] for name in candidates}
+    for _ in range(repeats):
+        for name, fn in candidates.items():
+            times[name].append(float(triton.testing.do_bench(fn, warmup=5, rep=25,
+                                                             return_mode="median")))
+    return {name: (statistics.median(t), min(t), max(t)) for name, t in times.items()}
+
+
+def spread_columns(row: dict, name: str, timing) -> None:
+    """{name} ms (the median) and {name} spread % ((slowest - fastest) / median)."""
+    median, fastest, slowest = timing
+    row[f"{name} ms"] = median
+    row[f"{name} spread %"] = 100.0 * (slowest - fastest) / median if median else 0.0
+
+
+def checked(b: Bench, row: dict, name: str, fn, reference, failures_fatal: bool) -> bool:
+    """Run fn once and compare it with the float32 reference: True if it may be timed."""
+    try:
+        result = fn()
+        b.sync()
+    except Exception as err:  # noqa: BLE001  (a baseline that fails is reported, not fatal)
+        row[f"{name} note"] = f"failed: {type(err).__name__}: {str(err)[:120]}"
+        if failures_fatal:
+            b.failures.append(f"{name}, {row['mask']}, N={row['N']}: {row[f'{name} note']}")
+        return False
+    row[f"{name} max err"] = error = max_error(result, reference)
+    if error <= TOLERANCE[row["dtype"]]:
+        return True
+    row[f"{name} note"] = f"wrong (max error {error:.3g}), not timed"
+    if failures_fatal:
+        b.failures.append(f"{name}, {row['mask']}, N={row['N']}, D={row['D']}, {row['dtype']}: "
+                          f"max error {error:.3g} against float32 attention")
+    return False
+
+
+def mask_case(b: Bench, kernels, ma, sf, flex, create_block_mask, q, k, v, case: MaskCase,
+              dense_causal) -> dict:
+    """One mask at one shape: check the reference sparse kernel, the lesson's teaching kernel,
+    FlexAttention, SDPA (and on the causal mask the dense reference forward, `dense_causal`,
+    and SDPA's causal path), then time them interleaved."""
     torch = b.torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     B, H, n, D = q.shape
     block_m, block_n, warps, stages = ma.sparse_config(D)
-    mask = ma.dense_mask(n, n, left, right, ids)  # SDPA's dense mask
-    kinds = ma.classify_rule(n, block_m, block_n, left, right, ids)
-    tiles = ma.tile_counts(kinds)
-    lists = ma.block_list_tensors(kinds, b.device)
-    docs_t = torch.from_numpy(ids).to(b.device)
-    dense = torch.from_numpy(mask).to(b.device)
+    teaching_lists = ma.block_list_tensors(case.kinds(ma, sf, block_m, block_n), b.device)
+    config = sf.sparse_reference_config(D)
+    plan = sf.sparse_plan(n, D, b.device, case.left, case.right, case.docs,
+                          kinds=case.kinds(ma, sf, *config[:2]))
+    tiles = plan.tile_counts
+    ids_t = torch.from_numpy(case.ids()).to(b.device)
+    dense = torch.from_numpy(case.dense(ma, sf)).to(b.device)
     out = torch.empty_like(q)
 
-    def ours():
-        ma.launch_sparse(kernels.sparse_attention_kernel, q, k, v, out, docs_t, left, right,
-                         lists, block_m, block_n, num_warps=warps, num_stages=stages)
+    def teaching():
+        ma.launch_sparse(kernels.sparse_attention_kernel, q, k, v, out, ids_t, case.left,
+                         case.right, teaching_lists, block_m, block_n, num_warps=warps,
+                         num_stages=stages)
+        return out
 
-    def sdpa():
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
-
-    row = {"mask": name, "N": n, "dtype": str(q.dtype)[6:], "B": B, "H": H, "D": D,
-           "BLOCK_M": block_m, "BLOCK_N": block_n,
-           "tiles computed": (tiles["full"] + tiles["partial"]) / sum(tiles.values()),
-           "partial tiles": tiles["partial"]}
-    reference = masked_reference(torch, q, k, v, dense)
-    ours()
-    b.sync()
-    row["ours max err"] = error = max_error(out, reference)
-    if not error <= TOLERANCE[row["dtype"]]:
-        b.failures.append(f"sparse kernel, {name}, N={n}, {row['dtype']}: max error "
-                          f"{error:.3g} against float32 attention")
-        return row
-    timed_columns(row, "ours", b.time(ours))
-    try:
-        row["sdpa max err"] = error = max_error(sdpa(), reference)
-        if error <= TOLERANCE[row["dtype"]]:
-            timed_columns(row, "sdpa", b.time(sdpa))
-        else:
-            row["sdpa note"] = f"wrong (max error {error:.3g}), not timed"
-    except Exception as err:  # noqa: BLE001  (out of memory at 32k, an unsupported mask)
-        row["sdpa note"] = f"failed: {type(err).__name__}: {str(err)[:100]}"
-    if name == "causal":
-        def causal():
+    candidates = {"reference sparse": lambda: sf.sparse_forward(q, k, v, plan)[0],
+                  "ours": teaching,
+                  "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)}
+    if b.fair_flex:  # only the reference against FlexAttention, to keep the run short
+        candidates = {"reference sparse": candidates["reference sparse"]}
+    elif dense_causal is not None:
+        def sdpa_causal():
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-        timed_columns(row, "sdpa is_causal", b.time(causal))
+        candidates["dense reference causal"] = lambda: dense_causal(q, k, v, causal=True)[0]
+        candidates["sdpa is_causal"] = sdpa_causal
+    row = {"mask": case.name, "N": n, "dtype": str(q.dtype)[6:], "B": B, "H": H, "D": D,
+           "BLOCK_M": block_m, "BLOCK_N": block_n,
+           "reference config": "x".join(str(x) for x in config),
+           "tiles computed": (tiles["full"] + tiles["partial"]) / sum(tiles.values()),
+           "partial tiles": tiles["partial"]}
+    reference = masked_reference(torch, q, k, v, dense)
+    ours_names = ("reference sparse", "ours", "dense reference causal")
+    timed = {name: fn for name, fn in candidates.items()
+             if checked(b, row, name, fn, reference, failures_fatal=name in ours_names)}
     if flex is not None and b.flex_allowed("masks"):
-        row.update(flex_mask_columns(b, ma, flex, create_block_mask, q, k, v, left, right,
-                                     ids, docs_t, reference))
+        flex_call = flex_mask_call(b, ma, sf, flex, create_block_mask, q, k, v, case, row)
+        if flex_call is not None and checked(b, row, "flex", flex_call, reference, False):
+            timed["flex"] = flex_call
     else:
         row["flex note"] = "not run (time budget or no FlexAttention)"
-    if row["ours ms"]:
+    del reference  # dense stays: SDPA's candidate reads it
+    for name, timing in interleaved(b, timed).items():
+        spread_columns(row, name, timing)
+    reference_ms = row.get("reference sparse ms")
+    if reference_ms:
+        for name, column in (("ours", "reference vs teaching"), ("flex", "reference vs flex"),
+                             ("dense reference causal", "reference vs dense causal")):
+            if row.get(f"{name} ms"):
+                row[column] = row[f"{name} ms"] / reference_ms
+    if row.get("ours ms"):
         if row.get("sdpa ms"):
             row["ours vs sdpa"] = row["sdpa ms"] / row["ours ms"]
         if row.get("flex ms"):
@@ -246,61 +379,169 @@ def flex_functions(b: Bench):
 
 
 FLEX_BLOCK = 128  # FlexAttention's default tile of the BlockMask
-_FLEX_RULES: dict = {}  # sequence length -> (window, documents, mask_mod)
+_FLEX_RULES: dict = {}  # sequence length -> (window, documents, block table, mask_mod)
 
 
-def flex_rule(b: Bench, n: int, left: int, right: int, docs_t):
-    """The lesson's mask rule as a FlexAttention mask_mod. One function per sequence length,
-    reading the window and the documents from tensors updated in place: every mask of one size
-    then reuses one compiled kernel (Python numbers captured in the closure would be compiled
-    in, one compilation per mask)."""
+def fair_flex_rule(b: Bench, case: MaskCase, ids_t):
+    """The mask as a FlexAttention user writes it: one mask_mod per mask, with the window as a
+    Python number and only what the mask reads (one compilation per mask and shape)."""
+    block = FLEX_BLOCK
+    if case.table is not None:
+        table = b.torch.from_numpy(case.table).to(b.device)
+        return lambda batch, head, q_idx, kv_idx: table[q_idx // block, kv_idx // block]
+    if case.docs is not None:
+        return lambda batch, head, q_idx, kv_idx: ((q_idx >= kv_idx)
+                                                    & (ids_t[q_idx] == ids_t[kv_idx])
+                                                    & (ids_t[q_idx] >= 0))
+    from flashcourse.kernels import modern_attention as ma
+
+    if case.left < ma.UNLIMITED:
+        left = case.left
+        return lambda batch, head, q_idx, kv_idx: (q_idx >= kv_idx) & (q_idx - kv_idx <= left)
+    return lambda batch, head, q_idx, kv_idx: q_idx >= kv_idx
+
+
+def flex_rule(b: Bench, case: MaskCase, ids_t):
+    """The lesson's mask rule, and a table of visible blocks, as one FlexAttention mask_mod per
+    sequence length, reading the window, the documents and the table from tensors updated in
+    place: every mask of one size then reuses one compiled kernel (Python numbers captured in
+    the closure would be compiled in, one compilation per mask). A rule mask has an all-true
+    table; the random mask an unlimited window and one document."""
     torch = b.torch
+    n = case.n
     if n not in _FLEX_RULES:
         window = torch.zeros(2, dtype=torch.int64, device=b.device)
         docs = torch.zeros(n, dtype=torch.int32, device=b.device)
+        blocks = -(-n // FLEX_BLOCK)
+        table = torch.ones(blocks, blocks, dtype=torch.bool, device=b.device)
 
         def mask_mod(batch, head, q_idx, kv_idx):
             return ((kv_idx - q_idx <= window[1]) & (q_idx - kv_idx <= window[0])
-                    & (docs[q_idx] == docs[kv_idx]) & (docs[q_idx] >= 0))
+                    & (docs[q_idx] == docs[kv_idx]) & (docs[q_idx] >= 0)
+                    & table[q_idx // FLEX_BLOCK, kv_idx // FLEX_BLOCK])
 
-        _FLEX_RULES[n] = (window, docs, mask_mod)
-    window, docs, mask_mod = _FLEX_RULES[n]
-    window.copy_(torch.tensor([left, right]))
-    docs.copy_(docs_t)
+        _FLEX_RULES[n] = (window, docs, table, mask_mod)
+    window, docs, table, mask_mod = _FLEX_RULES[n]
+    window.copy_(torch.tensor([case.left, case.right]))
+    docs.copy_(ids_t)
+    table.fill_(True) if case.table is None else table.copy_(torch.from_numpy(case.table))
     return mask_mod
 
 
-def flex_mask_columns(b: Bench, ma, flex, create_block_mask, q, k, v, left, right, ids,
-                      docs_t, reference) -> dict:
+def flex_mask_call(b: Bench, ma, sf, flex, create_block_mask, q, k, v, case: MaskCase, row):
     """FlexAttention on the same mask: its BlockMask is built from the same rule, and its
     counts of FULL and PARTIAL blocks per query block must equal our block map's at its tile
-    size (128 x 128) ("flex block map same"); then it is checked and timed."""
+    size (128 x 128) ("flex block map same"). Returns the call to check and time (None if
+    building it failed); compilation happens at the check."""
     start = time.time()
     n = q.shape[2]
-    mask_mod = flex_rule(b, n, left, right, docs_t)
-    columns = {}
     try:
+        rule = fair_flex_rule if b.fair_flex else flex_rule
+        mask_mod = rule(b, case, b.torch.from_numpy(case.ids()).to(b.device))
         block_mask = create_block_mask(mask_mod, None, None, n, n, device=b.device,
                                        BLOCK_SIZE=FLEX_BLOCK)
-        full_counts, _, part_counts, _ = ma.block_lists(
-            ma.classify_rule(n, FLEX_BLOCK, FLEX_BLOCK, left, right, ids))
-        columns["flex block map same"] = bool(
+        full_counts, _, part_counts, _ = ma.block_lists(case.kinds(ma, sf, FLEX_BLOCK,
+                                                                   FLEX_BLOCK))
+        row["flex block map same"] = same = bool(
             np.array_equal(block_mask.full_kv_num_blocks.flatten().cpu().numpy(), full_counts)
             and np.array_equal(block_mask.kv_num_blocks.flatten().cpu().numpy(), part_counts))
-        if not columns["flex block map same"]:
+        if not same:
             b.failures.append(f"block map differs from FlexAttention's BlockMask, N={n}, "
-                              f"left={left}, right={right}")
-        out = flex(q, k, v, block_mask=block_mask)
-        b.sync()
-        columns["flex max err"] = error = max_error(out, reference)
-        if error <= TOLERANCE[str(q.dtype)[6:]]:
-            timed_columns(columns, "flex", b.time(lambda: flex(q, k, v, block_mask=block_mask)))
-        else:
-            columns["flex note"] = f"wrong (max error {error:.3g}), not timed"
+                              f"{case.name}")
     except Exception as err:  # noqa: BLE001  (a baseline that fails is reported, not fatal)
-        columns["flex note"] = f"failed: {type(err).__name__}: {str(err)[:120]}"
-    b.flex_seconds["masks"] += time.time() - start
-    return columns
+        row["flex note"] = f"failed: {type(err).__name__}: {str(err)[:120]}"
+        return None
+    finally:
+        b.flex_seconds["masks"] += time.time() - start
+
+    def call():
+        begun = time.time()
+        try:
+            return flex(q, k, v, block_mask=block_mask)
+        finally:
+            b.flex_seconds["masks"] += time.time() - begun
+
+    return call
+
+
+# ---------------------------------------------------------------- teaching kernel to reference
+
+
+def bench_sparse_steps(b: Bench, kernels, ma, sf, sweep: bool) -> tuple[list[dict], list[dict]]:
+    """The step from the teaching kernel to the reference, one change at a time, at N = 16k,
+    fp16, D = 64 and 128, every mask: (rows of the steps, rows of the tile sweep if `sweep`).
+    Steps: 0 the teaching kernel; 1 the reference kernel with pointer loads, the teaching
+    kernel's tiles and program order (its inner loop: no bounds checks on FULL tiles, the scale
+    folded into exp2, no safe max on FULL tiles, P V accumulated by the MMA); 2 longest block
+    lists first; 3 tensor descriptors; 4 the reference's own tiles."""
+    torch = b.torch
+    n, H = (128, 2) if b.mode == "interpreter" else (16384, 16)
+    window = 32 if b.mode == "interpreter" else WINDOW
+    steps, sweeps = [], []
+    for D in ((32,) if b.mode == "interpreter" else (128, 64)):
+        gen = torch.Generator(device=b.device).manual_seed(D)
+        q, k, v = (torch.randn(1, H, n, D, device=b.device, dtype=torch.float16, generator=gen)
+                   for _ in range(3))
+        for case in mask_cases(ma, sf, n, window):
+            configs = SWEEP_CONFIGS.get(D, []) if sweep and b.mode != "interpreter" else []
+            case_steps, case_sweeps = step_case(b, kernels, ma, sf, q, k, v, case, configs)
+            steps += case_steps
+            sweeps += case_sweeps
+    return steps, sweeps
+
+
+def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
+    """bench_sparse_steps at one mask and head dim, and the reference at each of `configs`."""
+    torch = b.torch
+    n, D = q.shape[2], q.shape[3]
+    teaching_config = ma.sparse_config(D)
+    bm, bn, warps, stages = teaching_config
+    lists = ma.block_list_tensors(case.kinds(ma, sf, bm, bn), b.device)
+    ids_t = torch.from_numpy(case.ids()).to(b.device)
+    out = torch.empty_like(q)
+
+    def teaching():
+        ma.launch_sparse(kernels.sparse_attention_kernel, q, k, v, out, ids_t, case.left,
+                         case.right, lists, bm, bn, num_warps=warps, num_stages=stages)
+        return out
+
+    def reference(config, longest_first=True, use_tma=True):
+        plan = sf.sparse_plan(n, D, b.device, case.left, case.right, case.docs,
+                              kinds=case.kinds(ma, sf, *config[:2]), config=config,
+                              longest_first=longest_first)
+        return lambda: sf.sparse_forward(q, k, v, plan, use_tma=use_tma)[0]
+
+    variants = {"0 teaching kernel": teaching,
+                "1 reference inner loop": reference(teaching_config, False, False),
+                "2 + longest first": reference(teaching_config, True, False),
+                "3 + tensor descriptors": reference(teaching_config, True, True),
+                "4 + reference tiles": reference(sf.sparse_reference_config(D))}
+    tried = {"x".join(map(str, c)): reference(c) for c in configs}
+    expected = masked_reference(torch, q, k, v, torch.from_numpy(case.dense(ma, sf)).to(b.device))
+    errors = {name: max_error(fn(), expected) for name, fn in {**variants, **tried}.items()}
+    bad = [name for name, error in errors.items() if not error <= TOLERANCE["float16"]]
+    if bad:
+        b.failures.append(f"sparse steps {bad}, {case.name}, D={D}: max errors "
+                          f"{[errors[name] for name in bad]}")
+        return [], []
+    del expected
+    timings = interleaved(b, {**variants, **tried})
+    base = timings["0 teaching kernel"][0]
+    steps, sweeps = [], []
+    for name in variants:
+        row = {"mask": case.name, "N": n, "dtype": "float16", "D": D, "step": name}
+        spread_columns(row, "time", timings[name])
+        row["vs teaching"] = base / row["time ms"] if row["time ms"] else 0.0
+        steps.append(row)
+    for name in tried:
+        row = {"mask": case.name, "N": n, "dtype": "float16", "D": D, "config": name}
+        spread_columns(row, "time", timings[name])
+        sweeps.append(row)
+    print(f"steps: {case.name:20s} D={D:3d} " + ", ".join(
+        f"{name.split()[0]}: {timings[name][0]:.3f}" for name in variants) +
+        ("; sweep " + ", ".join(f"{c}: {timings[c][0]:.3f}" for c in tried) if tried else ""),
+        flush=True)
+    return steps, sweeps
 
 
 # ---------------------------------------------------------------- decoding
@@ -353,21 +594,30 @@ def decode_grid(b: Bench):
             if 2 * batch * h_kv * cache * d * 2 <= MAX_KV_BYTES]
 
 
-def copy_figure(b: Bench, kv_bytes: int) -> tuple[float, float]:
-    """(GB/s, ms) of a device-to-device copy of kv_bytes (timed on at most COPY_BYTES_CAP and
-    scaled: the copy runs at full bandwidth long before that)."""
-    torch = b.torch
-    size = min(kv_bytes, COPY_BYTES_CAP)
-    src = torch.empty(size, dtype=torch.uint8, device=b.device)
-    dst = torch.empty_like(src)
+_READ_ONLY: dict[int, tuple[float, float]] = {}  # bytes timed -> (GB/s, ms), per run
 
-    def copy():
-        dst.copy_(src)
 
-    median, _, _ = b.time(copy)
-    if not median:
-        return 0.0, 0.0
-    return size / (median * 1e-3) / 1e9, median * kv_bytes / size
+def read_only_figure(b: Bench, kv_bytes: int) -> tuple[float, float]:
+    """(GB/s, ms) of the read-only kernel (decode.read_only, tiles.READ_ONLY_CONFIG) reading
+    kv_bytes, replayed in a CUDA graph (timed on at most READ_BYTES_CAP and scaled: it runs at
+    full bandwidth long before that); the measured ceiling of a kernel that only reads."""
+    from flashcourse.kernels import decode, tiles
+
+    size = min(kv_bytes, READ_BYTES_CAP)
+    if size not in _READ_ONLY:
+        per_sm, block, warps = tiles.READ_ONLY_CONFIG
+        sms = 4 if b.mode == "interpreter" else (
+            b.torch.cuda.get_device_properties(0).multi_processor_count)
+        buffer = b.torch.zeros(size, dtype=b.torch.uint8, device=b.device)
+        programs = min(per_sm * sms, -(-size // (4 * block)))
+        median, _, _ = b.time_graph(lambda: decode.read_only(buffer, programs, block, warps))
+        _READ_ONLY[size] = (size / (median * 1e-3) / 1e9 if median else 0.0, median)
+        del buffer
+    rate, median = _READ_ONLY[size]
+    return rate, median * kv_bytes / size
+
+
+GRAPHED = ("ours split-KV", "reference", "sdpa flash", "sdpa cudnn")  # also timed in a graph
 
 
 def bench_decode(b: Bench, kernels, ma) -> list[dict]:
@@ -384,8 +634,10 @@ def bench_decode(b: Bench, kernels, ma) -> list[dict]:
         print(f"decode: B={batch:3d} cache={cache:6d} {row['dtype']:8s} d={d:3d} {h}/{h_kv}: "
               f"ours {row.get('ours split-KV GB/s', 0):7.0f} GB/s, unsplit "
               f"{row.get('ours paged, unsplit GB/s', 0):7.0f}, flash "
-              f"{row.get('sdpa flash GB/s', 0):7.0f}, flex {row.get('flex GB/s', 0):7.0f}, "
-              f"copy figure {row['copy figure GB/s']:7.0f}", flush=True)
+              f"{row.get('sdpa flash GB/s', 0):7.0f}, flex {row.get('flex GB/s', 0):7.0f}; "
+              f"in a graph: reference {row.get('reference graph GB/s', 0):7.0f}, cudnn "
+              f"{row.get('sdpa cudnn graph GB/s', 0):7.0f}, read-only "
+              f"{row['read-only GB/s']:7.0f}", flush=True)
     return rows
 
 
@@ -430,8 +682,13 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
 
     ours = decoder(split)
     paged = decoder(ma.cdiv(cache, block_n) * block_n)  # one split per sequence
+    from flashcourse.kernels import decode
 
-    candidates = {"ours split-KV": ours, "ours paged, unsplit": paged}
+    plan = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache,
+                             num_sms=sms)  # planned once, outside the timings
+    row["reference splits"], row["reference BLOCK_N"] = plan.splits, plan.block_n
+
+    candidates = {"ours split-KV": ours, "ours paged, unsplit": paged, "reference": plan.run}
     q4 = q[:, :, None]
     for name, backend in backends.items():
         if name == "sdpa math" and kv_bytes > 2**30:
@@ -456,7 +713,7 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
             result = fn()
             b.sync()
         except Exception as err:  # noqa: BLE001  (an unsupported baseline is reported)
-            if name.startswith("ours"):
+            if name.startswith("ours") or name == "reference":
                 b.failures.append(f"{name}, {row}: raised {type(err).__name__}: {err}")
             row[f"{name} note"] = f"failed: {type(err).__name__}: {str(err)[:100]}"
             continue
@@ -466,16 +723,36 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
         error = max_error(result, reference)
         row[f"{name} max err"] = error
         if not error <= tolerance:
-            if name.startswith("ours"):
+            if name.startswith("ours") or name == "reference":
                 b.failures.append(f"{name}, batch {batch}, cache {cache}, {dtype_name}, "
                                   f"d={d}, {h}/{h_kv} heads: max error {error:.3g}")
             row[f"{name} note"] = f"wrong (max error {error:.3g}), not timed"
             continue
         timed_columns(row, name, b.time(fn), kv_bytes)
-    row["copy figure GB/s"], row["copy ms"] = copy_figure(b, kv_bytes)
-    if row.get("ours split-KV GB/s") and row["copy figure GB/s"]:
-        row["ours vs copy"] = row["ours split-KV GB/s"] / row["copy figure GB/s"]
+        if name in GRAPHED:
+            try:
+                timed_columns(row, f"{name} graph", b.time_graph(fn), kv_bytes)
+            except Exception as err:  # noqa: BLE001  (a backend that cannot be captured)
+                row[f"{name} graph note"] = f"failed: {type(err).__name__}: {str(err)[:100]}"
+    row["read-only GB/s"], row["read-only ms"] = read_only_figure(b, kv_bytes)
+    share_columns(row)
     return row
+
+
+def share_columns(row: dict) -> None:
+    """Each graph-replayed decoding kernel as % of HBM's datasheet bandwidth and of the
+    read-only kernel's, and the reference against cuDNN (speed ratios, eager and graph)."""
+    from flashcourse.hardware import H200_HBM_TBS
+
+    for name in ("ours split-KV", "reference", "sdpa cudnn"):
+        rate = row.get(f"{name} graph GB/s")
+        if rate and row["read-only GB/s"]:
+            row[f"{name} % of HBM"] = 100 * rate / (H200_HBM_TBS * 1000)
+            row[f"{name} % of read-only"] = 100 * rate / row["read-only GB/s"]
+    for mode in ("", " graph"):
+        if row.get(f"reference{mode} ms") and row.get(f"sdpa cudnn{mode} ms"):
+            row[f"reference vs cudnn{mode}"] = (row[f"sdpa cudnn{mode} ms"]
+                                                / row[f"reference{mode} ms"])
 
 
 def write(path: Path, rows: list[dict], bench_module) -> None:
@@ -492,7 +769,16 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a small grid, under a minute")
     parser.add_argument("--interpreter", action="store_true",
                         help="smoke test on a CPU: tiny shapes, nothing timed")
+    parser.add_argument("--part", choices=("masks", "steps", "decode"), action="append",
+                        help="run only these parts (repeatable; default: all three)")
+    parser.add_argument("--fair-flex", action="store_true",
+                        help="the masks part times only the reference against FlexAttention "
+                        "with one minimal mask_mod per mask, in fp16 (09-masks-flex.csv)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="the steps part also times the reference sparse kernel's "
+                        "candidate tiles (SWEEP_CONFIGS)")
     args = parser.parse_args()
+    parts = args.part or ["masks", "steps", "decode"]
     mode = "interpreter" if args.interpreter else "quick" if args.quick else "full"
     os.environ["FLASHCOURSE_INTERPRET"] = "1" if args.interpreter else "0"
     import torch
@@ -505,15 +791,30 @@ def main() -> int:
     from flashcourse.kernels import modern_attention as ma
 
     runtime.setup()
+    from flashcourse.kernels import sparse_forward as sf  # after setup: it defines kernels
+
     kernels = load_kernels()
     b = Bench(mode)
-    masks = bench_masks(b, kernels, ma)
-    write(args.out / "09-masks.csv", masks, bench_module)
-    decode = bench_decode(b, kernels, ma)
-    write(args.out / "09-decode.csv", decode, bench_module)
+    b.fair_flex = args.fair_flex
+    written = []
+    if "steps" in parts:
+        steps, sweeps = bench_sparse_steps(b, kernels, ma, sf, args.sweep)
+        write(args.out / "09-sparse-steps.csv", steps, bench_module)
+        written.append(f"09-sparse-steps.csv ({len(steps)} rows)")
+        if sweeps:
+            write(args.out / "09-sparse-tiles.csv", sweeps, bench_module)
+            written.append(f"09-sparse-tiles.csv ({len(sweeps)} rows)")
+    if "masks" in parts:
+        masks_file = "09-masks-flex.csv" if args.fair_flex else "09-masks.csv"
+        masks = bench_masks(b, kernels, ma, sf, lambda rows: write(
+            args.out / masks_file, rows, bench_module))
+        written.append(f"{masks_file} ({len(masks)} rows)")
+    if "decode" in parts:
+        decode = bench_decode(b, kernels, ma)
+        write(args.out / "09-decode.csv", decode, bench_module)
+        written.append(f"09-decode.csv ({len(decode)} rows)")
     elapsed = time.time() - b.started
-    print(f"wrote {args.out / '09-masks.csv'} ({len(masks)} rows) and "
-          f"{args.out / '09-decode.csv'} ({len(decode)} rows) in {elapsed:.0f} s "
+    print(f"wrote {', '.join(written)} in {args.out} in {elapsed:.0f} s "
           f"(FlexAttention, compilation included: {sum(b.flex_seconds.values()):.0f} s)")
     for failure in b.failures:
         print("FAIL", failure)

@@ -464,3 +464,79 @@ def test_block_map_equals_flex_attention_block_mask():
             if whole < len(full):
                 assert flex_full[-1] == 0
                 assert flex_partial[-1] == full[-1] + partial[-1]
+
+
+# ---------------------------------------------------------------- the reference decoding step
+
+
+def test_decode_splits_fill_the_sms_without_needless_splits():
+    from flashcourse.kernels import decode, tiles
+
+    target = tiles.DECODE_PROGRAMS_PER_SM * 132
+    assert decode.decode_splits(64, 8, 4096, 132, 64) == 1  # 512 programs: no split, no merge
+    for batch, kv_heads, max_len in ((1, 8, 131072), (8, 8, 4096), (1, 32, 4096), (3, 2, 777)):
+        splits = decode.decode_splits(batch, kv_heads, max_len, 132, 64)
+        programs = batch * kv_heads * splits
+        blocks = -(-max_len // 64)
+        assert programs <= target and splits <= blocks, (batch, kv_heads, max_len)
+        assert splits == blocks or programs + batch * kv_heads > target  # one more: too many
+    assert decode.decode_splits(1, 1, 0, 132, 64) == 1  # an empty cache still has one split
+
+
+@pytest.mark.parametrize("args, message", [
+    ((0, 8, 4096, 132, 64), r"batch must be a positive int; got 0"),
+    ((1, 8, -1, 132, 64), r"max_len must be an int >= 0"),
+    ((1, 8, 4096, 132, 0), r"block_n must be a positive int"),
+])
+def test_decode_splits_refuses_bad_inputs(args, message):
+    from flashcourse.kernels import decode
+
+    with pytest.raises(runtime.CourseInputError, match=message):
+        decode.decode_splits(*args)
+
+
+@pytest.mark.parametrize("heads, kv_heads, d, splits", [(4, 2, 16, None), (4, 2, 16, 1),
+                                                        (2, 2, 24, 3), (8, 1, 16, 5)])
+def test_reference_decode_matches_float64(heads, kv_heads, d, splits):
+    """Ragged lengths (one empty), NaN in every unused page, slot and table entry, pages
+    smaller than a block, one pass and several splits, a head dim that is not a power of two."""
+    from flashcourse.kernels import decode
+
+    lengths = [70, 33, 0]
+    q = torch.randn(3, heads, d)
+    k, v = (torch.randn(3, kv_heads, 70, d) for _ in range(2))
+    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths, page_size=8, seed=2)
+    plan = decode.DecodePlan(q, k_pages, v_pages, table, torch.tensor(lengths, dtype=torch.int32),
+                             max_len=70, num_sms=4, splits=splits)
+    assert plan.splits == (splits or decode.decode_splits(3, kv_heads, 70, 4, plan.block_n))
+    out = plan.run()
+    assert torch.allclose(out.double(), ma.decode_reference(q, k, v, lengths), atol=1e-5)
+    assert (out[2] == 0).all()  # no key: 0, not NaN
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(lengths=torch.tensor([70, 33])), r"lengths must be a \(B,\) = \(2,\) int32"),
+    (dict(table_dtype=torch.int64), r"page_table must be a \(B, max_pages\) = \(2, ...\) int32"),
+    (dict(heads=3), r"H=3 query heads must be a multiple of the H_KV=2"),
+    (dict(max_len=30), r"lengths must lie in 0..max_len=30; the longest is 70"),
+    (dict(max_len=10**6), r"max_len=1000000 must be an int from 0 to the"),
+    (dict(dtype=torch.float64), r"q, k_pages and v_pages must share one dtype"),
+])
+def test_reference_decode_refuses_bad_inputs(change, message):
+    from flashcourse.kernels import decode
+
+    q = torch.randn(2, change.get("heads", 4), 16, dtype=change.get("dtype", torch.float32))
+    k = torch.randn(2, 2, 70, 16)
+    k_pages, v_pages, table, _ = ma.paged_cache(k, k, [70, 33], page_size=8)
+    lengths = change.get("lengths", torch.tensor([70, 33], dtype=torch.int32))
+    with pytest.raises(runtime.CourseInputError, match=message):
+        decode.DecodePlan(q, k_pages, v_pages, table.to(change.get("table_dtype", torch.int32)),
+                          lengths, max_len=change.get("max_len", 70), num_sms=4)
+
+
+def test_read_only_kernel_reads_every_word():
+    from flashcourse.kernels import decode
+
+    words = torch.randint(-1000, 1000, (3 * 64 + 5,), dtype=torch.int32)
+    partial = decode.read_only(words, programs=3, block=16, num_warps=4)
+    assert int(partial.sum()) == int(words.sum())

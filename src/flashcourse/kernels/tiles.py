@@ -91,5 +91,28 @@ BACKWARD_DEFAULT = (64, 64, 4, 2)  # a (kernel, head dim) not in the table
 # (2.72 ms against 3.09-3.25, fp16, N = 4096, B = 8, H = 16; gpu/check_head_dims.py --sweep,
 # H200, Triton 3.6).
 SPARSE_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 4, 2)}
+# The reference block-sparse forward (sparse_forward.py), keyed on head dim: the fastest all
+# round of five configs on causal, causal window, documents and a random block mask
+# (assets/results/09-sparse-tiles.csv: fp16, N = 16384, B = 1, H = 16, H200, Triton 3.6). d = 128:
+# first on three masks, 64 x 64 x 4 x 3 is 13% faster on the documents and 18% slower on causal;
+# d = 64: within 8% of the best on every mask, where 8 warps lose 45% on the documents.
+# d = 256: not measured, the dense reference's TUNED_WIDE.
+SPARSE_REFERENCE = {64: (128, 64, 4, 3), 128: (128, 64, 4, 2), 256: (128, 64, 8, 2)}
 # Decoding: keys per step of the split-KV and paged kernels (assets/results/09-decode.csv).
 DECODE_BLOCK_N = {"interpreter": 16, "gpu": 64}
+# The reference decoding kernel (kernels/decode.py), keyed on head dim rounded up to a power of
+# two: (BLOCK_N, num_warps, num_stages). Measured on an H200 with Triton 3.6, fp16, pages of 64,
+# CUDA-graph replays, each config at its best split count (gpu/tune_decode.py,
+# assets/results/09-decode-tune.csv): at d = 128, (64, 4, 3) was within 1% of the best of six
+# configs on 8 of 9 shapes (3% on batch 1, 4k keys); at d = 64, (128, 4, 3) within 1.3% of the
+# best of five on all 4. d <= 32 and d = 256: not measured.
+DECODE_CONFIGS = {16: (128, 4, 3), 32: (128, 4, 3), 64: (128, 4, 3), 128: (64, 4, 3),
+                  256: (32, 4, 2)}
+# Programs per SM a step's grid may reach (decode_splits): with those configs the fastest split
+# count gave 512 programs on 132 SMs (about 4 per SM) on 10 of the 13 shapes swept, batch 1 to
+# 64, and splits of one block were the fastest on 4k-key caches at batch 1 with GQA.
+DECODE_PROGRAMS_PER_SM = 4
+DECODE_MIN_SPLIT_BLOCKS = 1  # the shortest split, in blocks of BLOCK_N keys
+# The read-only kernel (decode.read_only): (programs per SM, int32 words per block, num_warps),
+# the fastest of 12 on 8 MiB, 512 MiB and 4 GiB (same sweep; 4.59 TB/s on 4 GiB).
+READ_ONLY_CONFIG = (16, 2048, 8)

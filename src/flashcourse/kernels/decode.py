@@ -1,0 +1,305 @@
+"""The course's reference paged split-KV decoding step, beside lesson 9's exercise 4.
+
+Exercise 4's kernels are the student's and stay the lesson's; this module is the course's
+answer to "how fast can that algorithm go": the same paged, grouped-query, split-KV decoding
+(one program per split, sequence and K/V head, the group's query heads as the rows of one
+`tl.dot` tile), with what the measurements of assets/results/09-decode.csv asked for:
+
+* `decode_splits` chooses the number of splits from the shape and the GPU's SM count;
+* a step that needs one split is one launch: the kernel divides by the sum and writes the
+  output itself, with no states and no merge kernel;
+* the number of blocks per split is a runtime argument, so one compilation serves every cache
+  length (exercise 4's SPLIT_SIZE is a compile-time constant: one compilation per size);
+* scores in base 2 (the scale times log2 e folded in once, exp2), as in lesson 8;
+* any head dim up to 256 without padded copies of the pool: the columns past d are masked;
+* `DecodePlan` checks the inputs, allocates the states and fixes the grid once per batch
+  shape, and `run()` only launches, as serving engines split it (FlashInfer's plan and run):
+  the Python work of a step is its one or two launches. Tiles: tiles.DECODE_CONFIGS.
+
+`read_only` launches a kernel that reads a buffer and writes one number per program: timed,
+it is the measured ceiling of a kernel that only reads, as decoding does (it writes a few KB),
+to set beside the datasheet's hardware.H200_HBM_TBS (tiles.READ_ONLY_CONFIG).
+
+Import after `fc.setup()` (it defines @triton.jit kernels).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import runtime
+from ..models.matmul import cdiv
+from . import LOG2E, tiles
+from .modern_attention import MIN_DOT_ROWS, _require, _scale, group_rows
+
+MAX_DECODE_HEAD_DIM = 256
+
+
+# ---------------------------------------------------------------- how many splits
+
+
+def decode_splits(batch: int, kv_heads: int, max_len: int, num_sms: int, block_n: int) -> int:
+    """Splits per sequence for one decoding step on a GPU of num_sms SMs.
+
+    A step reads the whole cache once, and reads it at the memory's speed only when enough
+    programs run at once to keep enough loads in flight. The measured optimum is about
+    tiles.DECODE_PROGRAMS_PER_SM programs per SM: fewer leave bandwidth unused, more add
+    states to merge and a tail of late programs. batch * kv_heads programs exist without any
+    split (64 sequences x 8 K/V heads give 512 on 132 SMs: one split, so one launch and no
+    merge); fewer are multiplied by the most splits that stay within the target, and no split
+    holds fewer than tiles.DECODE_MIN_SPLIT_BLOCKS blocks of block_n keys.
+    """
+    for name, value in (("batch", batch), ("kv_heads", kv_heads), ("num_sms", num_sms),
+                        ("block_n", block_n)):
+        _require(isinstance(value, int) and value >= 1,
+                 f"{name} must be a positive int; got {value!r}.")
+    _require(isinstance(max_len, int) and max_len >= 0,
+             f"max_len must be an int >= 0 (the longest a sequence may be); got {max_len!r}.")
+    blocks = max(1, cdiv(max_len, block_n))
+    wanted = tiles.DECODE_PROGRAMS_PER_SM * num_sms // (batch * kv_heads)  # never past it
+    most = max(1, blocks // tiles.DECODE_MIN_SPLIT_BLOCKS)
+    return max(1, min(wanted, most))
+
+
+def decode_config(d: int) -> tuple[int, int, int]:
+    """(BLOCK_N, num_warps, num_stages) of the decoding kernel for head dim d on this
+    runtime (the entry of d rounded up to a power of two)."""
+    if runtime.current().interpreter:
+        return tiles.INTERPRETER[1], 4, 1
+    width = max(MIN_DOT_ROWS, 1 << max(0, d - 1).bit_length())
+    return tiles.DECODE_CONFIGS[min(width, max(tiles.DECODE_CONFIGS))]
+
+
+# ---------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _head_mask(rows_ok, offs_d, D: tl.constexpr, D_BLOCK: tl.constexpr):
+    """rows_ok[:, None], and the columns below D when the head dim is not a power of two
+    (a mask along d only then: it would split the loads of full rows into narrow ones)."""
+    if D == D_BLOCK:
+        return tl.broadcast_to(rows_ok[:, None], (rows_ok.shape[0], D_BLOCK))
+    return rows_ok[:, None] & (offs_d < D)[None, :]
+
+
+@triton.jit
+def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
+                        K_pages, V_pages,  # (num_pages, PAGE_SIZE, H_KV, D), the same strides
+                        Pages,  # (B, max_pages) int32: the page table
+                        Lengths,  # (B,) int32
+                        M, L, O,  # states, contiguous: M, L (B, H, S), O (B, H, S, D_BLOCK)
+                        Out,  # (B, H, D), written only when ONE_PASS
+                        s_qb, s_qh, s_page, s_slot, s_head, s_table, s_outb, s_outh,
+                        H_KV, blocks_per_split, qk_scale,
+                        D: tl.constexpr, D_BLOCK: tl.constexpr, GROUP: tl.constexpr,
+                        ROWS: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                        ONE_PASS: tl.constexpr):
+    """Program (split, b * H_KV + kv_h): the GROUP query heads of K/V head kv_h (rows of a
+    tile of ROWS >= 16) over the keys [split, split + 1) * blocks_per_split * BLOCK_N below
+    Lengths[b]. ONE_PASS (one split): stores the attention output; otherwise the split's
+    state in base 2: M (max of qk_scale * q.k, qk_scale holding log2 e), L, O (not divided)."""
+    split = tl.program_id(0)
+    bkv = tl.program_id(1)
+    b = bkv // H_KV
+    kv_h = bkv % H_KV
+    rows = tl.arange(0, ROWS)
+    real = rows < GROUP  # rows past the group exist only for tl.dot
+    heads = kv_h * GROUP + rows
+    offs_d = tl.arange(0, D_BLOCK)
+    q = tl.load(Q + b * s_qb + heads[:, None] * s_qh + offs_d[None, :],
+                mask=_head_mask(real, offs_d, D, D_BLOCK), other=0.0)       # (ROWS, D_BLOCK)
+    lo = split * blocks_per_split * BLOCK_N
+    hi = tl.minimum(lo + blocks_per_split * BLOCK_N, tl.load(Lengths + b))
+    table_row = Pages + b * s_table
+    columns = kv_h * s_head + offs_d
+    m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([ROWS], dtype=tl.float32)
+    acc = tl.zeros([ROWS, D_BLOCK], dtype=tl.float32)
+    for start in range(lo, hi, BLOCK_N):  # none for a split past its sequence's end
+        pos = start + tl.arange(0, BLOCK_N)
+        inside = pos < hi
+        page = tl.load(table_row + pos // PAGE_SIZE, mask=inside, other=0).to(tl.int64)
+        at = (page * s_page + (pos % PAGE_SIZE) * s_slot)[:, None] + columns[None, :]
+        kv_mask = _head_mask(inside, offs_d, D, D_BLOCK)
+        k = tl.load(K_pages + at, mask=kv_mask, other=0.0)                  # (BLOCK_N, D_BLOCK)
+        v = tl.load(V_pages + at, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale                               # (ROWS, BLOCK_N)
+        s = tl.where(inside[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every block visited holds a key
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    if ONE_PASS:
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # no key: 0, not NaN
+        tl.store(Out + b * s_outb + heads[:, None] * s_outh + offs_d[None, :],
+                 out.to(Out.dtype.element_ty), mask=_head_mask(real, offs_d, D, D_BLOCK))
+    else:
+        state = (b * H_KV * GROUP + heads) * tl.num_programs(0) + split    # [b, head, split]
+        tl.store(M + state, m_i, mask=real)  # an empty split keeps (-inf, 0, 0)
+        tl.store(L + state, l_i, mask=real)
+        tl.store(O + state[:, None] * D_BLOCK + offs_d[None, :], acc, mask=real[:, None])
+
+
+@triton.jit
+def merge_kernel(M, L, O, Out, s_outb, s_outh, H, S,
+                 D: tl.constexpr, D_BLOCK: tl.constexpr, S_BLOCK: tl.constexpr):
+    """Program b * H + h: the merge of the S base-2 states of query head h of sequence b
+    (lesson 5's merge over all splits at once), divided by the merged sum."""
+    bh = tl.program_id(0)
+    b = bh // H
+    h = bh % H
+    splits = tl.arange(0, S_BLOCK)
+    real = splits < S
+    offs_d = tl.arange(0, D_BLOCK)
+    state = bh * S + splits
+    m_s = tl.load(M + state, mask=real, other=float("-inf"))
+    l_s = tl.load(L + state, mask=real, other=0.0)
+    o_s = tl.load(O + state[:, None] * D_BLOCK + offs_d[None, :], mask=real[:, None], other=0.0)
+    m = tl.max(m_s, 0)
+    weight = tl.exp2(m_s - tl.where(m == float("-inf"), 0.0, m))  # all empty: 0, not NaN
+    l = tl.sum(weight * l_s, 0)
+    o = tl.sum(weight[:, None] * o_s, 0) / tl.where(l == 0.0, 1.0, l)
+    tl.store(Out + b * s_outb + h * s_outh + offs_d, o.to(Out.dtype.element_ty),
+             mask=offs_d < D)
+
+
+# ---------------------------------------------------------------- host side
+
+
+def _check_inputs(q, k_pages, v_pages, page_table, lengths, max_len) -> None:
+    """Clear errors for the mistakes a caller makes with a paged decoding step."""
+    runtime.check_tensors(q, k_pages, v_pages, page_table, lengths,
+                          names=("q", "k_pages", "v_pages", "page_table", "lengths"), dot=True)
+    _require(q.dim() == 3, f"q must be (B, H, D), one new token per sequence; got shape "
+             f"{tuple(q.shape)}.")
+    B, H, D = q.shape
+    _require(1 <= D <= MAX_DECODE_HEAD_DIM,
+             f"head dim {D} is not supported: the decoding kernel takes 1 to "
+             f"{MAX_DECODE_HEAD_DIM}.")
+    _require(k_pages.dim() == 4 and k_pages.shape[3] == D,
+             f"k_pages must be (num_pages, PAGE_SIZE, H_KV, D) with D = {D}; got shape "
+             f"{tuple(k_pages.shape)}.")
+    _require(v_pages.shape == k_pages.shape and v_pages.stride() == k_pages.stride(),
+             "v_pages must have the shape and the strides of k_pages.")
+    _require(k_pages.dtype == q.dtype == v_pages.dtype,
+             f"q, k_pages and v_pages must share one dtype; got {q.dtype}, {k_pages.dtype}, "
+             f"{v_pages.dtype}.")
+    _require(q.stride(2) == 1 and k_pages.stride(3) == 1,
+             "the last axis (the head dim) of q and of the pages must be contiguous.")
+    H_KV = k_pages.shape[2]
+    _require(H % H_KV == 0, f"H={H} query heads must be a multiple of the H_KV={H_KV} "
+             "key/value heads.")
+    runtime.check_block_size("PAGE_SIZE", k_pages.shape[1])
+    _require(page_table.dtype == torch.int32 and page_table.dim() == 2
+             and page_table.shape[0] == B and page_table.stride(1) == 1,
+             f"page_table must be a (B, max_pages) = ({B}, ...) int32 tensor with contiguous "
+             f"rows; got {page_table.dtype} of shape {tuple(page_table.shape)}.")
+    _require(lengths.dtype == torch.int32 and tuple(lengths.shape) == (B,),
+             f"lengths must be a (B,) = ({B},) int32 tensor; got {lengths.dtype} of shape "
+             f"{tuple(lengths.shape)}.")
+    room = page_table.shape[1] * k_pages.shape[1]
+    _require(isinstance(max_len, int) and 0 <= max_len <= room,
+             f"max_len={max_len!r} must be an int from 0 to the {room} keys the page table "
+             "can address.")
+
+
+class DecodePlan:
+    """One decoding step for a batch shape, planned once and run at every step.
+
+    The plan checks q (B, H, D), the pools k_pages, v_pages (num_pages, PAGE_SIZE, H_KV, D),
+    the page table (B, max_pages) int32 and lengths (B,) int32, chooses the splits for
+    `max_len` (the longest a sequence may be; default: all the table addresses) on `num_sms`
+    SMs (default: the GPU's), and allocates the states and the output. `run()` launches and
+    returns the output (B, H, D). The tensors are bound: a next step writes its q, pages,
+    table and lengths into them in place (as replaying a CUDA graph needs anyway); no length
+    may pass max_len (checked once, here)."""
+
+    def __init__(self, q, k_pages, v_pages, page_table, lengths, max_len: int | None = None,
+                 num_sms: int | None = None, sm_scale: float | None = None,
+                 config: tuple[int, int, int] | None = None, splits: int | None = None):
+        page_size = k_pages.shape[1] if k_pages.dim() == 4 else 0
+        max_len = page_table.shape[1] * page_size if max_len is None else max_len
+        _check_inputs(q, k_pages, v_pages, page_table, lengths, max_len)
+        longest, shortest = (int(lengths.max()), int(lengths.min())) if len(lengths) else (0, 0)
+        _require(0 <= shortest and longest <= max_len,
+                 f"lengths must lie in 0..max_len={max_len}; the longest is {longest}.")
+        B, H, D = q.shape
+        H_KV = k_pages.shape[2]
+        self.block_n, self.num_warps, self.num_stages = config or decode_config(D)
+        runtime.check_block_size("BLOCK_N", self.block_n)
+        if num_sms is None:
+            num_sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
+                       if q.is_cuda else 1)
+        self.splits = splits or decode_splits(B, H_KV, max_len, num_sms, self.block_n)
+        blocks = max(1, cdiv(max_len, self.block_n))
+        self.blocks_per_split = cdiv(blocks, self.splits)
+        self.splits = cdiv(blocks, self.blocks_per_split)  # no split left without a block
+        self.d_block = max(MIN_DOT_ROWS, 1 << max(0, D - 1).bit_length())
+        self.tensors = (q, k_pages, v_pages, page_table, lengths)
+        self.out = torch.empty_like(q)
+        one_pass = self.splits == 1
+        shape = (B, H, self.splits) if not one_pass else (1, 1, 1)  # unused when one pass
+        self.m = torch.empty(shape, device=q.device, dtype=torch.float32)
+        self.l = torch.empty_like(self.m)
+        self.o = torch.empty((*shape, self.d_block), device=q.device, dtype=torch.float32)
+        self.grid = (self.splits, B * H_KV)
+        self.scalars = (*q.stride()[:2], *k_pages.stride()[:3], page_table.stride(0),
+                        *self.out.stride()[:2], H_KV, self.blocks_per_split,
+                        _scale(D, sm_scale) * LOG2E)
+        self.constants = dict(D=D, D_BLOCK=self.d_block, GROUP=H // H_KV,
+                              ROWS=group_rows(H // H_KV), PAGE_SIZE=page_size,
+                              BLOCK_N=self.block_n, ONE_PASS=one_pass)
+        self.merge_grid = (B * H,)
+        self.s_block = max(2, 1 << max(0, self.splits - 1).bit_length())
+
+    def run(self) -> torch.Tensor:
+        paged_decode_kernel[self.grid](*self.tensors, self.m, self.l, self.o, self.out,
+                                       *self.scalars, **self.constants,
+                                       num_warps=self.num_warps, num_stages=self.num_stages)
+        if self.splits > 1:
+            merge_kernel[self.merge_grid](self.m, self.l, self.o, self.out,
+                                          *self.out.stride()[:2], self.out.shape[1],
+                                          self.splits, D=self.constants["D"],
+                                          D_BLOCK=self.d_block, S_BLOCK=self.s_block,
+                                          num_warps=4)
+        return self.out
+
+
+def paged_decode(q, k_pages, v_pages, page_table, lengths, max_len: int | None = None,
+                 sm_scale: float | None = None, num_sms: int | None = None) -> torch.Tensor:
+    """One decoding step (plan and run at once): the attention output (B, H, D) of each
+    sequence's new token over its first lengths[b] keys in the paged cache."""
+    return DecodePlan(q, k_pages, v_pages, page_table, lengths, max_len, num_sms,
+                      sm_scale).run()
+
+
+# ---------------------------------------------------------------- the read-only ceiling
+
+
+@triton.jit
+def read_only_kernel(X, Partial, n, BLOCK: tl.constexpr):
+    """Program p sums the int32 words p * BLOCK + i * grid * BLOCK of X (n words) and
+    writes that one number: every byte of X is read once, almost nothing is written (the sum
+    is stored so that the compiler keeps the loads)."""
+    pid = tl.program_id(0)
+    step = tl.num_programs(0).to(tl.int64) * BLOCK
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    total = tl.zeros([BLOCK], dtype=tl.int32)
+    for _ in range(tl.cdiv(n - pid.to(tl.int64) * BLOCK, step)):
+        total += tl.load(X + offs, mask=offs < n, other=0)
+        offs += step
+    tl.store(Partial + pid, tl.sum(total, 0))
+
+
+def read_only(buffer: torch.Tensor, programs: int, block: int, num_warps: int) -> torch.Tensor:
+    """Launch read_only_kernel over the bytes of `buffer` (a multiple of 4 bytes) with
+    `programs` programs of `block` words; returns their partial sums (int32, wrapping)."""
+    words = buffer.view(-1).view(torch.int32)
+    partial = torch.empty(programs, dtype=torch.int32, device=buffer.device)
+    read_only_kernel[(programs,)](words, partial, words.numel(), BLOCK=block,
+                                  num_warps=num_warps)
+    return partial

@@ -1,0 +1,308 @@
+"""The reference block-sparse forward (lesson 9): the teaching kernel's algorithm, lesson 8's
+optimisations.
+
+The algorithm is exercise 2's: one program per (query block, batch x head) walks the FULL key
+blocks its query block lists without any mask, then the PARTIAL ones with the mask rule
+(a window `left`, `right` and document ids) evaluated pair by pair; EMPTY blocks are never
+touched. The block lists are `modern_attention.block_lists` (FlexAttention's BlockMask keeps the
+same four arrays). What this kernel adds, each the reference forward's (forward.py):
+
+* FULL tiles go through the reference's own online-softmax step (common.softmax_update): no
+  bounds check on the loads, no -inf select, no safe max (after a FULL tile every row has seen a
+  key), the scale folded into one FMA before exp2, P V accumulated into acc by the MMA;
+* Q, K, V and O through tensor descriptors (TMA on Hopper) where the tensors allow it;
+* programs ordered longest block list first (`SparsePlan.order`), so that the last programs to
+  start are the short ones;
+* tiles, warps and stages of its own (tiles.SPARSE_REFERENCE).
+
+Host side: `sparse_plan` builds the block lists and the program order once per mask (not per
+head or per call), `sparse_forward` launches; any head dim up to 256 (zero-padded, as the other
+launchers). Masks given as a table of visible blocks (a random block mask): `block_table_kinds`.
+Import after `fc.setup()` (it picks the runtime itself if nobody did).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from .. import runtime
+from ..models.matmul import cdiv
+from ..runtime import CourseInputError
+from . import LOG2E, tiles
+from .common import key_value_sources, load_query_rows, load_rows, softmax_update, store_rows
+from .host import _descriptors, _tma_ok, check_reference_qkv, kernel_head_dim, run_at_kernel_width
+from .ladder import tma_supported
+from .modern_attention import EMPTY, FULL, PARTIAL, UNLIMITED, block_lists, classify_rule
+
+INT32_MAX = 2**31 - 1
+
+
+@triton.jit
+def attend_listed_blocks(acc, l_i, m_i, q,  # running state (fp32) and the query tile
+                         k_src, v_src, b, h,  # K and V: a head's first row, or descriptors
+                         stride_kn, stride_kd, stride_vn, stride_vd,  # strides
+                         rows, offs_d, docs_q, Docs,  # query rows, their document ids
+                         count, index_row, N, left, right, qk_scale,  # the list, the rule
+                         BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
+                         HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr):
+    """Online softmax of one query block over the key blocks index_row[0 .. count).
+
+    MASKED=False: FULL blocks, every key of the tile visible to every row (and < N).
+    MASKED=True: PARTIAL blocks, masked by the window, the documents and N, with the safe max
+    (a row may have seen no key yet) and rows that see nothing left at m = -inf, l = 0.
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    for i in tl.range(0, count):
+        start_n = tl.load(index_row + i) * BLOCK_N
+        k = load_rows(k_src, b, h, start_n, offs_n, offs_d, stride_kn, stride_kd, N,
+                      MASK_ROWS=MASKED, USE_TMA=USE_TMA)
+        s = tl.dot(q, tl.trans(k))  # raw scores: the scale is folded into exp2's FMA
+        v = load_rows(v_src, b, h, start_n, offs_n, offs_d, stride_vn, stride_vd, N,
+                      MASK_ROWS=MASKED, USE_TMA=USE_TMA)
+        cols = start_n + offs_n
+        if MASKED:
+            offset = cols[None, :] - rows[:, None]  # key position minus query position
+            keep = (offset <= right) & (-offset <= left)
+            if HAS_DOCS:  # id -1 past N and for padding: hidden
+                docs_k = tl.load(Docs + cols, mask=cols < N, other=-1)
+                keep = keep & (docs_q[:, None] == docs_k[None, :]) & (docs_q[:, None] >= 0)
+            else:
+                keep = keep & (cols[None, :] < N)
+            s = tl.where(keep, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet
+            alpha = tl.exp2(m_i - m_safe)
+            p = tl.exp2(s * qk_scale - m_safe[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+            m_i = m_new
+        else:
+            acc, l_i, m_i = softmax_update(s, acc, l_i, m_i, v, rows, cols, N, qk_scale,
+                                           MASKED=False, CAUSAL=False, USE_EXP2=True)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors), scale
+                          stride_qb, stride_qh, stride_qn, stride_qd,  # strides
+                          stride_kb, stride_kh, stride_kn, stride_kd,
+                          stride_vb, stride_vh, stride_vn, stride_vd,
+                          stride_ob, stride_oh, stride_on, stride_od,
+                          H, N,  # sizes
+                          Docs, left, right,  # the mask rule of PARTIAL tiles
+                          Order, full_counts, full_index, part_counts, part_index,
+                          index_stride,  # the block lists, one row per query block
+                          HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,  # meta-parameters
+                          BLOCK_N: tl.constexpr, HAS_DOCS: tl.constexpr,
+                          USE_TMA: tl.constexpr):
+    """O = softmax(mask(sm_scale Q K^T)) V and LSE (natural log; -inf for a row that sees no
+    key, whose O is 0) for one query block of one head; qk_scale = sm_scale * log2(e).
+
+    Grid: (cdiv(N, BLOCK_M), B * H); program p runs query block Order[p]. LSE is a contiguous
+    (B, H, N) float32 tensor. With USE_TMA, Q, K, V and O are (B, H, N, HEAD_D) descriptors.
+    """
+    start_m = tl.load(Order + tl.program_id(0))  # the longest lists first
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    start = start_m * BLOCK_M
+    rows = start + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    q = load_query_rows(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
+                        ROWS=BLOCK_M, USE_TMA=USE_TMA)
+    k_src, v_src = key_value_sources(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh,
+                                     USE_TMA=USE_TMA)
+    if HAS_DOCS:
+        docs_q = tl.load(Docs + rows, mask=rows < N, other=-1)
+    else:
+        docs_q = rows  # unused
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
+    # FULL first: after one of them every row has a finite max, as softmax_update assumes
+    acc, l_i, m_i = attend_listed_blocks(
+        acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd, rows,
+        offs_d, docs_q, Docs, tl.load(full_counts + start_m), full_index + start_m * index_stride,
+        N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=False, HAS_DOCS=HAS_DOCS,
+        USE_TMA=USE_TMA)
+    acc, l_i, m_i = attend_listed_blocks(
+        acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd, rows,
+        offs_d, docs_q, Docs, tl.load(part_counts + start_m), part_index + start_m * index_stride,
+        N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=True, HAS_DOCS=HAS_DOCS,
+        USE_TMA=USE_TMA)
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # a row that saw no key: O = 0, LSE = -inf
+    store_rows(O, LSE, acc, l_safe, m_i, b, h, bh, start, offs_d, stride_ob, stride_oh,
+               stride_on, stride_od, N, ROWS=BLOCK_M, HEAD_D=HEAD_D, USE_EXP2=True,
+               USE_TMA=USE_TMA)
+
+
+# ---------------------------------------------------------------- host side
+
+
+def sparse_reference_config(d: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the reference sparse kernel on this runtime,
+    for head dim d (the entry of the width it runs padded to)."""
+    if runtime.current().interpreter:
+        return tiles.INTERPRETER
+    width = kernel_head_dim(d)
+    return tiles.SPARSE_REFERENCE.get(width, tiles.SPARSE_REFERENCE[64])
+
+
+@dataclass(frozen=True)
+class SparsePlan:
+    """What sparse_forward needs besides q, k, v: built once per mask and sequence length."""
+
+    n: int  # sequence length
+    config: tuple[int, int, int, int]  # BLOCK_M, BLOCK_N, num_warps, num_stages
+    left: int  # the window of PARTIAL tiles' rule
+    right: int
+    docs: torch.Tensor | None  # (n,) int32 document ids, or None: one document
+    lists: tuple[torch.Tensor, ...]  # full_counts, full_index, part_counts, part_index
+    order: torch.Tensor  # (query blocks,) int32: the query block of each program
+    tile_counts: dict  # FULL, PARTIAL and EMPTY tiles of the block map
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise CourseInputError(message)
+
+
+def _check_window(name: str, value) -> int:
+    _require(isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+             and -INT32_MAX <= int(value) <= INT32_MAX,
+             f"{name}={value!r} must be an integer that fits in int32 (a window side; "
+             f"modern_attention.UNLIMITED for none).")
+    return int(value)
+
+
+def program_order(kinds, longest_first: bool = True) -> np.ndarray:
+    """The query block each program runs: the most listed blocks (FULL + PARTIAL) first, ties
+    in increasing order; longest_first=False keeps the natural order."""
+    kinds = np.asarray(kinds)
+    work = ((kinds == FULL) | (kinds == PARTIAL)).sum(axis=1)
+    order = np.argsort(-work, kind="stable") if longest_first else np.arange(len(work))
+    return order.astype(np.int32)
+
+
+def sparse_plan(n: int, d: int, device, left: int = UNLIMITED, right: int = UNLIMITED,
+                docs=None, kinds=None, config=None, longest_first: bool = True) -> SparsePlan:
+    """The block lists and program order of a mask of n x n, for head dim d.
+
+    The mask: query i sees key j when i - left <= j <= i + right and docs[i] == docs[j] >= 0
+    (modern_attention.dense_mask). `kinds`: a block map at the config's tiles to use instead of
+    the one this rule gives (classify_rule); its FULL tiles are computed without a mask and its
+    PARTIAL ones with the rule, so the rule must describe the mask on every PARTIAL tile (a
+    random block mask whose blocks are multiples of the tiles has PARTIAL tiles only at a
+    cut-off end: block_table_kinds). `config`: (BLOCK_M, BLOCK_N, num_warps, num_stages)."""
+    _require(isinstance(n, (int, np.integer)) and n >= 1, f"n={n!r} must be a positive int.")
+    left, right = _check_window("left", left), _check_window("right", right)
+    config = tuple(config) if config is not None else sparse_reference_config(d)
+    _require(len(config) == 4, f"config={config!r} must be (BLOCK_M, BLOCK_N, num_warps, "
+             "num_stages).")
+    block_m, block_n = config[:2]
+    runtime.check_block_size("BLOCK_M", block_m)
+    runtime.check_block_size("BLOCK_N", block_n)
+    docs_t = None
+    if docs is not None:
+        ids = np.asarray(docs)
+        _require(ids.shape == (n,) and np.issubdtype(ids.dtype, np.integer),
+                 f"docs must be {n} integer document ids (one per position, -1 for padding); "
+                 f"got {ids.dtype} of shape {ids.shape}.")
+        docs_t = torch.from_numpy(ids.astype(np.int32)).to(device)
+    if kinds is None:
+        kinds = classify_rule(n, block_m, block_n, left, right, docs)
+    kinds = np.asarray(kinds)
+    shape = (cdiv(n, block_m), cdiv(n, block_n))
+    _require(kinds.shape == shape, f"the block map has shape {kinds.shape}, but n={n} with "
+             f"BLOCK_M={block_m}, BLOCK_N={block_n} needs {shape}: build it at the plan's tiles "
+             "(sparse_reference_config).")
+    _require(bool(np.isin(kinds, (EMPTY, PARTIAL, FULL)).all()),
+             "the block map may only hold EMPTY (0), PARTIAL (1) and FULL (2).")
+    if n % block_n:
+        _require(not (kinds[:, -1] == FULL).any(), "the last key block is cut off at n="
+                 f"{n}: it may be PARTIAL, never FULL (its missing keys would be read as keys).")
+    lists = tuple(torch.from_numpy(a).to(device) for a in block_lists(kinds))
+    order = torch.from_numpy(program_order(kinds, longest_first)).to(device)
+    counts = {"full": int((kinds == FULL).sum()), "partial": int((kinds == PARTIAL).sum()),
+              "empty": int((kinds == EMPTY).sum())}
+    return SparsePlan(n=int(n), config=config, left=left, right=right, docs=docs_t,
+                      lists=lists, order=order, tile_counts=counts)
+
+
+def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
+                   use_tma: bool = True):
+    """Block-sparse attention of q, k, v (B, H, N, D), any strides, with the plan's mask;
+    returns (o, lse): o like q, lse (B, H, N) float32 in natural log (-inf for a row that sees
+    no key; its o is 0). sm_scale: 1 / sqrt(D) of the real head dim unless given. use_tma:
+    tensor descriptors where this Triton, the GPU and the tensors' alignment allow."""
+    check_reference_qkv(q, k, v)
+    B, H, N, D = q.shape
+    _require(N == plan.n, f"the plan was built for n={plan.n}, but q, k, v have N={N}: build "
+             "one with sparse_plan(N, ...).")
+    _require(plan.order.device == q.device, f"the plan lives on {plan.order.device} and q on "
+             f"{q.device}: build it with device=q.device.")
+    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    _require(math.isfinite(sm_scale) and sm_scale > 0, f"sm_scale={sm_scale!r} must be a "
+             "positive finite number (the kernel takes row maxima of scaled scores).")
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+    launch = functools.partial(_launch, plan=plan, lse=lse, qk_scale=sm_scale * LOG2E,
+                               use_tma=use_tma)
+    run_at_kernel_width(launch, (q, k, v), (o,))
+    return o, lse
+
+
+def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma):
+    """sparse_forward's launch at a kernel head dim (q.shape[-1] a power of two)."""
+    B, H, N, D = q.shape
+    block_m, block_n, warps, stages = plan.config
+    tma = use_tma and tma_supported() and _tma_ok(q, k, v, o)
+    args = [q, k, v, o]
+    if tma:
+        args = _descriptors(q, k, v, o, block_m, block_n)
+    full_counts, full_index, part_counts, part_index = plan.lists
+    docs = plan.docs if plan.docs is not None else plan.order  # unused without documents
+    sparse_forward_kernel[(cdiv(N, block_m), B * H)](
+        *args, lse, qk_scale, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, N,
+        docs, plan.left, plan.right, plan.order, full_counts, full_index, part_counts,
+        part_index, full_index.stride(0), HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n,
+        HAS_DOCS=plan.docs is not None, USE_TMA=tma, num_warps=warps, num_stages=stages)
+
+
+# ---------------------------------------------------------------- block masks given as tables
+
+
+def random_block_table(n: int, block: int, density: float, seed: int) -> np.ndarray:
+    """A random block mask: (cdiv(n, block), cdiv(n, block)) booleans, each block visible with
+    probability `density`."""
+    blocks = cdiv(n, block)
+    return np.random.default_rng(seed).random((blocks, blocks)) < density
+
+
+def block_table_mask(table: np.ndarray, block: int, n: int) -> np.ndarray:
+    """The dense (n, n) mask of a block table (for references; a gigabyte at n = 32k)."""
+    return np.repeat(np.repeat(table, block, axis=0), block, axis=1)[:n, :n]
+
+
+def block_table_kinds(table: np.ndarray, block: int, n: int, block_m: int,
+                      block_n: int) -> np.ndarray:
+    """classify_blocks(block_table_mask(table, block, n), block_m, block_n) without the dense
+    mask: every tile lies inside one block of the table, so it is FULL or EMPTY, except a
+    cut-off last key block, which is PARTIAL where visible."""
+    _require(block % block_m == 0 and block % block_n == 0,
+             f"the table's blocks ({block}) must be multiples of BLOCK_M={block_m} and "
+             f"BLOCK_N={block_n}: a tile across two blocks would be PARTIAL with no rule for it.")
+    rows = np.arange(cdiv(n, block_m)) * block_m // block
+    cols = np.arange(cdiv(n, block_n)) * block_n // block
+    seen = np.asarray(table, bool)[rows][:, cols]
+    kinds = np.where(seen, FULL, EMPTY).astype(np.int8)
+    if n % block_n:
+        kinds[:, -1] = np.where(seen[:, -1], PARTIAL, EMPTY)
+    return kinds
