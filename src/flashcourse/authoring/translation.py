@@ -14,7 +14,8 @@ translatable piece of the English, in the English's order, each with
 The units are the front matter's title, skills and time; each heading, paragraph, list item and
 table of the markdown; each comment of a code cell (a run of whole-line comments, or the comment
 at the end of a line), except in grading cells (`check-*`, shared word for word by both editions)
-and the generator's own marks (`#|`, `# BLANK`, `# BEGIN/END SOLUTION`). Code, math blocks, other
+and the generator's own marks (`#|`, `# BLANK`, `# BEGIN/END SOLUTION`; the note of
+`# BLANK: note` is a unit). Code, math blocks, other
 fenced blocks, HTML comments and `:::` lines are shared and never translated.
 
 `translated_source(path, lang)` gives the source the build parses for that language (same code
@@ -43,6 +44,7 @@ BOOK_INDEX = "index.qmd"
 FRONT_MATTER_KEYS = ("title", "skills", "time")
 # the generator's own marks in code comments, never translated
 GENERATOR_COMMENT = re.compile(r"^#\s*(\||BLANK\b|BEGIN SOLUTION|END SOLUTION|noqa|type:|fmt:)")
+BLANK_NOTE = re.compile(r"^BLANK:\s*(?P<note>.+)$")  # `x = answer  # BLANK: note`
 WORDS = re.compile(r"[A-Za-z]{2,}[\s,;:'-]+[A-Za-z]{2,}")  # prose, not `# (B, H, N, D)`
 LIST_ITEM = re.compile(r"^(?P<indent>\s*)(?:[-*+]|\d+\.)\s+\S")
 HEADING = re.compile(r"^#{1,6}\s")
@@ -59,7 +61,8 @@ class TranslationError(ValueError):
 @dataclass(frozen=True)
 class Unit:
     """One translatable piece of an English source."""
-    kind: str  # title, skills, time, heading, paragraph, item, table, comment, trailing
+    kind: str  # title, skills, time, heading, paragraph, item, table, comment, trailing,
+    # blank-note (the note of `# BLANK: note`, which the exercise keeps as its comment)
     text: str  # the English: markdown lines, or the comment's words without "# "
     start: int  # first line (0-based) in the source
     end: int  # one past the last line
@@ -243,7 +246,11 @@ def _code_units(lines: list[str], start: int, end: int) -> list[Unit]:
             run.append(number)
         elif number in trailing:
             column, words = trailing[number]
-            if WORDS.search(words) and not GENERATOR_COMMENT.match("# " + words):
+            note = BLANK_NOTE.match(words)
+            if note and WORDS.search(note["note"]):  # the exercise keeps it as a comment
+                result.append(Unit("blank-note", note["note"], start + number,
+                                   start + number + 1, column))
+            elif WORDS.search(words) and not GENERATOR_COMMENT.match("# " + words):
                 result.append(Unit("trailing", words, start + number, start + number + 1,
                                    column))
     close()
@@ -498,6 +505,9 @@ def _rendered(unit: Unit, zh: str, lines: list[str], anchors: bool) -> list[str]
     if unit.kind == "trailing":
         code = lines[unit.start][:unit.column]
         return [f"{code}# {' '.join(zh.split())}"]
+    if unit.kind == "blank-note":
+        code = lines[unit.start][:unit.column]
+        return [f"{code}# BLANK: {' '.join(zh.split())}"]
     if unit.kind == "heading" and anchors and "{#" not in zh:
         return [f"{zh} {{#{pandoc_id(unit.text)}}}"]
     if unit.kind in ("paragraph", "item"):  # a line break between two CJK characters would
@@ -582,7 +592,8 @@ def glossary_misses(root: Path, lang: str = "zh") -> list[str]:
         entries = {entry.key: entry for entry in read_entries(target)}
         for unit in _distinct(units(source.read_text(encoding="utf-8"))):
             entry = entries.get(unit.key)
-            if entry is None or not entry.done or unit.kind in ("comment", "trailing"):
+            if entry is None or not entry.done or unit.kind in ("comment", "trailing",
+                                                                "blank-note"):
                 continue
             for term in terms:
                 if term.found_in(unit.text) and not term.used_in(entry.zh):
