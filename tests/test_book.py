@@ -1,7 +1,8 @@
-"""The book: every file _quarto.yml names exists, every lesson is listed, book pages leave out
-what only a notebook needs, and where Quarto is installed the book renders for real: the whole
-book without execution, then lesson 1 executed, with no render error, no missing page, no broken
-local link or anchor, headings numbered once and math as MathML."""
+"""The book: every file its profiles name exists, every lesson is listed, book pages leave out
+what only a notebook needs, and where Quarto is installed the book renders for real: both
+editions without execution (the English, then the Chinese into _book/zh/), then lesson 1
+executed, with no render error, no missing page, no broken local link or anchor (the language
+switches included), headings numbered once and math as MathML."""
 
 import contextlib
 import html
@@ -17,39 +18,51 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from flashcourse.authoring import build
+from flashcourse.authoring import build, editions
 
 QUARTO = shutil.which("quarto")
 NO_QUARTO = ("quarto is not on PATH, so the book is not rendered here: install it (README, "
              "'Rendering the book'); CI installs it with ../shared/tools/quarto/install.sh")
 # What a render needs: the project file, the pages, their stylesheet and the lesson sources
 # (the pre-render step rebuilds book/ from lessons/). Rendered in a copy, never in the checkout.
-BOOK_INPUTS = ("_quarto.yml", "index.qmd", "assets", "book", "lessons")
+BOOK_INPUTS = ("_quarto.yml", "_quarto-en.yml", "_quarto-zh.yml", "_environment-zh", "index.qmd",
+               "index.zh.qmd", "assets", "book", "lessons")
 EXECUTED_LESSON = "01-gpu-flash"  # short, numpy only, draws figures
 HANG_GUARD_S = 1800  # only against a hung render; a slow machine must not fail the test
 
 
-def _chapters(root):
+def _chapters(root, lang="en"):
+    """The pages the book in `lang` names: its profile's (_quarto-LANG.yml)."""
     text = (root / "_quarto.yml").read_text()
     assert re.search(r"^\s*type:\s*book\s*$", text, re.M), "_quarto.yml must be a book project"
-    return re.findall(r"^\s*-\s+(\S+\.(?:qmd|ipynb|md))\s*$", text, re.M)
+    assert not re.findall(r"^\s*-\s+(\S+\.qmd)\s*$", text, re.M), (
+        "_quarto.yml lists pages: Quarto would add them to every profile's own")
+    profile = (root / f"_quarto-{lang}.yml").read_text(encoding="utf-8")
+    return re.findall(r"^\s*-\s+(\S+\.(?:qmd|ipynb|md))\s*$", profile, re.M)
 
 
-def test_every_named_file_exists(root):
-    chapters = _chapters(root)
-    assert chapters, "no chapters found in _quarto.yml"
+@pytest.mark.parametrize("lang", editions.LANGUAGES)
+def test_every_named_file_exists(root, lang):
+    chapters = _chapters(root, lang)
+    assert chapters, f"no chapters found in _quarto-{lang}.yml"
     missing = [c for c in chapters if "*" not in c and not (root / c).exists()]
-    assert not missing, f"_quarto.yml names files that do not exist: {missing}"
+    assert not missing, f"_quarto-{lang}.yml names files that do not exist: {missing}"
     css = re.findall(r"css:\s*(\S+)", (root / "_quarto.yml").read_text())
     assert all((root / c).exists() for c in css)
 
 
-def test_every_lesson_is_a_chapter(root):
-    chapters = set(_chapters(root))
-    lessons = {f"book/{p.stem}.qmd" for p in build.lesson_paths(root)}
+@pytest.mark.parametrize("lang", editions.LANGUAGES)
+def test_every_lesson_is_a_chapter(root, lang):
+    chapters = _chapters(root, lang)
+    folder = editions.folder("book", lang).as_posix()
+    lessons = {f"{folder}/{p.stem}.qmd" for p in build.lesson_paths(root)}
     assert lessons, "no lessons found"
-    assert lessons <= chapters, f"lessons missing from _quarto.yml: {sorted(lessons - chapters)}"
-    assert _chapters(root)[0] == "index.qmd"
+    assert lessons <= set(chapters), f"lessons missing: {sorted(lessons - set(chapters))}"
+    assert chapters[0] == editions.book_index(lang).as_posix()
+    assert f"{folder}/{editions.GLOSSARY_PAGE}.qmd" in chapters
+    profile = (root / f"_quarto-{lang}.yml").read_text(encoding="utf-8")
+    output = re.search(r"^\s*output-dir:\s*(\S+)\s*$", profile, re.M).group(1)
+    assert output == editions.BOOK_OUTPUT[lang].as_posix()
 
 
 def test_book_pages_show_answers_collapsed(root):
@@ -151,7 +164,8 @@ def book(root, tmp_path_factory):
             shutil.copytree(source, site / name, ignore=shutil.ignore_patterns("*_files"))
         else:
             shutil.copy2(source, site / name)
-    _render(site, "--no-execute")
+    _render(site, "--no-execute")  # the English first: a full render empties _book/
+    _render(site, "--profile", "zh", "--no-execute")
     return site / "_book"
 
 
@@ -610,3 +624,75 @@ def test_online_softmax_port_agrees_with_the_package(root, book, browser_page):
                                                               [list(r) for r in rows]])
     for (scores, values, block), states in zip(rows, shown, strict=True):
         _assert_same_states(states, softmax_blocks.running_states(scores, values, block))
+
+
+# ---------------------------------------------------------------- the two editions
+
+SWITCH = re.compile(r'<a href="(?P<href>[^"]+)" class="language-switch" hreflang="(?P<lang>\w+)"')
+
+
+def _edition_pages(root, site: Path, lang: str) -> dict[str, Path]:
+    """{name: rendered page} of the lessons and the glossary of the book in `lang`."""
+    top = site / editions.BOOK_OUTPUT[lang].relative_to(editions.BOOK_OUTPUT["en"])
+    names = [path.stem for path in build.lesson_paths(root)] + [editions.GLOSSARY_PAGE]
+    return {name: top / editions.folder("book", lang) / f"{name}.html" for name in names}
+
+
+def test_the_chinese_book_renders_every_page(root, book):
+    pages = [book / "zh" / "index.zh.html", *_edition_pages(root, book, "zh").values()]
+    missing = [page for page in pages if not page.exists()]
+    assert not missing, f"pages missing from the Chinese book: {missing}"
+    assert "index.zh.html" in (book / "zh" / "index.html").read_text()  # Quarto's redirect
+    for page in pages:
+        source = page.read_text(encoding="utf-8")
+        assert re.search(r'<html[^>]* lang="zh', source), f"{page.name}: not marked Chinese"
+        assert "chapter-number" not in source, page.name
+    lesson = _edition_pages(root, book, "zh")["05-softmax"].read_text(encoding="utf-8")
+    assert "<math" in lesson and "Lesson 5:" not in lesson
+
+
+def test_every_page_switches_to_the_same_page_in_the_other_language(root, book):
+    """Each lesson and the glossary link to themselves in the other book; the Chinese home page
+    to the English one, which has its switch in the sidebar. The links are relative: they work
+    from the rendered files and on the served book alike."""
+    english, chinese = (_edition_pages(root, book, lang) for lang in ("en", "zh"))
+    pairs = [*((english[name], "en", chinese[name]) for name in english),
+             *((chinese[name], "zh", english[name]) for name in chinese),
+             (book / "zh" / "index.zh.html", "zh", book / "index.html")]
+    for page, lang, other in pairs:
+        switches = SWITCH.findall(page.read_text(encoding="utf-8"))
+        assert len(switches) == 1, f"{page.relative_to(book)}: {len(switches)} switches"
+        href, to = switches[0]
+        assert to == editions.other_language(lang)
+        assert (page.parent / href).resolve() == other.resolve(), (page, href)
+    home = (book / "index.html").read_text(encoding="utf-8")
+    tool = re.search(r'href="(?P<href>[^"]+)"[^>]*aria-label="中文"', home)
+    assert tool and (book / tool["href"]).resolve() == (book / "zh" / "index.zh.html").resolve()
+
+
+def test_the_language_switch_in_a_browser(root, book, browser_page):
+    """A reader on a Chinese lesson switches to the English and back, on the served book and
+    from the rendered files; the English home page switches through the sidebar."""
+    page = browser_page
+    with _served_offline(book, page) as (base, left, failed):
+        page.goto(base + "zh/book/zh/05-softmax.html")
+        assert page.locator("html").get_attribute("lang").startswith("zh")
+        chinese_title = page.locator("h1").first.inner_text()
+        page.locator("a.language-switch").click()
+        page.wait_for_url(base + "book/05-softmax.html")
+        assert page.locator("html").get_attribute("lang") == "en"
+        assert page.locator("h1").first.inner_text().startswith("Lesson 5:")
+        assert chinese_title != page.locator("h1").first.inner_text()
+        page.locator("a.language-switch").click()
+        page.wait_for_url(base + "zh/book/zh/05-softmax.html")
+        page.goto(base + "index.html")
+        page.locator('a.quarto-navigation-tool[aria-label="中文"]').click()
+        page.wait_for_url(base + "zh/index.zh.html")
+        assert page.locator("a.language-switch").get_attribute("hreflang") == "en"
+        assert not left and not failed, (left, failed)
+    page.goto((book / "book" / f"{EXECUTED_LESSON}.html").as_uri())
+    page.locator("a.language-switch").click()
+    page.wait_for_url((book / "zh" / "book" / "zh" / f"{EXECUTED_LESSON}.html").as_uri())
+    shots = root / "test-artifacts"
+    shots.mkdir(exist_ok=True)
+    page.screenshot(path=str(shots / f"book-zh-{EXECUTED_LESSON}.png"))

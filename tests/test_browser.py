@@ -10,6 +10,7 @@ Screenshots go to test-artifacts/.
 Skipped when Chromium or Playwright is missing; CI installs both (`apt-get install -y chromium`,
 `pip install playwright`; Playwright's own browser download does not work offline)."""
 
+import contextlib
 import json
 import os
 import re
@@ -54,18 +55,27 @@ def _settings(folder: Path) -> None:
 @pytest.fixture
 def lab(sync_api, tmp_path, root):
     """JupyterLab on the workspace of a copy of the course (never the repository's work/)."""
+    with running_lab(tmp_path, root) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def running_lab(tmp_path, root, lang=None):
+    """JupyterLab started as `./course lab [--lang LANG]` starts it, on a copy of the course:
+    yields (its URL, the copy)."""
     from flashcourse import workspace
 
     course = tmp_path / "course"
     shutil.copytree(root / "exercises", course / "exercises")
-    workspace.prepare(course)
+    workspace.prepare(course, lang=lang)
     work = workspace.work_dir(course)
     app_settings = workspace.write_lab_overrides(tmp_path / "app").parents[1]
     _settings(tmp_path / "settings")
     port = _free_port()
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
-               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), MPLBACKEND="Agg")
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), MPLBACKEND="Agg",
+               FLASHCOURSE_LANG=workspace.language(course))
     log = (tmp_path / "lab.log").open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}",

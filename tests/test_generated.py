@@ -4,12 +4,18 @@ import json
 
 import pytest
 
-from flashcourse.authoring import build
+from flashcourse.authoring import build, catalogs
 
 
 def test_generated_files_are_in_sync(root):
     stale = build.stale_files(root)
     assert not stale, f"run `python -m flashcourse build`; out of date: {stale}"
+
+
+def test_every_message_has_its_translation(root):
+    """The message catalogs (src/flashcourse/locale/<lang>/*.po): every message translated."""
+    missing = catalogs.missing_translations(root)
+    assert not missing, f"{len(missing)} untranslated:\n" + "\n".join(missing[:20])
 
 
 def test_exercises_hide_every_answer(root):

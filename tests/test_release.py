@@ -63,6 +63,25 @@ def test_the_edition_is_a_committed_repository_without_answers(edition):
     assert 'EDITION = CLASS' in (edition / "src/flashcourse/checks/edition.py").read_text()
 
 
+def test_the_edition_ships_no_lesson_checks_message_in_any_language(edition, root):
+    """The lesson checks' messages name their mistakes and hidden cases: neither their catalog
+    nor their translations ship; the messages the class edition shows do."""
+    import gettext
+
+    from flashcourse.authoring import catalogs
+
+    messages = catalogs.extract(root)
+    for lang in catalogs.translated_languages():
+        assert not (edition / catalogs.source_path(root, lang, catalogs.CHECKS)
+                    .relative_to(root)).exists()
+        shipped = edition / catalogs.compiled_path(root, lang).relative_to(root)
+        with shipped.open("rb") as handle:
+            table = gettext.GNUTranslations(handle)._catalog
+        only_checks = set(messages[catalogs.CHECKS]) - set(messages[catalogs.CORE])
+        assert only_checks and not only_checks & set(table), sorted(only_checks & set(table))[:3]
+        assert any(msgid in table for msgid in messages[catalogs.CORE])
+
+
 def test_answer_functions_are_stubs_in_the_edition(edition, root):
     for module, names in shipping.ANSWER_FUNCTIONS.items():
         relative = Path("src", *module.split(".")).with_suffix(".py")

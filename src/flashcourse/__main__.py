@@ -1,5 +1,5 @@
 """Command line: `python -m flashcourse list | build [--examples] | check-sync | grade PATH... |
-bench | book | release OUT | workspace prepare|update|reset NN|submit NN`."""
+bench | book | release OUT | translate [LANG] | workspace prepare|update|reset NN|submit NN`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .grader.inside import skip_iri_parser
+
+    skip_iri_parser()  # every command but bench reads notebooks: 2 s saved per process
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["workspace"]:  # the student's copies: dispatched before the grader loads
         from . import workspace
@@ -22,6 +25,10 @@ def main(argv: list[str] | None = None) -> int:
         from .grader import shards
 
         return shards.merge_main(argv[2:])
+    if argv[:1] == ["translate"]:  # the translation files, brought up to date with the English
+        from .authoring import translation
+
+        return translation.main(argv[1:])
     if argv[:1] == ["release"]:  # the class edition
         from .authoring import release
 
@@ -48,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="render the book with Quarto and serve it on localhost")
     sub.add_parser("release", add_help=False,
                    help="build the class edition into a new folder (see `release --help`)")
+    sub.add_parser("translate", add_help=False,
+                   help="add the new English to the translation files, mark what changed")
     if argv[:1] == ["bench"]:  # the benchmark parses its own options
         from .bench import harness
 
@@ -81,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"out of date: the class edition's examples of {stem}  "
               "(run: python -m flashcourse build --examples)")
         stale.append(stem)
+    from .authoring import catalogs
+
+    for problem in catalogs.missing_translations(args.root):  # the translator's work left
+        print(f"untranslated: {problem}")
+        stale.append(problem)
     return 1 if stale else 0
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import inspect
 
+from .i18n import _
+
 BLANK_TOKEN = "______"
 
 
@@ -16,16 +18,16 @@ class BlankNotFilled(Exception):
 
 
 def _message(where: str = "", count: int = 1) -> str:
-    place = f" in {where}" if where else ""
+    place = _(" in {where}").format(where=where) if where else ""
     if count > 1:
-        return (
-            f"Fill in the blanks{place}: {count} `{BLANK_TOKEN}` placeholders are still there. "
+        return _(
+            "Fill in the blanks{place}: {count} `{blank}` placeholders are still there. "
             "Replace each with your expression, run the cell, then run the check again."
-        )
-    return (
-        f"Fill in the blank{place}: a `{BLANK_TOKEN}` placeholder is still there. "
+        ).format(place=place, count=count, blank=BLANK_TOKEN)
+    return _(
+        "Fill in the blank{place}: a `{blank}` placeholder is still there. "
         "Replace it with your expression, run the cell, then run the check again."
-    )
+    ).format(place=place, blank=BLANK_TOKEN)
 
 
 class _Blank:
@@ -143,9 +145,11 @@ def refuse_blanks(obj, name: str) -> None:
     if not found:
         return
     if len(found) == 1:
-        shown = [f"    line {n}: {text}" for n, text in found[0][1]]
+        shown = [_("    line {number}: {text}").format(number=n, text=text)
+                 for n, text in found[0][1]]
     else:
-        shown = [f"    {label}, line {n}: {text}" for label, lines in found for n, text in lines]
+        shown = [_("    {label}, line {number}: {text}").format(label=label, number=n, text=text)
+                 for label, lines in found for n, text in lines]
     where = ", ".join(label for label, _ in found)
     count = sum(len(lines) for _, lines in found)
     raise BlankNotFilled(f"{_message(where, count)}\n" + "\n".join(shown))

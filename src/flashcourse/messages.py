@@ -7,11 +7,13 @@ import os
 
 from .blanks import BlankNotFilled
 from .checks.errors import CourseInputError, WrongAnswer
+from .i18n import UnknownLanguage, _
 
 
 def course_errors() -> tuple[type, ...]:
     """The course's own exception classes: their message is the whole story."""
-    return (WrongAnswer, BlankNotFilled, CourseInputError)  # VetoMisconception is a WrongAnswer
+    # VetoMisconception is a WrongAnswer
+    return (WrongAnswer, BlankNotFilled, CourseInputError, UnknownLanguage)
 
 
 def _package_dir() -> str:
@@ -33,7 +35,7 @@ def student_frames(err: BaseException) -> list[str]:
               if not any(os.path.abspath(f.filename).startswith(s) for s in skip)]
     if not frames:
         return []
-    return ["Traceback of your code (most recent call last):\n",
+    return [_("Traceback of your code (most recent call last):") + "\n",
             *traceback.format_list(frames),
             *traceback.format_exception_only(type(cause), cause)]
 

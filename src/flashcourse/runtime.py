@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from . import i18n
 from .checks.errors import CourseInputError  # noqa: F401  (raised here; fc.CourseInputError)
+from .i18n import N_, _
 
 FORCE_INTERPRETER_ENV = "FLASHCOURSE_INTERPRET"
 
@@ -18,12 +20,13 @@ FORCE_INTERPRETER_ENV = "FLASHCOURSE_INTERPRET"
 class Runtime:
     interpreter: bool  # True: Triton interpreter on CPU; False: compiled Triton on a CUDA GPU
     device: str  # torch device that kernel inputs must live on: "cpu" or "cuda"
-    reason: str  # why this runtime was picked, for the one-line banner
+    reason: str  # why this runtime was picked, for the one-line banner (a message, N_)
 
     def describe(self) -> str:
+        reason = _(self.reason).format(env=FORCE_INTERPRETER_ENV)
         if self.interpreter:
-            return f"Runtime: Triton interpreter on CPU ({self.reason})."
-        return f"Runtime: compiled Triton on a CUDA GPU ({self.reason})."
+            return _("Runtime: Triton interpreter on CPU ({reason}).").format(reason=reason)
+        return _("Runtime: compiled Triton on a CUDA GPU ({reason}).").format(reason=reason)
 
     def _ipython_display_(self) -> None:
         """In a notebook, `fc.setup()` as a cell's last line prints its one line and shows no
@@ -54,12 +57,12 @@ def _cuda_available() -> bool:
 
 def _choose() -> Runtime:
     if truthy(os.environ.get(FORCE_INTERPRETER_ENV)):
-        return Runtime(True, "cpu", f"forced by {FORCE_INTERPRETER_ENV}=1")
+        return Runtime(True, "cpu", N_("forced by {env}=1"))
     if truthy(os.environ.get("TRITON_INTERPRET")):
-        return Runtime(True, "cpu", "TRITON_INTERPRET=1 was already set")
+        return Runtime(True, "cpu", N_("TRITON_INTERPRET=1 was already set"))
     if _cuda_available():
-        return Runtime(False, "cuda", "CUDA device found")
-    return Runtime(True, "cpu", "no CUDA GPU found")
+        return Runtime(False, "cuda", N_("CUDA device found"))
+    return Runtime(True, "cpu", N_("no CUDA GPU found"))
 
 
 def setup(verbose: bool = True, student: str | None = None) -> Runtime:
@@ -72,7 +75,8 @@ def setup(verbose: bool = True, student: str | None = None) -> Runtime:
     global _current, _just_announced
     from . import student as students
 
-    students.choose(student)  # first: a bad id stops here, before anything else changes
+    i18n.set_language(None)  # first: the messages below, and a bad id's, in its language
+    students.choose(student)  # a bad id stops here, before anything else changes
     if _current is None:
         _current = _choose()
         if _current.interpreter:
@@ -134,31 +138,31 @@ def check_tensors(*tensors, names: tuple[str, ...] | None = None, dot: bool = Fa
     import torch
 
     runtime = current()
-    names = names or tuple(f"input {i}" for i in range(len(tensors)))
+    names = names or tuple(_("input {number}").format(number=i) for i in range(len(tensors)))
     for name, tensor in zip(names, tensors, strict=True):
         if not isinstance(tensor, torch.Tensor):
-            raise CourseInputError(
-                f"{name} is a {type(tensor).__name__}; Triton kernels take torch tensors. "
+            raise CourseInputError(_(
+                "{name} is a {kind}; Triton kernels take torch tensors. "
                 "Convert with torch.from_numpy(array)."
-            )
+            ).format(name=name, kind=type(tensor).__name__))
         if tensor.device.type != runtime.device:
-            raise CourseInputError(
-                f"{name} is on {tensor.device}, but this runtime runs kernels on "
-                f"{runtime.device}. Move it with tensor.to('{runtime.device}')."
-            )
+            raise CourseInputError(_(
+                "{name} is on {device}, but this runtime runs kernels on {wanted}. Move it with "
+                "tensor.to('{wanted}')."
+            ).format(name=name, device=tensor.device, wanted=runtime.device))
         if dot and runtime.interpreter and tensor.dtype == torch.bfloat16:
-            raise CourseInputError(
-                f"{name} is bfloat16: the Triton interpreter computes bf16 tl.dot wrongly "
+            raise CourseInputError(_(
+                "{name} is bfloat16: the Triton interpreter computes bf16 tl.dot wrongly "
                 "(silent garbage, triton issue 11584). Use float16 or float32 on CPU, or run "
                 "bf16 on a CUDA GPU."
-            )
+            ).format(name=name))
 
 
 def check_block_size(name: str, value: int) -> None:
     """tl.arange needs a power-of-two length: say so before Triton fails deep inside."""
     if not isinstance(value, int) or value < 1 or value & (value - 1):
         lower = 1 << (max(int(value), 1).bit_length() - 1) if isinstance(value, int) else 16
-        raise CourseInputError(
-            f"{name}={value!r} is not a power of two; Triton's tl.arange needs one. "
-            f"Use {lower} or {lower * 2}."
-        )
+        raise CourseInputError(_(
+            "{name}={value!r} is not a power of two; Triton's tl.arange needs one. "
+            "Use {lower} or {higher}."
+        ).format(name=name, value=value, lower=lower, higher=lower * 2))

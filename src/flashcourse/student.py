@@ -14,14 +14,20 @@ import os
 import re
 
 from .checks.errors import CourseInputError
+from .i18n import N_, _
 
 STUDENT_ENV = "FLASHCOURSE_STUDENT"
 STUDENT_ID_CHARS = 64
 # Starts with a letter or digit (no hidden file, nothing read as an option); no `__`, which
 # separates the id from the lesson in a handed-in file's name.
 STUDENT_ID = re.compile(r"(?!.*__)[A-Za-z0-9][A-Za-z0-9._-]*")
-ID_RULE = (f"at most {STUDENT_ID_CHARS} letters, digits, '.', '_' or '-', starting with a "
-           "letter or digit, without '__'")
+ID_RULE = N_("at most {chars} letters, digits, '.', '_' or '-', starting with a letter or "
+             "digit, without '__'")
+
+
+def id_rule() -> str:
+    """The id rule, in the current language."""
+    return _(ID_RULE).format(chars=STUDENT_ID_CHARS)
 
 _chosen: str | None = None  # fc.setup(student=...)
 # The grader's replay: a context variable, so that a replay in one thread names its own student.
@@ -36,8 +42,9 @@ def is_valid(student: str) -> bool:
 
 def _checked(student, where: str) -> str:
     if not isinstance(student, str) or not is_valid(student):
-        raise CourseInputError(f"the student id {student!r} ({where}) is not valid: use "
-                               f"{ID_RULE}, e.g. alice.smith")
+        raise CourseInputError(_("the student id {student!r} ({where}) is not valid: use "
+                                 "{rule}, e.g. alice.smith").format(
+            student=student, where=where, rule=id_rule()))
     return student
 
 

@@ -15,7 +15,9 @@ needed it is copied into `work/`, and a copy there is never overwritten. `./cour
   student's copy (outputs cleared unless asked to keep them), the student named in its metadata.
 
 `work/.course.json` remembers a fingerprint of each lesson as copied, so `update` can tell a
-started lesson from an untouched one.
+started lesson from an untouched one, and the language of the copies: `./course lab --lang zh`
+copies the Chinese edition (`exercises/zh/`) and remembers it for `reset`, `update` and the next
+`lab`; switching the language replaces the lessons not started yet, and keeps started ones.
 
 Lessons the course renamed or split (`MOVED`) are carried over by `prepare`: a started copy of a
 renamed lesson takes the new name; a started copy of a split lesson gives each new lesson the
@@ -35,7 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .student import ID_RULE, STUDENT_ENV, is_valid  # the id rule's one home
+from . import i18n
+from .student import STUDENT_ENV, id_rule, is_valid  # the id rule's one home
 
 WORK_DIR = "work"
 EXERCISES_DIR = "exercises"
@@ -97,9 +100,33 @@ def work_dir(root: Path) -> Path:
     return Path(root) / WORK_DIR
 
 
-def lessons(root: Path) -> list[Path]:
-    """The exercise notebooks of the course, in order."""
-    return sorted((Path(root) / EXERCISES_DIR).glob("[0-9][0-9]-*.ipynb"))
+def edition_dir(root: Path, lang: str = i18n.SOURCE_LANGUAGE) -> Path:
+    """Where the exercise notebooks of a language are: exercises/, or exercises/<lang>/."""
+    folder = Path(root) / EXERCISES_DIR
+    return folder if lang == i18n.SOURCE_LANGUAGE else folder / lang
+
+
+def lessons(root: Path, lang: str = i18n.SOURCE_LANGUAGE) -> list[Path]:
+    """The exercise notebooks of the course in `lang`, in order."""
+    return sorted(edition_dir(root, lang).glob("[0-9][0-9]-*.ipynb"))
+
+
+def checked_language(root: Path, lang: str) -> str:
+    """`lang` when the course has an edition in it that is built; else a WorkspaceError."""
+    try:
+        lang = i18n.validate(lang, "--lang")
+    except i18n.UnknownLanguage as err:
+        raise WorkspaceError(str(err)) from None
+    if not lessons(root, lang):
+        raise WorkspaceError(f"the {lang} edition is not built ({edition_dir(root, lang)} holds "
+                             "no lesson): run ./course build first")
+    return lang
+
+
+def language(root: Path) -> str:
+    """The language work/ was prepared in (`./course lab --lang`), English by default."""
+    lang = _load_state_file(work_dir(root)).get("lang")
+    return lang if lang in i18n.LANGUAGES else i18n.SOURCE_LANGUAGE
 
 
 def fingerprint(path: Path) -> str:
@@ -126,7 +153,7 @@ def _same(source: Path, target: Path) -> bool:
         return False
 
 
-def _load_state(work: Path) -> dict[str, str]:
+def _load_state_file(work: Path) -> dict:
     path = work / STATE_FILE
     if not path.exists():
         return {}
@@ -134,12 +161,22 @@ def _load_state(work: Path) -> dict[str, str]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except ValueError:
         return {}
-    return {k: v for k, v in data.get("copied", {}).items() if isinstance(v, str)}
+    return data if isinstance(data, dict) else {}
 
 
-def _save_state(work: Path, state: dict[str, str]) -> None:
-    text = json.dumps({"copied": dict(sorted(state.items()))}, indent=1) + "\n"
-    (work / STATE_FILE).write_text(text, encoding="utf-8")
+def _load_state(work: Path) -> dict[str, str]:
+    copied = _load_state_file(work).get("copied", {})
+    return {k: v for k, v in copied.items() if isinstance(v, str)} \
+        if isinstance(copied, dict) else {}
+
+
+def _save_state(work: Path, state: dict[str, str], lang: str | None = None) -> None:
+    """Write the fingerprints, and the language (None: keep the one remembered)."""
+    lang = lang or _load_state_file(work).get("lang")
+    data: dict = {"copied": dict(sorted(state.items()))}
+    if lang and lang != i18n.SOURCE_LANGUAGE:
+        data["lang"] = lang
+    (work / STATE_FILE).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
 def _copy(source: Path, target: Path, state: dict[str, str]) -> None:
@@ -164,7 +201,8 @@ def _cells_by_id(path: Path) -> dict[str, dict]:
 
 
 def _carry_over(root: Path, old: Path, stems: tuple[str, ...], state: dict[str, str],
-                report: Report, now: datetime | None) -> None:
+                report: Report, now: datetime | None,
+                lang: str = i18n.SOURCE_LANGUAGE) -> None:
     """Move the student's copy `old` of a renamed or split lesson to its new lessons."""
     work = old.parent
     if not started(old, state.get(old.name)):
@@ -186,7 +224,7 @@ def _carry_over(root: Path, old: Path, stems: tuple[str, ...], state: dict[str, 
     made = []
     for stem in stems:
         target = work / f"{stem}.ipynb"
-        source = Path(root) / EXERCISES_DIR / f"{stem}.ipynb"
+        source = edition_dir(root, lang) / f"{stem}.ipynb"
         if target.exists() or not source.exists():
             continue
         nb = json.loads(source.read_text(encoding="utf-8"))
@@ -207,9 +245,13 @@ def _carry_over(root: Path, old: Path, stems: tuple[str, ...], state: dict[str, 
                         f"old copy is kept as {WORK_DIR}/{BACKUP_DIR}/{backup.name}")
 
 
-def prepare(root: Path, now: datetime | None = None) -> Report:
+def prepare(root: Path, now: datetime | None = None, lang: str | None = None) -> Report:
     """Copy into work/ every lesson that is not there yet; never overwrite a copy. Copies of
-    lessons the course renamed or split are carried over first (`MOVED`)."""
+    lessons the course renamed or split are carried over first (`MOVED`). `lang`: the edition
+    to copy from now on (None: the one remembered); a new language also replaces the copies
+    not started yet, as `update` does."""
+    before = language(root)
+    lang = checked_language(root, lang) if lang is not None else before
     work = work_dir(root)
     work.mkdir(exist_ok=True)
     state = _load_state(work)
@@ -217,41 +259,50 @@ def prepare(root: Path, now: datetime | None = None) -> Report:
     for old_stem, stems in MOVED.items():
         old = work / f"{old_stem}.ipynb"
         if old.is_file():
-            _carry_over(root, old, stems, state, report, now)
-    for source in lessons(root):
+            _carry_over(root, old, stems, state, report, now, lang)
+    for source in lessons(root, lang):
         target = work / source.name
         if not target.exists():
             _copy(source, target, state)
             report.copied.append(source.name)
-    _save_state(work, state)
+    _save_state(work, state, lang)
+    if lang != before:
+        _refresh(root, lang, report)
     return report
 
 
 def update(root: Path) -> Report:
     """Bring new lessons in, and new versions of lessons not started; leave started ones."""
-    work = work_dir(root)
     report = prepare(root)
+    _refresh(root, language(root), report)
+    return report
+
+
+def _refresh(root: Path, lang: str, report: Report) -> None:
+    """Replace the copies not started by the course's version in `lang`; list started ones."""
+    work = work_dir(root)
     state = _load_state(work)
-    for source in lessons(root):
+    for source in lessons(root, lang):
         target = work / source.name
         if source.name in report.copied or _same(source, target):
             continue
         if started(target, state.get(source.name)):
-            report.kept.append(source.name)
-        else:
+            if source.name not in report.kept:
+                report.kept.append(source.name)
+        elif source.name not in report.refreshed:
             _copy(source, target, state)
             report.refreshed.append(source.name)
     _save_state(work, state)
-    return report
 
 
-def find_lesson(root: Path, name: str) -> Path:
-    """The exercise notebook named by `name`: its number (`6`, `06`), slug or file name."""
+def find_lesson(root: Path, name: str, lang: str = i18n.SOURCE_LANGUAGE) -> Path:
+    """The exercise notebook named by `name`: its number (`6`, `06`), slug or file name, in the
+    edition of `lang`."""
     wanted = Path(name).name.removesuffix(".ipynb")
-    matches = [p for p in lessons(root) if p.stem == wanted
+    matches = [p for p in lessons(root, lang) if p.stem == wanted
                or (wanted.isdigit() and p.stem[:2] == f"{int(wanted):02d}")]
     if len(matches) != 1:
-        known = ", ".join(p.stem for p in lessons(root))
+        known = ", ".join(p.stem for p in lessons(root, lang))
         raise WorkspaceError(f"no lesson {name!r}; the lessons are: {known}")
     return matches[0]
 
@@ -270,8 +321,9 @@ def backup_name(target: Path, now: datetime | None = None) -> Path:
 
 
 def reset(root: Path, name: str, now: datetime | None = None) -> Report:
-    """Start lesson `name` afresh in work/, keeping the old copy in work/backups/."""
-    source = find_lesson(root, name)
+    """Start lesson `name` afresh in work/ (in the language work/ was prepared in), keeping the
+    old copy in work/backups/."""
+    source = find_lesson(root, name, language(root))
     work = work_dir(root)
     work.mkdir(exist_ok=True)
     state = _load_state(work)
@@ -327,7 +379,7 @@ def student_id(given: str | None) -> str:
         raise WorkspaceError("who is handing in? Give your student id: ./course submit NN "
                              f"--student ID (or set {STUDENT_ENV}=ID once in your shell)")
     if not is_valid(student):
-        raise WorkspaceError(f"the student id {student!r} is not valid: use {ID_RULE} "
+        raise WorkspaceError(f"the student id {student!r} is not valid: use {id_rule()} "
                              "(e.g. --student alice.smith)")
     return student
 
@@ -355,7 +407,10 @@ def submit(root: Path, name: str, student: str | None = None,
             if isinstance(cell, dict) and cell.get("cell_type") == "code":
                 cell["outputs"], cell["execution_count"] = [], None
     metadata = nb.setdefault("metadata", {})
+    before = metadata.get("flashcourse") if isinstance(metadata.get("flashcourse"), dict) else {}
     metadata["flashcourse"] = {"student": student, "lesson": source.stem}
+    if isinstance(before.get("lang"), str):  # the language the grader reports it in
+        metadata["flashcourse"]["lang"] = before["lang"]
     folder = Path(root) / SUBMIT_DIR
     folder.mkdir(exist_ok=True)
     target = folder / f"{student}__{source.name}"
@@ -393,8 +448,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flashcourse workspace")
     parser.add_argument("--root", type=Path, default=Path.cwd())
     sub = parser.add_subparsers(dest="action", required=True)
-    sub.add_parser("prepare", help="copy the lessons not yet in work/ (never overwrites) and "
-                   "install the course's JupyterLab defaults (no news pop-up)")
+    prepare_parser = sub.add_parser(
+        "prepare", help="copy the lessons not yet in work/ (never overwrites) and install the "
+        "course's JupyterLab defaults (no news pop-up)")
+    prepare_parser.add_argument("--lang", default=None,
+                                help="the edition to copy from now on: "
+                                     f"{', '.join(i18n.LANGUAGES)} (default: the one chosen "
+                                     "last time, else en); remembered in work/")
+    sub.add_parser("lang", help="print the language work/ was prepared in")
     sub.add_parser("update", help="bring in new lessons; leave started ones alone")
     reset_parser = sub.add_parser("reset", help="start a lesson afresh, keeping the old copy")
     reset_parser.add_argument("lesson", help="lesson number (06) or name (06-flash-forward)")
@@ -408,8 +469,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.action == "prepare":
-            report = prepare(args.root)
+            report = prepare(args.root, lang=args.lang)
             write_lab_overrides()
+        elif args.action == "lang":
+            print(language(args.root))
+            return 0
         elif args.action == "update":
             report = update(args.root)
             if not (report.copied or report.refreshed or report.kept or report.moved):

@@ -2,6 +2,11 @@
 this machine, at http://127.0.0.1:PORT/ (pages opened from disk cannot run Quarto's scripts,
 so the table of contents would not follow the reader).
 
+Both editions (`editions.py`): the English book (Quarto's default profile, `_quarto-en.yml`)
+into `_book/`, then the Chinese one (`--profile zh`) into `_book/zh/`, in that order (a full
+English render empties `_book/`); served together, each page's language switch goes to the same
+page of the other book. `--lang zh` renders and serves only the Chinese book.
+
 The pages need nothing from the network: math is MathML, the theme's web fonts are left out
 (`assets/offline.scss`), and no page output asks for script libraries from a CDN.
 """
@@ -19,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from ..paths import COURSE_ROOT
+from . import editions
 
 OFFLINE_QUARTO = Path.home() / ".cache" / "quarto-offline" / "bin" / "quarto"
 INSTALL_HINT = ("Quarto is not installed. With internet access: pip install -e \".[book]\" (or "
@@ -35,14 +41,16 @@ def quarto() -> str | None:
     return str(OFFLINE_QUARTO) if OFFLINE_QUARTO.exists() else None
 
 
-def render(root: Path, execute: bool) -> int:
+def render(root: Path, execute: bool, lang: str = "en") -> int:
+    """`quarto render` of the book in `lang` (its profile); the exit status."""
     command = quarto()
     if command is None:
         print(INSTALL_HINT, file=sys.stderr)
         return 2
     env = dict(os.environ)  # the pages run with this environment's Python (the course's)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    argv = [command, "render", *([] if execute else ["--no-execute"])]
+    argv = [command, "render", "--profile", editions.check_language(lang),
+            *([] if execute else ["--no-execute"])]
     with tempfile.TemporaryDirectory(prefix="flashcourse-ipython-") as profiles:
         # a profile of its own for the pages' kernels: the same for every reader, and without
         # ipykernel's start-up warnings (one per page) in the render's log
@@ -73,13 +81,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="render the pages without running their cells (faster)")
     parser.add_argument("--no-render", action="store_true",
                         help="serve the book already rendered in _book/")
+    parser.add_argument("--lang", choices=editions.LANGUAGES,
+                        help="render and serve only the book in this language (default: both, "
+                             "the Chinese one in _book/zh/)")
     parser.add_argument("--root", type=Path, default=COURSE_ROOT)
     args = parser.parse_args(argv)
-    if not args.no_render:
-        status = render(args.root, execute=not args.no_execute)
+    languages = [args.lang] if args.lang else list(editions.LANGUAGES)
+    for lang in [] if args.no_render else languages:  # the English first: it empties _book/
+        status = render(args.root, execute=not args.no_execute, lang=lang)
         if status != 0:
             return status
-    folder = args.root / "_book"
+    folder = args.root / editions.BOOK_OUTPUT[languages[0]]
     if not (folder / "index.html").exists():
         print(f"no rendered book in {folder}: run without --no-render", file=sys.stderr)
         return 2

@@ -20,6 +20,9 @@ An exercise's hints are a block `::: {.hints exercise="lesson/exercise"}` after 
 a numbered list of 2-3 levels. The book page shows them as nested collapsed callouts before the
 reference answer; the notebooks get only a line naming `fc.hint(...)`, which reads the levels
 at run time from `src/flashcourse/hints/NN-slug.json`, generated here.
+
+Every edition is built here, the English and each translation (`editions.py`): the build's own
+words go through `_()` with the edition's language forced.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from pathlib import Path
 
 import nbformat
 
-from . import learning_path, results_table
+from .. import i18n
+from ..i18n import _
+from . import catalogs, editions, learning_path, results_table, translation
 
 LESSONS_DIR = "lessons"
 OUTPUT_DIRS = {"exercise": "exercises", "solution": "solutions", "book": "book"}
@@ -72,7 +77,8 @@ OPEN_ANSWER_DIV = re.compile(r"^:::+\s*\{#(open-[A-Za-z0-9_-]+)(?:\s[^}]*)?\}$")
 # the grader lists both in open-answers.csv for the instructor who scores the answers.
 OPEN_POINTS = re.compile(r'(?:^|\s)points=(?:"(?P<quoted>[^"]*)"|(?P<bare>[^\s}]*))')
 POINTS_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-RUBRIC_START = re.compile(r"^\*\*Rubric \((?P<points>[^)]*?) points?\):\*\*\s*(?P<text>.*)$")
+RUBRIC_START = re.compile(r"^\*\*(?:Rubric \((?P<points>[^)]*?) points?\):|"
+                          r"评分标准（(?P<points_zh>[^）]*?)\s*分）：)\*\*\s*(?P<text>.*)$")
 QUESTION_START = re.compile(r"^\*\*(?P<label>Q\d+)\.\*\*\s*(?P<text>.*)$")
 TITLE_CHARS = 100  # of a question's title: its first sentence, cut
 
@@ -128,9 +134,10 @@ class Lesson:
         return self.path.stem
 
 
-def parse(path: Path) -> Lesson:
-    """Split a lesson .qmd into markdown and ```{python} cells."""
-    text = path.read_text(encoding="utf-8")
+def parse(path: Path, text: str | None = None) -> Lesson:
+    """Split a lesson .qmd into markdown and ```{python} cells. `text`: the source in another
+    language (translation.translated_source), parsed as if it were the file at `path`."""
+    text = path.read_text(encoding="utf-8") if text is None else text
     if path.stem[:2].isdigit():  # the lesson's table of recorded results, from its CSVs
         text = results_table.with_summary(text, path.parent.parent / "assets" / "results",
                                           int(path.stem[:2]))
@@ -188,9 +195,9 @@ def parse(path: Path) -> Lesson:
 
 def hint_call_text(exercise: str, levels: int) -> str:
     """The notebooks' line in place of a hints block."""
-    return (f'Stuck? `fc.hint("{exercise}")` in a cell of your own shows a hint, one level at '
-            f"a time ({levels} levels: the idea, then how the quantities relate, then the shape "
-            "of the code).")
+    return _('Stuck? `fc.hint("{exercise}")` in a cell of your own shows a hint, one level at '
+             "a time ({levels} levels: the idea, then how the quantities relate, then the shape "
+             "of the code).").format(exercise=exercise, levels=levels)
 
 
 def _hint_block(lines: list[str], start: int, exercise: str, cells: list[Cell],
@@ -348,7 +355,7 @@ def _exercise_source(cell: Cell, path: Path, first_line: int = 0) -> str:
                 raise LessonSourceError(f"{where}: nested {BEGIN}")
             in_solution = True
             indent = line[: len(line) - len(line.lstrip())]
-            out.append(f"{indent}# Your code here: replace the next line.")
+            out.append(f"{indent}# {_('Your code here: replace the next line.')}")
             out.append(f'{indent}raise NotImplementedError("write this function")')
             continue
         if stripped == END:
@@ -399,18 +406,20 @@ def _tags(cell: Cell) -> list[str]:
     return [t.strip() for t in raw.split(",") if t.strip()]
 
 
-def _banner(lesson: Lesson, variant: str) -> str:
-    source = f"{LESSONS_DIR}/{lesson.path.name}"
+def _banner(lesson: Lesson, variant: str, lang: str) -> str:
+    source = f"`{LESSONS_DIR}/{lesson.path.name}`"
+    if lang != i18n.SOURCE_LANGUAGE:  # and its translation
+        source += f", `{LESSONS_DIR}/{lang}/{lesson.path.stem}.toml`"
     if variant == "exercise":
-        return (
-            f"*Exercise notebook, generated from `{source}` by `python -m flashcourse build`.* "
+        return _(
+            "*Exercise notebook, generated from {source} by `python -m flashcourse build`.* "
             "Replace every `______` and every `raise NotImplementedError`, then run all cells: "
             "each check cell tells you what is wrong. Leave the check cells as they are."
-        )
-    return (
-        f"*Solution notebook, generated from `{source}` by `python -m flashcourse build`: "
+        ).format(source=source)
+    return _(
+        "*Solution notebook, generated from {source} by `python -m flashcourse build`: "
         "do not edit it; edit the lesson source and rebuild.*"
-    )
+    ).format(source=source)
 
 
 def _notebook_markdown(text: str, variant: str, path: Path) -> str:
@@ -467,15 +476,19 @@ def _lab_notes_as_details(text: str, path: Path) -> str:
     return "\n".join(out)
 
 
-def to_notebook(lesson: Lesson, variant: str) -> nbformat.NotebookNode:
+def to_notebook(lesson: Lesson, variant: str,
+                lang: str = i18n.SOURCE_LANGUAGE) -> nbformat.NotebookNode:
+    """The exercise or solution notebook of a lesson parsed in `lang` (its edition's language,
+    kept in the metadata, where the course's messages read it)."""
     nb = nbformat.v4.new_notebook()
     nb.metadata = {
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
+        "flashcourse": {"lang": lang},
     }
     start = learning_path.before_you_start(lesson, book=False)
-    title = nbformat.v4.new_markdown_cell(
-        f"# {lesson.title}\n\n{_banner(lesson, variant)}" + (f"\n\n{start}" if start else ""))
+    title = nbformat.v4.new_markdown_cell(f"# {lesson.title}\n\n{_banner(lesson, variant, lang)}"
+                                          + (f"\n\n{start}" if start else ""))
     title.id = "title"
     nb.cells.append(title)
     used_ids = {"title"}
@@ -507,10 +520,11 @@ def to_notebook(lesson: Lesson, variant: str) -> nbformat.NotebookNode:
 SCORECARD_CALL = re.compile(r"^\s*fc\.scorecard\(", re.M)
 
 
-def to_book_page(lesson: Lesson, answers: bool = True) -> str:
+def to_book_page(lesson: Lesson, answers: bool = True, language_switch: str = "") -> str:
     """A Quarto page: each exercise as the student sees it, then the reference answer in a
     collapsed callout. `answers=False` (the class edition's book): no reference answers, in
-    code or in prose, and no code cell that runs."""
+    code or in prose, and no code cell that runs. `language_switch`: the page's first line, a
+    link to the same page in the other language (editions.switch_line)."""
     parts = [
         "---",
         f"title: {json.dumps(lesson.title)}",
@@ -520,6 +534,7 @@ def to_book_page(lesson: Lesson, answers: bool = True) -> str:
         " do not edit. -->",
         "",
     ]
+    parts += [language_switch, ""] if language_switch else []
     start = learning_path.before_you_start(lesson, book=True)
     parts += [start, ""] if start else []
     hints = {block.cell_index: block for block in lesson.hints}
@@ -540,7 +555,7 @@ def to_book_page(lesson: Lesson, answers: bool = True) -> str:
             parts += ["```{python}", "#| eval: false", *options,
                       _exercise_source(cell, lesson.path), "```", ""]
             parts += hint_callouts(hints[number]) if number in hints else []
-            parts += ['::: {.callout-tip collapse="true"}', "## Reference answer", "",
+            parts += ['::: {.callout-tip collapse="true"}', f"## {_('Reference answer')}", "",
                       "```{python}", *options, _without_blank_import(_solution_source(cell)),
                       "```", "", ":::", ""]
         else:
@@ -558,7 +573,8 @@ def hint_callouts(block: HintBlock) -> list[str]:
     for level, text in enumerate(block.levels, start=1):
         fence = ":" * (3 + count - level)
         opening += [f'{fence} {{.callout-note .hint collapse="true"}}',
-                    f"## Hint {level} of {count}", "", text, ""]
+                    "## " + _("Hint {level} of {count}").format(level=level, count=count), "",
+                    text, ""]
         closing = [fence, "", *closing]
     return opening + closing
 
@@ -668,7 +684,7 @@ def _rubric(lines: list[str], start: int, end: int, points: float, cell_id: str,
         head = RUBRIC_START.match(lines[index].strip())
         if not head:
             continue
-        said = head.group("points").strip()
+        said = (head.group("points") or head.group("points_zh")).strip()
         if not POINTS_NUMBER.fullmatch(said) or float(said) != points:
             raise LessonSourceError(
                 f"{path}:{index + 1}: the rubric of {cell_id} says {said!r} points, its "
@@ -705,21 +721,12 @@ def lesson_paths(root: Path) -> list[Path]:
 
 
 def rendered(root: Path) -> dict[Path, str]:
-    """Every generated file with the text it must hold."""
+    """Every generated file with the text it must hold, in every edition."""
     files: dict[Path, str] = {}
-    lessons = [parse(path) for path in lesson_paths(root)]
-    for lesson in lessons:
-        open_questions(lesson)  # every open answer has its points and rubric, or the build stops
-        for variant in ("exercise", "solution"):
-            target = root / OUTPUT_DIRS[variant] / f"{lesson.slug}.ipynb"
-            files[target] = nbformat.writes(to_notebook(lesson, variant)) + "\n"
-        files[root / OUTPUT_DIRS["book"] / f"{lesson.slug}.qmd"] = to_book_page(lesson)
-        if lesson.hints:
-            files[root / HINTS_DIR / f"{lesson.slug}.json"] = hints_json(lesson)
-    index = root / "index.qmd"
-    index_text = index.read_text(encoding="utf-8") if index.exists() else ""
-    if learning_path.BEGIN in index_text:
-        files[index] = learning_path.index_with_map(index_text, lessons)
+    english: list[Lesson] = []
+    for lang in editions.LANGUAGES:
+        with i18n.language(lang):  # the build's own words in the edition's language
+            files.update(_edition(root, lang, english))
     files.update(interactive_data(root))
     readme = root / "README.md"
     readme_text = readme.read_text(encoding="utf-8") if readme.exists() else ""
@@ -728,10 +735,66 @@ def rendered(root: Path) -> dict[Path, str]:
     return files
 
 
-def hints_json(lesson: Lesson) -> str:
-    """The hints file `fc.hint` reads: every exercise's levels, in the lesson's order."""
-    data = {"source": f"{LESSONS_DIR}/{lesson.path.name}",
-            "exercises": {block.exercise: list(block.levels) for block in lesson.hints}}
+def _edition(root: Path, lang: str, english: list[Lesson]) -> dict[Path, str]:
+    """The notebooks, book pages, hint levels, home page and glossary of the edition in `lang`;
+    `english`: the English lessons, filled by the English edition, which is built first."""
+    files: dict[Path, str] = {}
+    book_lessons = []
+    for number, path in enumerate(lesson_paths(root)):
+        lesson = parse(path, editions.source_text(path, lang, book=False))
+        book_lesson = parse(path, editions.source_text(path, lang, book=True)) \
+            if lang != i18n.SOURCE_LANGUAGE else lesson
+        if lang == i18n.SOURCE_LANGUAGE:
+            open_questions(lesson)  # every open answer has its points and rubric, or it stops
+            english.append(lesson)
+        book_lessons.append(book_lesson)
+        for variant in ("exercise", "solution"):
+            target = root / editions.folder(OUTPUT_DIRS[variant], lang) / f"{lesson.slug}.ipynb"
+            files[target] = nbformat.writes(to_notebook(lesson, variant, lang)) + "\n"
+        page = editions.folder(OUTPUT_DIRS["book"], lang) / f"{lesson.slug}.qmd"
+        files[root / page] = editions.rebased_page(
+            to_book_page(book_lesson, language_switch=editions.switch_line(page, lang)), lang)
+        levels = hints_json(lesson, english[number] if lang != i18n.SOURCE_LANGUAGE else None)
+        if levels:
+            files[root / editions.folder(str(HINTS_DIR), lang) / f"{lesson.slug}.json"] = levels
+    files.update(_home_page(root, lang, book_lessons))
+    if (root / translation.GLOSSARY).exists():
+        glossary = editions.folder(OUTPUT_DIRS["book"], lang) / f"{editions.GLOSSARY_PAGE}.qmd"
+        files[root / glossary] = editions.glossary_page(root, lang)
+    return files
+
+
+def _home_page(root: Path, lang: str, lessons: list[Lesson]) -> dict[Path, str]:
+    """The book's home page: the English index.qmd with its map of the path; a translation's
+    from the index's translation, with its own map and its switch to the English."""
+    index = root / editions.BOOK_INDEX
+    text = index.read_text(encoding="utf-8") if index.exists() else ""
+    if learning_path.BEGIN not in text:
+        return {}
+    folder = editions.folder(OUTPUT_DIRS["book"], lang).as_posix()
+    if lang == i18n.SOURCE_LANGUAGE:
+        return {index: learning_path.index_with_map(text, lessons, folder)}
+    text = editions.source_text(index, lang, book=True)
+    text = text.replace(f"]({OUTPUT_DIRS['book']}/", f"]({folder}/")  # its links to the pages
+    text = learning_path.index_with_map(text, lessons, folder)
+    head, body = text.split("\n---\n", 1)
+    generated = (f"<!-- Generated from {editions.BOOK_INDEX} and "
+                 f"{LESSONS_DIR}/{lang}/{index.stem}.toml by `python -m flashcourse build`; do "
+                 "not edit. -->")
+    return {root / editions.book_index(lang):
+            f"{head}\n---\n\n{generated}\n\n{editions.index_switch_line(lang)}\n{body}"}
+
+
+def hints_json(lesson: Lesson, english: Lesson | None = None) -> str:
+    """The hints file `fc.hint` reads: every exercise's levels, in the lesson's order. For a
+    translation (`english`: the same lesson in English), only the exercises whose levels are
+    translated ("" when none are): `fc.hint` shows the others in English, saying so."""
+    original = {block.exercise: block.levels for block in english.hints} if english else {}
+    exercises = {block.exercise: list(block.levels) for block in lesson.hints
+                 if block.levels != original.get(block.exercise)}
+    if not exercises:
+        return ""
+    data = {"source": f"{LESSONS_DIR}/{lesson.path.name}", "exercises": exercises}
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -743,7 +806,8 @@ def interactive_data(root: Path) -> dict[Path, str]:
 
 
 def build(root: Path) -> list[Path]:
-    written = []
+    written = catalogs.write(root)  # the message catalogs: .po updated, .mo compiled,
+    i18n.reload()  # then read again: the editions' own words come from them
     for path, text in rendered(root).items():
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
@@ -757,10 +821,14 @@ def stale_files(root: Path) -> list[Path]:
     expected = rendered(root)
     stale = [p for p, text in expected.items()
              if not p.exists() or p.read_text(encoding="utf-8") != text]
-    for variant_dir in OUTPUT_DIRS.values():  # generated files whose lesson was deleted
-        for suffix in ("*.ipynb", "*.qmd"):
-            stale += [p for p in (root / variant_dir).glob(suffix) if p not in expected]
-    stale += [p for p in (root / HINTS_DIR).glob("*.json") if p not in expected]
+    for lang in editions.LANGUAGES:  # generated files whose lesson was deleted
+        for variant_dir in OUTPUT_DIRS.values():
+            for suffix in ("*.ipynb", "*.qmd"):
+                stale += [p for p in (root / editions.folder(variant_dir, lang)).glob(suffix)
+                          if p not in expected]
+        stale += [p for p in (root / editions.folder(str(HINTS_DIR), lang)).glob("*.json")
+                  if p not in expected]
     stale += [p for p in (root / OUTPUT_DIRS["book"] / INTERACTIVE_DATA).glob("*.json")
               if p not in expected]  # a table no diagram exports any more
+    stale += catalogs.stale(root)
     return sorted(stale)

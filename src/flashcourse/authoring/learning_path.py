@@ -12,8 +12,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..i18n import _
+
 BEGIN = "<!-- the path: made by `python -m flashcourse build` from the lessons' front matter -->"
 END = "<!-- end of the path -->"
+# "Lesson 5: Softmax" or its Chinese, with a full-width colon: the map shows what follows it
+TITLE_HEAD = re.compile(r": |：")
 _FIELD = re.compile(r'^(?P<key>needs|skills|time):\s*(?P<value>.*?)\s*$', re.M)
 
 
@@ -43,13 +47,16 @@ def _slugs(lesson_path: Path) -> dict[int, str]:
 
 def _lesson_link(number: int, slugs: dict[int, str], book: bool) -> str:
     slug = slugs.get(number)
+    name = _("lesson {number}").format(number=number)
     if slug is None:
-        return f"lesson {number}"
-    return f"[lesson {number}]({slug}.qmd)" if book else f"[lesson {number}]({slug}.ipynb)"
+        return name
+    return f"[{name}]({slug}.qmd)" if book else f"[{name}]({slug}.ipynb)"
 
 
 def _joined(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    if len(items) == 1:
+        return items[0]
+    return _("{items} and {last}").format(items=_(", ").join(items[:-1]), last=items[-1])
 
 
 def before_you_start(lesson, book: bool) -> str:
@@ -63,26 +70,32 @@ def before_you_start(lesson, book: bool) -> str:
         needs.append(_joined(builds_on))
     if lesson.skills:
         needs.append(lesson.skills)
-    first = f"it builds on {' and on '.join(needs)}" if needs else "it needs no earlier lesson"
-    return (f"**Before you start:** {first}. **Time:** about {lesson.time} of work, "
-            "exercises included.")
+    if len(needs) == 2:
+        first = _("it builds on {what} and on {more}").format(what=needs[0], more=needs[1])
+    elif needs:
+        first = _("it builds on {what}").format(what=needs[0])
+    else:
+        first = _("it needs no earlier lesson")
+    return _("**Before you start:** {needs}. **Time:** about {time} of work, exercises "
+             "included.").format(needs=first, time=lesson.time)
 
 
-def path_map(lessons: list) -> str:
-    """The book index's table of the path: each lesson, what it needs, its time."""
-    lines = ["| lesson | builds on | also needs | time |", "|---|---|---|---|"]
+def path_map(lessons: list, folder: str = "book") -> str:
+    """The book index's table of the path: each lesson, what it needs, its time; `folder`: where
+    the book's pages are, from the index."""
+    lines = [_("| lesson | builds on | also needs | time |"), "|---|---|---|---|"]
     for lesson in lessons:
         number = int(lesson.path.stem[:2])
-        title = lesson.title.split(": ", 1)[-1]
-        needs = ", ".join(str(n) for n in lesson.needs) or "none"
-        lines.append(f"| {number}. [{title}](book/{lesson.path.stem}.qmd) | {needs} | "
+        title = TITLE_HEAD.split(lesson.title, maxsplit=1)[-1]
+        needs = ", ".join(str(n) for n in lesson.needs) or _("none")
+        lines.append(f"| {number}. [{title}]({folder}/{lesson.path.stem}.qmd) | {needs} | "
                      f"{lesson.skills or '-'} | {lesson.time or '?'} |")
     return "\n".join(lines)
 
 
-def index_with_map(index_text: str, lessons: list) -> str:
+def index_with_map(index_text: str, lessons: list, folder: str = "book") -> str:
     head, rest = index_text.split(BEGIN, 1)
     if END not in rest:
         raise PathError(f"index.qmd: {BEGIN!r} without its closing line {END!r}")
     _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{path_map(lessons)}\n{END}{tail}"
+    return f"{head}{BEGIN}\n{path_map(lessons, folder)}\n{END}{tail}"

@@ -23,11 +23,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from . import build, capture, shipping
+from . import build, capture, catalogs, shipping
 
 PACKAGE = Path("src/flashcourse")
 TEMPLATES = Path(__file__).with_name("student_edition")
 TOP_FILES = ("constraints.txt", "index.qmd", "assets/course.css", "assets/offline.scss")
+ENGLISH_PROFILE = "_quarto-en.yml"  # the English book's pages (Quarto's default profile)
 COMMANDS_DROPPED = ("build", "grade", "release")  # no lessons, no grader in the edition
 
 
@@ -61,6 +62,7 @@ def release(root: Path, out: Path, commit: bool = True) -> list[Path]:
     for path, text in build.interactive_data(out).items():  # what the book's diagrams load
         _write(path, text)
     _write(out / "_quarto.yml", _quarto_config(root))
+    _write(out / ENGLISH_PROFILE, _english_profile(root))
     _write(out / "pyproject.toml", _pyproject(root))
     _write(out / "course", _course_script(root))
     (out / "course").chmod(0o755)
@@ -99,6 +101,10 @@ def _copy_package(root: Path, out: Path) -> None:
         path = out / "src" / Path(*module.split(".")).with_suffix(".py")
         path.write_text(stubbed(path.read_text(encoding="utf-8"), module, names),
                         encoding="utf-8")
+    for lang in catalogs.translated_languages():  # no lesson check's message ships
+        shipped = out / catalogs.compiled_path(root, lang).relative_to(root)
+        shipped.parent.mkdir(parents=True, exist_ok=True)
+        shipped.write_bytes(catalogs.compiled(root, lang, (catalogs.CORE,)))
     edition = out / PACKAGE / "checks" / "edition.py"
     text = edition.read_text(encoding="utf-8")
     marked = re.sub(r"^EDITION = SELF_STUDY\b.*$", "EDITION = CLASS  # built by ./course release",
@@ -161,6 +167,16 @@ def _quarto_config(root: Path) -> str:
     text = text.replace("execute:\n", "execute:\n  enabled: false\n", 1)
     if "pre-render" in text or "enabled: false" not in text:
         raise ReleaseError("_quarto.yml changed shape: update authoring/release.py")
+    return text
+
+
+def _english_profile(root: Path) -> str:
+    """The English book's pages and chapters, without the Chinese book's switch and the glossary
+    (editions.py), which the class edition does not have."""
+    text = (root / ENGLISH_PROFILE).read_text(encoding="utf-8")
+    text, removed = re.subn(r"^  (?:appendices|sidebar):\n(?:    .*\n)+", "", text, flags=re.M)
+    if removed != 2:
+        raise ReleaseError(f"{ENGLISH_PROFILE} changed shape: update authoring/release.py")
     return text
 
 

@@ -7,6 +7,7 @@ the released package as every exercise's answer to the instructor's grader.
 
 from __future__ import annotations
 
+from .. import i18n
 from ..checks import LESSON_MODULES, tripwires
 
 # Under src/flashcourse/: folders and modules that never ship.
@@ -19,6 +20,8 @@ INSTRUCTOR_ONLY = (
     "authoring/student_edition",  # the release's own files, copied to the top of the edition
     "checks/self_checks",  # the questions' answers
     "checks/tripwires.py",  # the grader's, in its sandbox
+    *(f"locale/{lang}/checks.po" for lang in i18n.LANGUAGES),  # the lesson checks' messages name
+    # their mistakes and hidden cases; the edition's .mo is compiled from core.po alone
     *(f"checks/{module}" for module in LESSON_MODULES.values()),  # the references, the
     *(f"checks/{module}.py" for module in LESSON_MODULES.values()),  # hidden cases
 )

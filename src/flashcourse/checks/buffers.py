@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from ..i18n import _
 from .errors import WrongAnswer
 
 GUARD = 16384  # poisoned elements before and after: more than one 128x128 tile
@@ -57,7 +58,7 @@ def padded_copy(tensor: torch.Tensor, pad_rows: int, pad_cols: int, fill: float,
     pad_cols columns after every matrix or, when contiguous, one with a contiguous tensor's
     strides and at least that much room after it (a grader's rerun that asks whether a kernel
     indexes with widths instead of strides)."""
-    view, storage, _ = _padded_view(tensor.shape, tensor.dtype, tensor.device, fill,
+    view, storage, _shape = _padded_view(tensor.shape, tensor.dtype, tensor.device, fill,
                                     pad_rows, pad_cols)
     if contiguous:
         view = torch.as_strided(storage, tensor.shape, torch.empty(tensor.shape).stride(),
@@ -83,16 +84,19 @@ class Canaried:
         """Flat mask over the whole buffer: True where a store outside the output landed."""
         return (self._storage != CANARY) & ~self._inside
 
-    def verify(self, case: str) -> None:
-        """Raise WrongAnswer if a canary changed (a store outside the output)."""
+    def verify(self, case: str, advice: str | None = None) -> None:
+        """Raise WrongAnswer if a canary changed (a store outside the output): what was
+        written where, then `advice` (default: mask the last block's stores)."""
         changed = self.changed_canaries()
         if not bool(changed.any()):
             return
         flat = int(torch.nonzero(changed)[0, 0])
         count = int(changed.sum())
-        raise WrongAnswer(f"{case}: your kernel wrote {count} value(s) outside the output, "
-                          f"first {self._describe(flat)}. Mask the stores of the last block "
-                          "(mask=offsets < size) so edge programs write only inside the tensor.")
+        what = _("{case}: your kernel wrote {count} value(s) outside the output, first "
+                 "{where}.").format(case=case, count=count, where=self._describe(flat))
+        advice = advice or _("Mask the stores of the last block (mask=offsets < size) so edge "
+                             "programs write only inside the tensor.")
+        raise WrongAnswer(f"{what} {advice}")
 
     def unwritten(self) -> torch.Tensor:
         """Boolean mask of output elements that still hold their initial NaN."""
@@ -102,18 +106,23 @@ class Canaried:
     def _describe(self, flat: int) -> str:
         body = math.prod(self._padded)
         if flat < GUARD:
-            return f"{GUARD - flat} element(s) before the start of the output"
+            return _("{count} element(s) before the start of the output").format(
+                count=GUARD - flat)
         if flat >= GUARD + body:
-            return f"{flat - GUARD - body + 1} element(s) past the end of the output"
+            return _("{count} element(s) past the end of the output").format(
+                count=flat - GUARD - body + 1)
         index = [int(i) for i in torch.unravel_index(torch.tensor(flat - GUARD), self._padded)]
         if len(self.shape) == 1:
-            return f"at index {index[0]}, past the last index {self.shape[0] - 1}"
+            return _("at index {index}, past the last index {last}").format(
+                index=index[0], last=self.shape[0] - 1)
         *lead, row, col = index
         rows, cols = self.shape[-2:]
-        where = f"batch index {tuple(lead)}, " if lead else ""
+        where = _("batch index {index}, ").format(index=tuple(lead)) if lead else ""
         if row >= rows:
-            return f"at {where}row {row}, past the last row {rows - 1}"
-        return f"at {where}row {row}, column {col}, past the last column {cols - 1}"
+            return _("at {where}row {row}, past the last row {last}").format(
+                where=where, row=row, last=rows - 1)
+        return _("at {where}row {row}, column {column}, past the last column {last}").format(
+            where=where, row=row, column=col, last=cols - 1)
 
 
 def poisoned_heads(x: torch.Tensor, layout: str = "bhnd", pad_rows: int = PAD_ROWS,

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import os
 
+from ..i18n import _
 from ..runtime import truthy
 
 GRADING_MODE_ENV = "FLASHCOURSE_GRADING"
@@ -69,4 +70,4 @@ def case_seed(seed: int) -> int:
 
 def hidden_note() -> str:
     """What a passing check tells a student: the grader will run more cases."""
-    return "" if grading_mode() else " (graders also run hidden cases)"
+    return "" if grading_mode() else _(" (graders also run hidden cases)")

@@ -11,13 +11,14 @@ The lesson's scorecard says so: points come from the grader, not from this noteb
 
 from __future__ import annotations
 
+from ..i18n import N_, _
 from . import examples, registry
 from .errors import WrongAnswer
 
-RECORDED = "recorded"
-GRADED_ON_SUBMISSION = ("recorded; graded when your instructor grades the notebook (the class "
-                        "edition does not say here whether it is right)")
-KINDS = {"number": "a number", "string": "a string", "bool": "True or False"}
+RECORDED = N_("recorded")
+GRADED_ON_SUBMISSION = N_("recorded; graded when your instructor grades the notebook (the "
+                          "class edition does not say here whether it is right)")
+KINDS = {"number": N_("a number"), "string": N_("a string"), "bool": N_("True or False")}
 
 
 def register(stem: str) -> None:
@@ -56,12 +57,16 @@ def _recorded_check(item: dict):
 
     def run(answers) -> str:
         registry.require_answers(answers, list(keys), item["id"])
-        wrong_kind = [f"  {key} wants {KINDS[kind]}, not {registry.printable_answer(answers[key])}"
+        wrong_kind = [_("  {key} wants {kind}, not {answer}").format(
+                          key=key, kind=_(KINDS[kind]),
+                          answer=registry.printable_answer(answers[key]))
                       for key, kind in keys.items() if not _right_kind(answers[key], kind)]
         if wrong_kind:
-            raise WrongAnswer(f"{item['id']}: answer each part with the kind of value its "
-                              "comment asks for:\n" + "\n".join(wrong_kind))
-        return f"{len(keys)} answers {GRADED_ON_SUBMISSION}"
+            raise WrongAnswer(_("{exercise_id}: answer each part with the kind of value its "
+                                "comment asks for:").format(exercise_id=item["id"])
+                              + "\n" + "\n".join(wrong_kind))
+        return _("{count} answers {graded}").format(count=len(keys),
+                                                    graded=_(GRADED_ON_SUBMISSION))
 
     return run
 
@@ -71,30 +76,35 @@ def scorecard(lesson_id: str) -> float:
     exercises pass or fail their visible cases; questions and statements are recorded or not
     answered yet. Raises when something is not done, so Run All shows it."""
     lesson = registry.LESSONS[lesson_id]
-    lines = [f"Scorecard (class edition): {lesson.title}"]
+    lines = [_("Scorecard (class edition): {title}").format(title=_(lesson.title))]
     todo = []
     for ex in lesson.exercises:
         state = "passed" if ex.id in registry.RESULTS else \
             registry.ATTEMPTS.get(ex.id, registry.NOT_STARTED)
+        title = _(ex.title)
+        worth = registry.state_name("veto") if ex.kind == "veto" else \
+            _("{points:g} points").format(points=ex.points)
         if ex.kind == "code":
-            shown = "visible cases pass" if state == "passed" else state
-            lines.append(f"  {'✓' if state == 'passed' else '✗'} {ex.title} "
-                         f"({ex.points:g} points): {shown}")
+            mark, passed_as = "✓", _("visible cases pass")
         else:
-            shown = RECORDED if state == "passed" else state
-            kind = "veto" if ex.kind == "veto" else f"{ex.points:g} points"
-            lines.append(f"  {'•' if state == 'passed' else '✗'} {ex.title} ({kind}): {shown}")
+            mark, passed_as = "•", _(RECORDED)
+        lines.append(_("  {mark} {title} ({worth}): {state}").format(
+            mark=mark if state == "passed" else "✗", title=title, worth=worth,
+            state=passed_as if state == "passed" else registry.state_name(state)))
         if state != "passed":
-            todo.append(f"  - {ex.title}: {registry.STATE_ADVICE.get(state, 'run its check')}")
-    lines.append(f"Points ({lesson.total_points:g}, pass line {lesson.pass_line:g}) come from "
-                 "your instructor's grader: it runs hidden cases on inputs of your own and "
-                 "scores the questions, statements and written answers.")
+            todo.append(_("  - {title}: {advice}").format(title=title,
+                                                           advice=registry.advice(state)))
+    lines.append(_("Points ({total:g}, pass line {pass_line:g}) come from your instructor's "
+                   "grader: it runs hidden cases on inputs of your own and scores the "
+                   "questions, statements and written answers.").format(
+        total=lesson.total_points, pass_line=lesson.pass_line))
     if todo:
-        lines += ["What to do next:", *todo]
+        lines += [_("What to do next:"), *todo]
     print("\n".join(lines))
     if todo:
         from ..messages import install_message_handler
 
         install_message_handler()
-        raise WrongAnswer(f"Not done yet: {len(todo)} item(s) of {lesson_id} to finish.")
+        raise WrongAnswer(_("Not done yet: {count} item(s) of {lesson_id} to finish.").format(
+            count=len(todo), lesson_id=lesson_id))
     return 0.0

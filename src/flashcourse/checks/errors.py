@@ -7,6 +7,11 @@ class WrongAnswer(AssertionError):
     """The answer ran but is wrong; the message says which case, where, and what to try."""
 
 
+class LaunchFailed(WrongAnswer):
+    """Launching the student's kernel raised (`guards.guarded`): a check may add a hint about
+    launches. Its own class, so no check reads its (translated) message to tell."""
+
+
 class NotStarted(WrongAnswer):
     """The answer is still the stub handed out (it raises NotImplementedError): not started."""
 

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .. import runtime
+from ..i18n import N_, _
 from ..kernels import attention
 from . import guards, registry
 
@@ -60,21 +61,42 @@ def case_for_device(case: Case) -> Case:
 # ---------------------------------------------------------------- helpers
 
 
+def case_label(case: Case, number: int, total: int) -> str:
+    """How a failure names an attention case (the checks of lessons 6 to 8)."""
+    extras = [f"sm_scale={case.sm_scale:g}"] if case.sm_scale is not None else []
+    if case.large:
+        extras.append(_("scores ~1e3"))
+    if case.layout == "bnhd":
+        extras.append(_("inputs are transposed views of (B, N, H, D) tensors"))
+    return _("case {number}/{total} (B={B}, H={H}, N={N}, D={D}, {dtype}, {causal}, "
+             "BLOCK_M={block_m}, BLOCK_N={block_n}{extra})").format(
+        number=number, total=total, B=case.B, H=case.H, N=case.N, D=case.D,
+        dtype=str(case.dtype).replace("torch.", ""),
+        causal=_("causal") if case.causal else _("not causal"), block_m=case.block_m,
+        block_n=case.block_n, extra="".join(f", {e}" for e in extras))
+
+
+def shown(message: str, **fields) -> str:
+    """A message of the tables of lessons 6 and 7 in the current language, with the section
+    it names ({forward_section}) and `fields` filled in."""
+    return _(message).format(forward_section=_(FORWARD_SECTION), **fields)
+
+
 def pad_of(case: Case) -> int:
     return max(case.block_m, case.block_n)
 
 
-OFFSET_HINT = ("If the stores are masked, check the batch and head offsets of this output: use "
-               "its own batch and head strides, never the head stride times a head count. "
-               'See "Strides, not shapes" and "Masks" in lesson 6, section 2 ("The FA2 forward '
-               'kernel").')
+OFFSET_HINT = (N_("If the stores are masked, check the batch and head offsets of this output: use "
+                  "its own batch and head strides, never the head stride times a head count. See "
+                  "\"Strides, not shapes\" and \"Masks\" in lesson 6, section 2 (\"The FA2 "
+                  "forward kernel\")."))
 
 
 def verify_canaries(buffer, label: str) -> None:
     try:
         buffer.verify(label)
     except registry.WrongAnswer as err:
-        raise registry.WrongAnswer(f"{err}\n{OFFSET_HINT}") from None
+        raise registry.WrongAnswer(f"{err}\n{_(OFFSET_HINT)}") from None
 
 
 def case_inputs(case: Case):
@@ -89,7 +111,7 @@ def launch_case(fn, label, *args, **kwargs):
         return guards.guarded(label, lambda: fn(*args, **kwargs),
                               tensors=guards.tensors_in(args, kwargs))
     except registry.WrongAnswer as err:
-        if "launching your kernel raised" not in str(err):
+        if not isinstance(err, guards.LaunchFailed):  # its message is translated
             raise
         cause = err.__cause__
         text = f"{err} {cause!r}" if cause is not None else str(err)
@@ -114,35 +136,35 @@ def where_wrong(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: flo
     if per_slice[0, 0]:  # the first slice is wrong too: not an offset mistake
         return ""
     if not per_slice[0].any():
-        return ("Likely mistake: batch 0 is right but later batches are not. The batch offset "
-                "must use the batch stride: here the inputs are not contiguous, so the batch "
-                "stride is not H times the head stride. See \"Strides, not shapes\" in lesson 6, "
-                "section 2.")
-    return ("Likely mistake: the (batch, head) slice (0, 0) is right but others are not: the "
-            "offset of each program's (batch, head) slice is wrong. Which slice a program "
-            "owns, and how far its data lies from the start, are explained in \"Strides, not "
-            "shapes\" in lesson 6, section 2.")
+        return (_("Likely mistake: batch 0 is right but later batches are not. The batch offset "
+                  "must use the batch stride: here the inputs are not contiguous, so the batch "
+                  "stride is not H times the head stride. See \"Strides, not shapes\" in lesson "
+                  "6, section 2."))
+    return (_("Likely mistake: the (batch, head) slice (0, 0) is right but others are not: the "
+              "offset of each program's (batch, head) slice is wrong. Which slice a program owns, "
+              "and how far its data lies from the start, are explained in \"Strides, not shapes\" "
+              "in lesson 6, section 2."))
 
 
-FORWARD_SECTION = 'lesson 6, section 2 ("The FA2 forward kernel")'
+FORWARD_SECTION = N_("lesson 6, section 2 (\"The FA2 forward kernel\")")
 NAN_TAIL_HINT = (
-    "Likely mistake: the last block reads past N. The grader surrounds the inputs with NaN, so "
-    "an unmasked load or store past the end shows up here. See \"Masks\" in "
-    f"{FORWARD_SECTION}.")
+    N_("Likely mistake: the last block reads past N. The grader surrounds the inputs with NaN, so "
+       "an unmasked load or store past the end shows up here. See \"Masks\" in "
+       "{forward_section}."))
 DOT_DTYPE_HINT = (
-    "Likely mistake: the operands of a tl.dot have different dtypes. The weights p (or dS) "
-    "are float32 but V (or K, Q) are float16 here: convert the float32 operand to the other "
-    "operand's dtype with .to(...) before tl.dot. The float32 cases pass because both "
-    f"operands are float32 there. See {FORWARD_SECTION}.")
-SIGNATURE_HINT = ("Read the kernel's signature in the lesson: the grader passes exactly those "
-                  "arguments.")
+    N_("Likely mistake: the operands of a tl.dot have different dtypes. The weights p (or dS) are "
+       "float32 but V (or K, Q) are float16 here: convert the float32 operand to the other "
+       "operand's dtype with .to(...) before tl.dot. The float32 cases pass because both operands "
+       "are float32 there. See {forward_section}."))
+SIGNATURE_HINT = (N_("Read the kernel's signature in the lesson: the grader passes exactly those "
+                     "arguments."))
 
 
 def launch_hint(text: str) -> str:
     """The hint for a kernel that failed to compile or run, from the error's text."""
     if "same dtype" in text or ("dtype" in text and "dot" in text):
-        return DOT_DTYPE_HINT
+        return shown(DOT_DTYPE_HINT)
     if any(word in text for word in ("argument", "positional", "keyword", "missing")):
-        return SIGNATURE_HINT
-    return ("The error above names the line of your kernel that failed: the message says "
-            "what Triton could not do there.")
+        return _(SIGNATURE_HINT)
+    return (_("The error above names the line of your kernel that failed: the message says what "
+              "Triton could not do there."))

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..i18n import N_, _
 from ..reference import standard_attention
 from . import registry
 
-LESSON = registry.lesson("gpu-flash", "Lesson 1: GPU kernels and FlashAttention", pass_line=8)
+LESSON = registry.lesson("gpu-flash", N_("Lesson 1: GPU kernels and FlashAttention"),
+                         pass_line=8)
 
 
 # (n, d, block_size or None for the default, seed, logit scale, kind); kind "extreme": rows of
@@ -30,7 +32,7 @@ HIDDEN_CASES = [
 ]
 
 
-EXTREME_NOTE = ", rows of scores near -1000, near +1000 and all equal"
+EXTREME_NOTE = N_(", rows of scores near -1000, near +1000 and all equal")
 
 
 def _inputs(n: int, d: int, seed: int, logit_scale: float, kind: str = "normal"):
@@ -87,74 +89,77 @@ def blocked_attention(Q, K, V, block_size, *, rescale=True, running_max=True, fi
     return out
 
 
-SECTION = 'section 6 ("FlashAttention: tiles and an online softmax")'
-PER_BLOCK_HINT = (
-     "This is 'softmax each block separately, then combine': each block is normalised by its "
-     "own sum, so the weights of a row no longer sum to 1. The blocks must share one running "
-     f"max and one running sum per row; {SECTION} explains why.")
+SECTION = N_('section 6 ("FlashAttention: tiles and an online softmax")')
+PER_BLOCK_HINT = N_(
+    "This is 'softmax each block separately, then combine': each block is normalised by its "
+    "own sum, so the weights of a row no longer sum to 1. The blocks must share one running "
+    "max and one running sum per row; {section} explains why.")
 MISTAKES = [
     (dict(per_block_softmax=True), PER_BLOCK_HINT),
     (dict(per_block_softmax=True, average_blocks=True), PER_BLOCK_HINT),
     (dict(rescale=False),
-     "The old sum l and the old output O were not rescaled when the running max grew: both "
-     f"were computed against the old max. Re-read the rescaling step in {SECTION}."),
+     N_("The old sum l and the old output O were not rescaled when the running max grew: both "
+        "were computed against the old max. Re-read the rescaling step in {section}.")),
     (dict(rescale_out=False),
-     "The running sum l is rescaled when the running max grows, but the output O is not: O "
-     "holds weights computed against the old max too, so it needs the same rescaling as l. "
-     f"See {SECTION}."),
+     N_("The running sum l is rescaled when the running max grows, but the output O is not: O "
+        "holds weights computed against the old max too, so it needs the same rescaling as l. "
+        "See {section}.")),
     (dict(rescale_sum=False),
-     "The output O is rescaled when the running max grows, but the running sum l is not: l "
-     "holds weights computed against the old max too, so it needs the same rescaling as O. "
-     f"See {SECTION}."),
+     N_("The output O is rescaled when the running max grows, but the running sum l is not: l "
+        "holds weights computed against the old max too, so it needs the same rescaling as O. "
+        "See {section}.")),
     (dict(final_divide=False),
-     "The output is never divided by the running sum: the normalisation is deferred to the "
-     f"end of the loop ({SECTION})."),
+     N_("The output is never divided by the running sum: the normalisation is deferred to the "
+        "end of the loop ({section}).")),
     (dict(flip_scale=True),
-     "The rescale factor points the wrong way: the running max only grows, so the factor that "
-     f"corrects old values must be at most 1. See {SECTION}."),
+     N_("The rescale factor points the wrong way: the running max only grows, so the factor that "
+        "corrects old values must be at most 1. See {section}.")),
     (dict(running_max=False),
-     "Without a running max, exp(score) overflows for large scores (e^89 is inf in float32, "
-     f"e^710 in float64): the scores must be shifted by the running max ({SECTION})."),
+     N_("Without a running max, exp(score) overflows for large scores (e^89 is inf in float32, "
+        "e^710 in float64): the scores must be shifted by the running max ({section}).")),
     (dict(initial_max=0.0),
-     "The running max never goes below 0 (it starts at 0, or the max is taken with 0): a row "
-     "whose scores are all below about -745 then has exp(score - 0) = 0 for every key, and its "
-     f"output is 0/0 = NaN. The running max must start below every score ({SECTION})."),
+     N_("The running max never goes below 0 (it starts at 0, or the max is taken with 0): a row "
+        "whose scores are all below about -745 then has exp(score - 0) = 0 for every key, and its "
+        "output is 0/0 = NaN. The running max must start below every score ({section}).")),
     (dict(include_old_max=False),
-     "The new running max ignores the old one: using only this block's max overflows or "
-     f"misweights rows whose largest score came in an earlier block. See {SECTION}."),
+     N_("The new running max ignores the old one: using only this block's max overflows or "
+        "misweights rows whose largest score came in an earlier block. See {section}.")),
 ]
 
-GENERIC_HINT = (
+GENERIC_HINT = N_(
     "None of the mistakes the grader knows matches this output. Compare each of your four "
     "updates (running max, rescale factor, running sum, output) with the recurrences of "
-    f"{SECTION}, one block at a time: the row block named above is where it first goes wrong."
+    "{section}, one block at a time: the row block named above is where it first goes wrong."
 )
 
 
 def _diagnose(output, Q, K, V, block_size) -> str:
     for switches, hint in MISTAKES:
         if registry.same_result(output, blocked_attention(Q, K, V, block_size, **switches), 1e-6):
-            return "Likely mistake: " + hint
-    return GENERIC_HINT
+            return _("Likely mistake: {hint}").format(hint=_(hint).format(section=_(SECTION)))
+    return _(GENERIC_HINT).format(section=_(SECTION))
 
 
-@registry.exercise("gpu-flash/flash-attention", "numpy FlashAttention (online softmax)", 4)
+@registry.exercise("gpu-flash/flash-attention", N_("numpy FlashAttention (online softmax)"), 4)
 def _check_flash_attention(flash_attention) -> str:
     if not callable(flash_attention):
-        raise registry.WrongAnswer("Pass the function itself: check(..., flash_attention).")
+        raise registry.WrongAnswer(_("Pass the function itself: check(..., flash_attention)."))
     cases = registry.with_hidden(VISIBLE_CASES, HIDDEN_CASES)
     for number, (n, d, block, seed, logit_scale, kind) in enumerate(cases, 1):
         Q, K, V = _inputs(n, d, seed, logit_scale, kind)
         copies = [x.copy() for x in (Q, K, V)]
-        label = (f"case {number}/{len(cases)} (n={n}, d={d}, block_size="
-                 f"{block if block else 'default 64'}, seed={seed}"
-                 f"{', scores ~1e3' if logit_scale > 1 else ''}"
-                 f"{EXTREME_NOTE if kind == 'extreme' else ''})")
+        notes = ((_(", scores ~1e3") if logit_scale > 1 else "")
+                 + (_(EXTREME_NOTE) if kind == "extreme" else ""))
+        label = _("case {number}/{total} (n={n}, d={d}, block_size={block}, seed={seed}"
+                  "{notes})").format(number=number, total=len(cases), n=n, d=d,
+                                     block=block if block else _("default 64"), seed=seed,
+                                     notes=notes)
         kwargs = {} if block is None else {"block_size": block}
         with np.errstate(all="ignore"):
             output = registry.run_student(flash_attention, label, Q, K, V, **kwargs)
         if any(not np.array_equal(a, b) for a, b in zip((Q, K, V), copies, strict=True)):
-            raise registry.WrongAnswer(f"{label}: your function modified Q, K or V in place.")
+            raise registry.WrongAnswer(_("{label}: your function modified Q, K or V in "
+                                         "place.").format(label=label))
         expected = standard_attention(Q, K, V)
         try:
             registry.compare(output, expected, label, atol=1e-6, rtol=1e-6,
@@ -163,4 +168,5 @@ def _check_flash_attention(flash_attention) -> str:
             hint = _diagnose(output, Q, K, V, block or 64)
             raise registry.WrongAnswer(f"{err}\n{hint}") from None
     hidden = registry.hidden_note()
-    return f"{len(cases)} cases match standard attention{hidden}"
+    return _("{total} cases match standard attention{hidden}").format(total=len(cases),
+             hidden=hidden)

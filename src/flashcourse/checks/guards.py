@@ -13,10 +13,11 @@ import torch
 
 from .. import runtime
 from ..blanks import BlankNotFilled, refuse_blanks, source_of
+from ..i18n import _
 from ..kernels import attention
 from ..launch import raise_blank_or_stub
 from . import buffers, recording, registry
-from .errors import NotStarted
+from .errors import LaunchFailed, NotStarted
 
 # (atol, rtol) of attention outputs (lessons 6 and 8); L and the gradients have their own
 ATTENTION_TOLERANCES = {torch.float32: (2e-4, 1e-3), torch.float16: (4e-3, 8e-3)}
@@ -67,16 +68,18 @@ def _require_jit_kernel(kernel, exercise_id: str, name: str | None) -> None:
     from triton.runtime.jit import KernelInterface
 
     if not isinstance(kernel, KernelInterface):
-        call = f": check(\"{exercise_id}\", {name})" if name else ""
-        raise registry.WrongAnswer(
-            f"{exercise_id}: pass the @triton.jit kernel itself (got {type(kernel).__name__}), "
-            f"not the result of calling it or its .fn; the grader launches it{call}.")
+        call = f': check("{exercise_id}", {name})' if name else ""
+        raise registry.WrongAnswer(_(
+            "{exercise_id}: pass the @triton.jit kernel itself (got {got}), not the result of "
+            "calling it or its .fn; the grader launches it{call}.").format(
+            exercise_id=exercise_id, got=type(kernel).__name__, call=call))
     for name, obj in [(kernel.fn.__name__, kernel), *attention.kernel_helpers(kernel)]:
         refuse_blanks(obj, name)
         if "raise NotImplementedError" in (source_of(obj) or ""):
-            raise NotStarted(
-                f"{exercise_id}: {name} still raises NotImplementedError. Replace the "
-                "`raise NotImplementedError` line with your implementation.")
+            raise NotStarted(_(
+                "{exercise_id}: {name} still raises NotImplementedError. Replace the "
+                "`raise NotImplementedError` line with your implementation.").format(
+                exercise_id=exercise_id, name=name))
 
 
 def launch(kernel, grid, case: str, *args, **kwargs) -> None:
@@ -112,10 +115,12 @@ def guarded(case: str, run, hint: str = "", tensors=()):
         if "NotImplementedError" in text:  # a stub compiled on the GPU
             raise NotImplementedError(text) from None
         if "______" in text or "BlankNotFilled" in text:
-            raise BlankNotFilled(f"Fill in the blank in your kernel ({case}).") from None
+            raise BlankNotFilled(_("Fill in the blank in your kernel ({case}).").format(
+                case=case)) from None
         first = next((line for line in text.splitlines() if line.strip()), type(err).__name__)
-        raise registry.WrongAnswer(
-            f"{case}: launching your kernel raised {type(err).__name__}: {first[:300]}"
+        raise LaunchFailed(
+            _("{case}: launching your kernel raised {error_type}: {error}").format(
+                case=case, error_type=type(err).__name__, error=first[:300])
             + (f"\n{hint}" if hint else "")) from err
     return result
 
@@ -134,10 +139,10 @@ def unwritten_hint(unwritten: torch.Tensor, case: str, what: str) -> None:
     flat = torch.nonzero(unwritten.reshape(-1))[0, 0].item()
     count = int(unwritten.sum())
     if unwritten.dim() == 1:
-        where = f"index {flat}"
+        where = _("index {index}").format(index=flat)
     else:
         cols = unwritten.shape[-1]
-        where = f"row {flat // cols}, column {flat % cols}"
-    raise registry.WrongAnswer(
-        f"{case}: {count} of {unwritten.numel()} outputs were never written, first at {where}. "
-        f"{what}")
+        where = _("row {row}, column {column}").format(row=flat // cols, column=flat % cols)
+    raise registry.WrongAnswer(_(
+        "{case}: {count} of {size} outputs were never written, first at {where}. {what}").format(
+        case=case, count=count, size=unwritten.numel(), where=where, what=what))

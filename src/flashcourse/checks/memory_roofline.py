@@ -11,17 +11,19 @@ import triton
 
 from .. import runtime
 from ..blanks import BlankNotFilled
+from ..i18n import N_, _
 from ..models import roofline, traffic
 from . import buffers, guards, recording, registry
 
-LESSON = registry.lesson("roofline", "Lesson 2: Memory and the roofline", pass_line=8)
+LESSON = registry.lesson("roofline", N_("Lesson 2: Memory and the roofline"), pass_line=8)
 
 
 def _number(value, case: str) -> float:
     try:
         return float(np.asarray(value, dtype=np.float64))
     except (TypeError, ValueError) as err:
-        raise registry.WrongAnswer(f"{case}: return one number, not {value!r}.") from err
+        raise registry.WrongAnswer(_("{case}: return one number, not {value!r}.").format(case=case,
+                                     value=value)) from err
 
 
 # ---------------------------------------------------------------- GEMM intensity
@@ -39,33 +41,36 @@ GEMM_HIDDEN = [(64, 64, 64, 4), (8192, 128, 8192, 2)]
 def _gemm_variants(m, n, k, b):
     return [
         (m * n * k / ((m * k + k * n + m * n) * b),
-         "Your FLOPs are half the right count: each term of the sum is a multiply and an add, "
-         "2 FLOPs, so flops = 2*m*n*k."),
+         _("Your FLOPs are half the right count: each term of the sum is a multiply and an add, 2 "
+           "FLOPs, so flops = 2*m*n*k.")),
         (2 * m * n * k / ((m * k + k * n) * b),
-         "The bytes count only the reads of A and B: the kernel also writes C (m*n elements)."),
+         _("The bytes count only the reads of A and B: the kernel also writes C (m*n elements).")),
         (2 * m * n * k / (m * k + k * n + m * n),
-         "The bytes count elements, not bytes: multiply by element_bytes."),
+         _("The bytes count elements, not bytes: multiply by element_bytes.")),
         (2 * m * n * k / ((m * k + k * n + 2 * m * n) * b),
-         "C is counted twice: C = A @ B only writes C, it does not read it."),
+         _("C is counted twice: C = A @ B only writes C, it does not read it.")),
     ]
 
 
-@registry.exercise("roofline/gemm-intensity", "arithmetic intensity of a GEMM", 1)
+@registry.exercise("roofline/gemm-intensity", N_("arithmetic intensity of a GEMM"), 1)
 def _check_gemm(gemm_intensity) -> str:
     cases = registry.with_hidden(GEMM_CASES, GEMM_HIDDEN)
     for number, (m, n, k, b) in enumerate(cases, 1):
-        case = f"case {number}/{len(cases)} (m={m}, n={n}, k={k}, element_bytes={b})"
+        case = _("case {number}/{total} (m={m}, n={n}, k={k}, element_bytes={b})").format(
+                 number=number, total=len(cases), m=m, n=n, k=k, b=b)
         got = _number(registry.run_student(gemm_intensity, case, m, n, k, b), case)
         want = roofline.gemm_intensity(m, n, k, b)
         if not np.isclose(got, want, rtol=1e-9):
             hint = next((why for value, why in _gemm_variants(m, n, k, b)
                          if np.isclose(got, value, rtol=1e-9)),
-                        "Count the FLOPs of one multiply-add per output element and k, and "
-                        "the bytes of reading A and B once and writing C once: "
-                        f"{registry.section_of('roofline/q1-intensity')}.")
-            raise registry.WrongAnswer(f"{case}: you returned {got:.6g} FLOP/B, which is not "
-                                      f"this GEMM's intensity. {hint}")
-    return f"{len(cases)} shapes right{registry.hidden_note()}"
+                        _("Count the FLOPs of one multiply-add per output element and k, and the "
+                          "bytes of reading A and B once and writing C once: {section}.").format(
+                          section=_(registry.section_of('roofline/q1-intensity'))))
+            raise registry.WrongAnswer(_("{case}: you returned {got:.6g} FLOP/B, which is not "
+                                         "this GEMM's intensity. {hint}").format(case=case,
+                                         got=got, hint=hint))
+    return _("{total} shapes right{hidden}").format(total=len(cases),
+             hidden=registry.hidden_note())
 
 
 # ---------------------------------------------------------------- the roofline
@@ -75,12 +80,13 @@ ROOF_HIDDEN = [(1979.0, 3.35)]
 INTENSITIES = np.logspace(-2, 4, 25)
 
 
-@registry.exercise("roofline/attainable", "attainable throughput under a roofline", 1)
+@registry.exercise("roofline/attainable", N_("attainable throughput under a roofline"), 1)
 def _check_attainable(attainable_tflops) -> str:
     cases = registry.with_hidden(ROOF_CASES, ROOF_HIDDEN)
     for number, (peak, bw) in enumerate(cases, 1):
-        case = (f"case {number}/{len(cases)} (peak={peak:g} TFLOP/s, bandwidth={bw:g} TB/s, "
-                f"25 intensities from 0.01 to 1e4 FLOP/B as one numpy array)")
+        case = (_("case {number}/{total} (peak={peak:g} TFLOP/s, bandwidth={bw:g} TB/s, 25 "
+                  "intensities from 0.01 to 1e4 FLOP/B as one numpy array)").format(number=number,
+                  total=len(cases), peak=peak, bw=bw))
         intensity = INTENSITIES.copy()
         try:
             args = (intensity, peak, bw)
@@ -89,36 +95,40 @@ def _check_attainable(attainable_tflops) -> str:
         except ValueError as err:
             if "truth value" in str(err):
                 raise registry.WrongAnswer(
-                    f"{case}: your function raised ValueError ({err}). Python's min() cannot "
-                    "compare whole arrays: use np.minimum(a, b), which works element by "
-                    "element.") from err
-            raise registry.WrongAnswer(f"{case}: your code raised ValueError: {err}") from err
+                    _("{case}: your function raised ValueError ({err}). Python's min() cannot "
+                      "compare whole arrays: use np.minimum(a, b), which works element "
+                      "by element.").format(case=case, err=err)) from err
+            raise registry.WrongAnswer(_("{case}: your code raised ValueError: {err}").format(
+                                         case=case, err=err)) from err
         except (BlankNotFilled, NotImplementedError, registry.WrongAnswer):
             raise
         except Exception as err:
             raise registry.WrongAnswer(
-                f"{case}: your code raised {type(err).__name__}: {err}") from err
+                _("{case}: your code raised {error_type}: {err}").format(case=case,
+                  error_type=type(err).__name__, err=err)) from err
         want = roofline.attainable_tflops(intensity, peak, bw)
         variants = [
-            (np.maximum(peak, intensity * bw), "You took the maximum: attainable throughput is "
-             "the LOWER of the two ceilings, np.minimum(peak, intensity * bandwidth)."),
-            (intensity * bw, "There is no compute ceiling: above the ridge point the answer "
-             "must stay at peak_tflops."),
-            (np.full_like(intensity, peak), "Below the ridge the memory ceiling limits: "
-             "intensity * bandwidth."),
-            (np.minimum(peak, intensity * bw * 1000), "Units: FLOP/B times TB/s is already "
-             "TFLOP/s; there is no factor of 1000."),
-            (np.minimum(peak, intensity / bw), "Multiply intensity by bandwidth (FLOP/B x B/s "
-             "= FLOP/s), do not divide."),
+            (np.maximum(peak, intensity * bw), _("You took the maximum: attainable throughput is "
+                                                 "the LOWER of the two ceilings, np.minimum(peak, "
+                                                 "intensity * bandwidth).")),
+            (intensity * bw, _("There is no compute ceiling: above the ridge point the answer "
+                               "must stay at peak_tflops.")),
+            (np.full_like(intensity, peak), _("Below the ridge the memory ceiling limits: "
+                                              "intensity * bandwidth.")),
+            (np.minimum(peak, intensity * bw * 1000), _("Units: FLOP/B times TB/s is already "
+                                                        "TFLOP/s; there is no factor of 1000.")),
+            (np.minimum(peak, intensity / bw), _("Multiply intensity by bandwidth (FLOP/B x B/s = "
+                                                 "FLOP/s), do not divide.")),
         ]
         try:
             registry.compare(got, want, case, atol=1e-9, rtol=1e-9,
-                            hint="attainable = np.minimum(peak, intensity * bandwidth).")
+                            hint=_("attainable = np.minimum(peak, intensity * bandwidth)."))
         except registry.WrongAnswer as err:
             hint = next((why for value, why in variants
                          if registry.same_result(got, value, 1e-9)), "")
             raise registry.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
-    return f"{len(cases)} machines right{registry.hidden_note()}"
+    return _("{total} machines right{hidden}").format(total=len(cases),
+             hidden=registry.hidden_note())
 
 
 # ---------------------------------------------------------------- attention on the roofline
@@ -140,29 +150,30 @@ def _attention_variants(n, d, dtype):
     return [
         (np.array([right[0] / 2, right[1], right[2] / 2,
                    (2 * n * n * d + f * n * n) / fused.total]),
-         "The matmul FLOPs are half the right count: an (n, d) @ (d, n) product does "
-         "n*n*d multiply-adds, 2*n*n*d FLOPs."),
+         _("The matmul FLOPs are half the right count: an (n, d) @ (d, n) product does n*n*d "
+           "multiply-adds, 2*n*n*d FLOPs.")),
         (np.array(reads + [right[3]]),
-         "The bytes count only what a kernel reads: use kernel.total (read + written)."),
+         _("The bytes count only what a kernel reads: use kernel.total (read + written).")),
         (np.array(right[:3] + [(2 * n * n * d + f * n * n) / fused.total]),
-         "The fused kernel does both matmuls (QK^T and PV) plus the softmax: "
-         "2 * matmul_flops + softmax_flops."),
+         _("The fused kernel does both matmuls (QK^T and PV) plus the softmax: 2 * matmul_flops + "
+           "softmax_flops.")),
         (np.array(right[:3] + [4 * n * n * d / fused.total]),
-         "The fused kernel also does the softmax's FLOPs: 2 * matmul_flops + softmax_flops."),
-        (bf16, "Your result ignores dtype: pass it on to the traffic functions."),
+         _("The fused kernel also does the softmax's FLOPs: 2 * matmul_flops + softmax_flops.")),
+        (bf16, _("Your result ignores dtype: pass it on to the traffic functions.")),
     ]
 
 
-@registry.exercise("roofline/attention-intensity", "where attention's kernels sit", 2)
+@registry.exercise("roofline/attention-intensity", N_("where attention's kernels sit"), 2)
 def _check_attention(attention_intensities) -> str:
     cases = registry.with_hidden(ATTENTION_CASES, ATTENTION_HIDDEN)
     for number, (n, d, dtype) in enumerate(cases, 1):
-        case = f"case {number}/{len(cases)} (n={n}, d={d}, dtype={dtype})"
+        case = _("case {number}/{total} (n={n}, d={d}, dtype={dtype})").format(number=number,
+                 total=len(cases), n=n, d=d, dtype=dtype)
         got = registry.run_student(attention_intensities, case, n, d, dtype)
         want = roofline.attention_intensities(n, d, dtype)
         try:
             registry.compare(got, want, case, atol=0, rtol=1e-9,
-                            hint="Order: [S = Q K^T, P = softmax(S), O = P V, fused].")
+                            hint=_("Order: [S = Q K^T, P = softmax(S), O = P V, fused]."))
         except registry.WrongAnswer as err:
             got_array = np.asarray(got, dtype=np.float64) if not isinstance(got, str) else got
             hint = next((why for value, why in _attention_variants(n, d, dtype)
@@ -170,9 +181,10 @@ def _check_attention(attention_intensities) -> str:
             if not hint and np.shape(got_array) == (4,):
                 off = [KERNELS[i] for i in range(4)
                        if not np.isclose(got_array[i], want[i], rtol=1e-9)]
-                hint = f"Wrong for: {', '.join(off)}."
+                hint = _("Wrong for: {kernels}.").format(kernels=', '.join(off))
             raise registry.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
-    return f"{len(cases)} shapes right{registry.hidden_note()}"
+    return _("{total} shapes right{hidden}").format(total=len(cases),
+             hidden=registry.hidden_note())
 
 
 # ---------------------------------------------------------------- Triton copy kernel
@@ -194,21 +206,22 @@ def run_copy(copy_kernel, n: int, block: int, dtype: torch.dtype, case: str, see
     return out, values
 
 
-def _copy_hint(out, values, n, block, does: str = "copies") -> str:
+def _copy_hint(out, values, n, block, does: str = N_("copies")) -> str:
     written = ~out.unwritten().cpu()
     if n > block and bool(written[:block].all()) and not bool(written[block:].any()):
-        return ("Only the first block was written: every program stored to the same "
-                "offsets. Each program must start at its own block (its program id times "
-                f"the block size): {registry.section_of('roofline/q3-copy')}.")
+        return (_("Only the first block was written: every program stored to the same offsets. "
+                  "Each program must start at its own block (its program id times the block "
+                  "size): {section}.").format(section=_(registry.section_of('roofline/q3-copy'))))
     if bool(written[:-1].all()) and not bool(written[-1]):
-        return ("The last element was never written: the mask switches off one index too "
-                f"many at the end: {registry.section_of('roofline/q3-copy')}.")
-    return (f"Each program {does} the elements of its own block that lie inside the "
-            "vector: load and store them with the same offsets and mask "
-            f"({registry.section_of('roofline/q3-copy')}).")
+        return (_("The last element was never written: the mask switches off one index too many "
+                  "at the end: {section}.").format(
+                  section=_(registry.section_of('roofline/q3-copy'))))
+    return (_("Each program {does} the elements of its own block that lie inside the vector: load "
+              "and store them with the same offsets and mask ({section}).").format(does=_(does),
+              section=_(registry.section_of('roofline/q3-copy'))))
 
 
-@registry.exercise("roofline/copy-kernel", "Triton copy kernel (masked tail)", 1, kernel=True)
+@registry.exercise("roofline/copy-kernel", N_("Triton copy kernel (masked tail)"), 1, kernel=True)
 def _check_copy(copy_kernel) -> str:
     guards.require_jit_kernel(copy_kernel, "roofline/copy-kernel", "copy_kernel")
     cases = registry.with_hidden(COPY_CASES, COPY_HIDDEN)
@@ -218,21 +231,23 @@ def _check_copy(copy_kernel) -> str:
     for dtype in dtypes:
         for n, block in cases:
             number += 1
-            case = (f"case {number}/{total} (n_elements={n}, BLOCK={block}, "
-                    f"{guards.dtype_name(dtype)})")
+            case = (_("case {number}/{total} (n_elements={n}, BLOCK={block}, {dtype})").format(
+                      number=number, total=total, n=n, block=block,
+                      dtype=guards.dtype_name(dtype)))
             out, values = run_copy(copy_kernel, n, block, dtype, case, seed=number)
             out.verify(case)
             try:
-                guards.unwritten_hint(out.unwritten(), case, "(NaN: never stored, or "
-                                              "loaded from outside the input.)")
+                guards.unwritten_hint(out.unwritten(), case, _("(NaN: never stored, or loaded "
+                                                               "from outside the input.)"))
             except registry.WrongAnswer as err:
                 raise registry.WrongAnswer(
                     f"{err}\n{_copy_hint(out, values, n, block)}") from None
             registry.compare(out.tensor, values, case, atol=0,
-                            hint="A copy must reproduce its input exactly: load and store "
-                                 "the same offsets, without arithmetic on the values.")
-    return (f"{total} cases copied exactly, canaries intact "
-            f"({', '.join(guards.dtype_name(t) for t in dtypes)}){registry.hidden_note()}")
+                            hint=_("A copy must reproduce its input exactly: load and store the "
+                                   "same offsets, without arithmetic on the values."))
+    names = ", ".join(guards.dtype_name(t) for t in dtypes)
+    return _("{total} cases copied exactly, canaries intact ({dtypes}){hidden}").format(
+        total=total, dtypes=names, hidden=registry.hidden_note())
 
 
 # ---------------------------------------------------------------- axpy kernel, from scratch
@@ -264,20 +279,20 @@ def run_axpy(axpy_kernel, n: int, block: int, alpha: float, dtype: torch.dtype, 
 def _axpy_hint(got, x, y, alpha, atol) -> str:
     x, y = x.double().cpu(), y.double().cpu()
     variants = [
-        (x + y, "alpha is missing: out = alpha * x + y."),
-        (alpha * y + x, "x and y are swapped: alpha multiplies x, not y."),
-        (alpha * (x + y), "alpha multiplies the sum: out = alpha * x + y, only x is scaled."),
-        (alpha * x, "y is never added: out = alpha * x + y."),
-        (y, "The output is y alone: alpha * x is never added."),
+        (x + y, _("alpha is missing: out = alpha * x + y.")),
+        (alpha * y + x, _("x and y are swapped: alpha multiplies x, not y.")),
+        (alpha * (x + y), _("alpha multiplies the sum: out = alpha * x + y, only x is scaled.")),
+        (alpha * x, _("y is never added: out = alpha * x + y.")),
+        (y, _("The output is y alone: alpha * x is never added.")),
     ]
     for value, why in variants:
         if alpha not in (0.0, 1.0) and registry.same_result(got, value, atol):
-            return "Likely mistake: " + why
-    return ("Hint: load x and y with the same offsets and mask, convert both to float32, "
-            "store alpha * x + y.")
+            return _("Likely mistake: ") + why
+    return (_("Hint: load x and y with the same offsets and mask, convert both to float32, store "
+              "alpha * x + y."))
 
 
-@registry.exercise("roofline/axpy-kernel", "Triton axpy kernel, written from scratch", 2,
+@registry.exercise("roofline/axpy-kernel", N_("Triton axpy kernel, written from scratch"), 2,
                    kernel=True)
 def _check_axpy(axpy_kernel) -> str:
     guards.require_jit_kernel(axpy_kernel, "roofline/axpy-kernel")
@@ -287,16 +302,17 @@ def _check_axpy(axpy_kernel) -> str:
     for dtype in dtypes:
         for n, block, alpha in cases:
             number += 1
-            case = (f"case {number}/{total} (n_elements={n}, BLOCK={block}, alpha={alpha:g}, "
-                    f"{guards.dtype_name(dtype)})")
+            case = (_("case {number}/{total} (n_elements={n}, BLOCK={block}, alpha={alpha:g}, "
+                      "{dtype})").format(number=number, total=total, n=n, block=block, alpha=alpha,
+                      dtype=guards.dtype_name(dtype)))
             out, x, y = run_axpy(axpy_kernel, n, block, alpha, dtype, case, seed=number)
             out.verify(case)
             try:
-                guards.unwritten_hint(out.unwritten(), case, "(NaN: never stored, or "
-                                      "loaded from outside the inputs.)")
+                guards.unwritten_hint(out.unwritten(), case, _("(NaN: never stored, or loaded "
+                                                               "from outside the inputs.)"))
             except registry.WrongAnswer as err:
                 raise registry.WrongAnswer(
-                    f"{err}\n{_copy_hint(out, x, n, block, does='computes')}") from None
+                    f"{err}\n{_copy_hint(out, x, n, block, does=N_('computes'))}") from None
             want = (alpha * x.double() + y.double()).to(dtype)
             atol, rtol = AXPY_TOLERANCE[dtype]
             # float32 arithmetic rounds alpha * x and the sum (or fuses them): allow a few
@@ -308,5 +324,6 @@ def _check_axpy(axpy_kernel) -> str:
             except registry.WrongAnswer as err:
                 raise registry.WrongAnswer(
                     f"{err}\n{_axpy_hint(out.tensor, x, y, alpha, atol)}") from None
-    return (f"{total} cases right, canaries intact "
-            f"({', '.join(guards.dtype_name(t) for t in dtypes)}){registry.hidden_note()}")
+    names = ", ".join(guards.dtype_name(t) for t in dtypes)
+    return _("{total} cases right, canaries intact ({dtypes}){hidden}").format(
+        total=total, dtypes=names, hidden=registry.hidden_note())

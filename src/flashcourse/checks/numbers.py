@@ -15,6 +15,7 @@ import hashlib
 import math
 
 from .. import hardware, student
+from ..i18n import _
 from ..models import matmul, memory, roofline, softmax_states, traffic
 
 as_student = student.as_student  # the grader's replay: `with numbers.as_student(id): ...`
@@ -74,12 +75,14 @@ def evaluate(formula: str, values: dict, where: str = "formula"):
     try:
         value = eval(compile(formula, where, "eval"), scope)  # noqa: S307  (the course's own text)
     except Exception as err:  # a broken formula is the course's bug: say where it is
-        raise FormulaError(f"{where} = {formula!r} failed at {values}: "
-                           f"{type(err).__name__}: {err}") from None
+        raise FormulaError(_("{where} = {formula!r} failed at {values}: {error_type}: "
+                             "{err}").format(where=where, formula=formula, values=values,
+                             error_type=type(err).__name__, err=err)) from None
     if hasattr(value, "item"):  # a numpy scalar from a model
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise FormulaError(f"{where} = {formula!r} gave {value!r}, not a number")
+        raise FormulaError(_("{where} = {formula!r} gave {value!r}, not a number").format(
+                             where=where, formula=formula, value=value))
     return value
 
 
@@ -104,5 +107,7 @@ def numbers_line(question_id: str, title: str, numbers: dict, student_id: str | 
     values = ", ".join(f"{name} = {_shown(value)}"
                        for name, value in chosen(numbers, question_id, student_id).items())
     if student_id is None:
-        return f"Numbers for {label}: {values} (the lesson's own: no student id is set)"
-    return f"Your numbers for {label} (student {student_id}): {values}"
+        return _("Numbers for {label}: {values} (the lesson's own: no student id is "
+                 "set)").format(label=label, values=values)
+    return _("Your numbers for {label} (student {student_id}): {values}").format(
+        label=label, student_id=student_id, values=values)

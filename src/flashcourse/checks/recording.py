@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import runtime
+from .. import i18n, runtime
 from ..blanks import BlankNotFilled, ______, is_blank
 from .errors import WrongAnswer
 
@@ -138,7 +138,8 @@ def recording(exercise_id: str, answer):
     if (folder is None and not channel) or _replay is not None:
         yield
         return
-    _recording = {"exercise": exercise_id, "answer": describe_answer(answer), "events": []}
+    _recording = {"exercise": exercise_id, "answer": describe_answer(answer),
+                  "lang": i18n.current(), "events": []}  # the language its labels are in
     try:
         yield
     finally:
@@ -157,7 +158,8 @@ def recording(exercise_id: str, answer):
 def replaying(record: dict):
     """Around one replayed check in the grader."""
     global _replay
-    _replay = {"events": list(record.get("events", [])), "next": 0}
+    _replay = {"events": list(record.get("events", [])), "next": 0,
+               "lang": record.get("lang", i18n.SOURCE_LANGUAGE)}
     try:
         yield
     finally:
@@ -228,7 +230,10 @@ def _replay_call(label: str, inputs, tensors):
                              "end, with its hidden cases?)")
     event = events[number]
     _replay["next"] = number + 1
-    if not isinstance(event, dict) or event.get("label") != label:
+    # a step's label is a case description in the notebook's language: compared only when the
+    # replay speaks it too (the inputs' digest below holds in every language)
+    if not isinstance(event, dict) or (event.get("label") != label
+                                       and _replay["lang"] == i18n.current()):
         raise RecordMismatch(f"the record holds another step where {label!r} was expected")
     if event.get("inputs") != digest(inputs, tensors):
         raise RecordMismatch(f"{label}: the inputs recorded in the notebook are not the ones "

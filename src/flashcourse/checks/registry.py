@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import blanks, student
 from ..blanks import BlankNotFilled, is_blank, refuse_blanks
+from ..i18n import N_, _
 from ..messages import install_message_handler
 from ..runtime import book_page, current
 from . import cases, recording
@@ -151,7 +152,8 @@ def get(exercise_id: str) -> Exercise:
     _load_checks()
     if exercise_id not in EXERCISES:
         known = ", ".join(sorted(EXERCISES))
-        raise KeyError(f"unknown exercise id {exercise_id!r}; known ids: {known}")
+        raise KeyError(_("unknown exercise id {exercise_id!r}; known ids: {known}").format(
+            exercise_id=exercise_id, known=known))
     return EXERCISES[exercise_id]
 
 
@@ -189,7 +191,8 @@ def _captured(exercise_id: str, answer):
 
 def _run_check(item: Exercise, answer) -> str:
     if is_blank(answer):
-        raise BlankNotFilled(f"Fill in the blank: the answer to {item.id} is still ______.")
+        raise BlankNotFilled(_("Fill in the blank: the answer to {exercise_id} is still "
+                               "______.").format(exercise_id=item.id))
     if callable(answer) and recording.current_exercise() is not None:
         from . import tripwires
 
@@ -203,10 +206,10 @@ def _run_check(item: Exercise, answer) -> str:
         VETOES_HIT[item.id] = str(err)
         raise
     except NotImplementedError as err:
-        raise NotStarted(
-            f"{item.id}: the function still raises NotImplementedError. Replace the "
+        raise NotStarted(_(
+            "{exercise_id}: the function still raises NotImplementedError. Replace the "
             "`raise NotImplementedError` line with your implementation."
-        ) from err
+        ).format(exercise_id=item.id)) from err
 
 
 def replay(exercise_id: str, record: dict, key: str | None = None) -> str:
@@ -225,9 +228,9 @@ def replay(exercise_id: str, record: dict, key: str | None = None) -> str:
     elif "value" in described:
         answer = recording.decode(described["value"])
     else:
-        raise WrongAnswer(f"{exercise_id}: the answer is not plain data "
-                          f"({described.get('unsupported', 'unknown')}): answer with numbers, "
-                          "strings, booleans and arrays.")
+        raise WrongAnswer(_("{exercise_id}: the answer is not plain data ({kind}): answer with "
+                            "numbers, strings, booleans and arrays.").format(
+            exercise_id=exercise_id, kind=described.get("unsupported", "unknown")))
     with cases.keyed(key), recording.replaying(record):
         summary = _run_check(item, answer)
         left = recording.replay_left()
@@ -245,22 +248,28 @@ def run_student(fn: Callable, case: str, *args, **kwargs):
     except (BlankNotFilled, NotImplementedError, WrongAnswer):
         raise
     except Exception as err:  # the student's code crashed: say where, keep the traceback
-        raise WrongAnswer(f"{case}: your code raised {type(err).__name__}: {err}") from err
+        raise WrongAnswer(_("{case}: your code raised {error_type}: {error}").format(
+            case=case, error_type=type(err).__name__, error=err)) from err
     if is_blank(result):
-        raise BlankNotFilled(f"Fill in the blank: {case} returned ______.")
+        raise BlankNotFilled(_("Fill in the blank: {case} returned ______.").format(case=case))
     return result
 
 
 # How an exercise that did not pass stands, as the scorecard says it, and what to do about it.
 NOT_STARTED = "not started"
 STATE_ADVICE = {
-    "wrong": "fix it and run its check again",
-    "blank": "fill in its blanks, then run its check",
-    NOT_STARTED: "answer it, then run its check",
-    "veto": "judge the statements again",
+    "wrong": N_("fix it and run its check again"),
+    "blank": N_("fill in its blanks, then run its check"),
+    NOT_STARTED: N_("answer it, then run its check"),
+    "veto": N_("judge the statements again"),
 }
-VETO_JUDGED_WRONGLY = "a veto statement is judged wrongly"
-VETO_NOT_JUDGED = "the veto statements are not judged yet"
+OTHER_ADVICE = N_("run its check")
+# the states' names as the scorecard shows them (a veto statement judged wrongly is "wrong")
+STATE_NAMES = {"passed": N_("passed"), "wrong": N_("wrong"), "blank": N_("blank"),
+               NOT_STARTED: N_("not started"), "veto": N_("veto"), "ok": N_("ok")}
+VETO_JUDGED_WRONGLY = N_("a veto statement is judged wrongly")
+VETO_NOT_JUDGED = N_("the veto statements are not judged yet")
+POINTS_SHORT = N_("{earned:g} of {total:g} points, the pass line is {pass_line:g}")
 
 
 def attempt_state(err: BaseException) -> str:
@@ -284,22 +293,34 @@ def _sections_to_reread(ex: Exercise, state: str) -> str:
         return ""
     if isinstance(ex.sections, str):
         return where_explained(ex.sections, "")
-    wanted = [where for where in dict.fromkeys(ex.sections.values())
+    wanted = [_(where) for where in dict.fromkeys(ex.sections.values())
               if state != "veto" or where_explained(where, "") in VETOES_HIT.get(ex.id, "")]
-    return f" Re-read {' or '.join(wanted)}." if wanted else ""
+    return _(" Re-read {sections}.").format(sections=_(" or ").join(wanted)) if wanted else ""
 
 
 def _item_line(ex: Exercise, state: str) -> str:
+    title = _(ex.title)
     if ex.kind == "veto":
         shown = {"passed": "ok", "veto": "wrong"}.get(state, state)  # a hit veto is one wrong
-        return f"  [veto] {ex.title}: {shown}"
+        return _("  [veto] {title}: {state}").format(title=title, state=state_name(shown))
     if state == "passed":
-        return f"  \u2713 {ex.points:g}/{ex.points:g} {ex.title}"
-    return f"  \u2717 0/{ex.points:g} {ex.title} ({state})"
+        return f"  \u2713 {ex.points:g}/{ex.points:g} {title}"
+    return f"  \u2717 0/{ex.points:g} {title} ({state_name(state)})"
+
+
+def state_name(state: str) -> str:
+    """A state as the scorecard says it, in the current language."""
+    return _(STATE_NAMES[state]) if state in STATE_NAMES else state
+
+
+def advice(state: str) -> str:
+    """What to do about an exercise in `state`, in the current language."""
+    return _(STATE_ADVICE.get(state, OTHER_ADVICE))
 
 
 def _why_not_passed(lesson_id: str, earned: float, veto_states: list[str]) -> list[str]:
-    """Why the lesson is not passed, most serious first: a veto, then the points."""
+    """Why the lesson is not passed, most serious first: a veto, then the points (untranslated:
+    `VETO_JUDGED_WRONGLY`, `VETO_NOT_JUDGED` or `POINTS_SHORT`; `reason_text` says them)."""
     item = LESSONS[lesson_id]
     reasons = []
     if _vetoes(lesson_id) or "veto" in veto_states:
@@ -307,9 +328,14 @@ def _why_not_passed(lesson_id: str, earned: float, veto_states: list[str]) -> li
     elif any(state != "passed" for state in veto_states):
         reasons.append(VETO_NOT_JUDGED)
     if earned < item.pass_line:
-        reasons.append(f"{earned:g} of {item.total_points:g} points, the pass line is "
-                       f"{item.pass_line:g}")
+        reasons.append(POINTS_SHORT)
     return reasons
+
+
+def reason_text(reason: str, earned: float, lesson_id: str) -> str:
+    """One reason of `_why_not_passed`, in the current language."""
+    item = LESSONS[lesson_id]
+    return _(reason).format(earned=earned, total=item.total_points, pass_line=item.pass_line)
 
 
 def scorecard(lesson_id: str) -> float:
@@ -327,25 +353,29 @@ def scorecard(lesson_id: str) -> float:
     earned = sum(RESULTS.get(ex.id, 0.0) for ex in item.exercises)
     reasons = _why_not_passed(lesson_id, earned,
                               [states[ex.id] for ex in item.exercises if ex.kind == "veto"])
-    lines = [f"Not passed yet: {'; '.join(reasons)}"] if reasons else []
-    lines.append(f"Scorecard: {item.title}")
+    said = [reason_text(reason, earned, lesson_id) for reason in reasons]
+    joined = _("; ").join(said)
+    lines = [_("Not passed yet: {reasons}").format(reasons=joined)] if reasons else []
+    lines.append(_("Scorecard: {title}").format(title=_(item.title)))
     lines += [_item_line(ex, states[ex.id]) for ex in item.exercises]
-    total = f"Total: {earned:g}/{item.total_points:g} (pass line {item.pass_line:g})"
+    total = _("Total: {earned:g}/{total:g} (pass line {pass_line:g})").format(
+        earned=earned, total=item.total_points, pass_line=item.pass_line)
     if not reasons:
-        total += ": PASS"
+        total += _(": PASS")
     elif earned >= item.pass_line:  # the points are enough: say what else holds it back
-        total += f", but {reasons[0]}"
+        total += _(", but {reason}").format(reason=said[0])
     else:
-        total += ": not passed yet"
+        total += _(": not passed yet")
     lines.append(total)
-    todo = [f"  - {ex.title}: {STATE_ADVICE.get(states[ex.id], 'run its check')}"
-            f"{_sections_to_reread(ex, states[ex.id])}"
+    todo = [_("  - {title}: {advice}").format(title=_(ex.title), advice=advice(states[ex.id]))
+            + _sections_to_reread(ex, states[ex.id])
             for ex in item.exercises if states[ex.id] != "passed"]
     if todo:
-        lines += ["What to do next:", *todo]
+        lines += [_("What to do next:"), *todo]
     upcoming = next_lesson(lesson_id) if not reasons else None
     if upcoming:
-        lines.append(f"Next: {upcoming[0]} ({upcoming[1]}).")
+        lines.append(_("Next: {title} ({notebook}).").format(title=_(upcoming[0]),
+                                                             notebook=upcoming[1]))
     print("\n".join(lines))
     if upcoming:
         _show_link(*upcoming)
@@ -355,7 +385,7 @@ def scorecard(lesson_id: str) -> float:
         # raising is what makes Run All, nbval and the grader see the lesson as not passed
         error = VetoMisconception if reasons[0] in (VETO_JUDGED_WRONGLY, VETO_NOT_JUDGED) \
             else WrongAnswer
-        raise error(f"Not passed yet: {'; '.join(reasons)}.")
+        raise error(_("Not passed yet: {reasons}.").format(reasons=joined))
     return earned
 
 
@@ -399,7 +429,8 @@ def _show_link(title: str, notebook: str) -> None:
         return
     import html
 
-    display(HTML(f'<a href="{html.escape(notebook)}">Open {html.escape(title)}</a>'))
+    label = _("Open {title}").format(title=_(title))
+    display(HTML(f'<a href="{html.escape(notebook)}">{html.escape(label)}</a>'))
 
 
 def _vetoes(lesson_id: str) -> list[str]:
@@ -417,13 +448,16 @@ def list_ids() -> list[str]:
 def require_answers(answers, keys, exercise_id: str) -> None:
     """`answers` must be a dict holding every key, none of them still a blank."""
     if is_blank(answers) or not isinstance(answers, dict):
-        raise BlankNotFilled(f"Fill in the blank: {exercise_id} expects a dict of answers.")
+        raise BlankNotFilled(_("Fill in the blank: {exercise_id} expects a dict of "
+                               "answers.").format(exercise_id=exercise_id))
     missing = [key for key in keys if key not in answers]
     if missing:
-        raise WrongAnswer(f"{exercise_id}: missing answers for {missing}.")
+        raise WrongAnswer(_("{exercise_id}: missing answers for {keys}.").format(
+            exercise_id=exercise_id, keys=missing))
     blanks = [key for key in keys if is_blank(answers[key])]
     if blanks:
-        raise BlankNotFilled(f"Fill in the blank for {blanks} in {exercise_id}.")
+        raise BlankNotFilled(_("Fill in the blank for {keys} in {exercise_id}.").format(
+            keys=blanks, exercise_id=exercise_id))
 
 
 def _same_answer(given, right, rtol: float) -> bool:
@@ -440,19 +474,19 @@ def _same_answer(given, right, rtol: float) -> bool:
 def _kind_of_mistake(given, right) -> str:
     """What is wrong with one self-check answer, without saying the right one."""
     if isinstance(right, bool):
-        return "" if isinstance(given, bool) else " (answer True or False)"
+        return "" if isinstance(given, bool) else _(" (answer True or False)")
     if isinstance(right, (int, float)):
         number = isinstance(given, (int, float, np.number)) and not isinstance(given, bool)
-        return "" if number else " (this part wants a number)"
+        return "" if number else _(" (this part wants a number)")
     if isinstance(right, str) and not isinstance(given, str):
-        return " (this part wants one of the strings named in the cell's comment)"
+        return _(" (this part wants one of the strings named in the cell's comment)")
     return ""
 
 
 def where_explained(sections, key: str) -> str:
     """' Re-read <section>.' for a key of a question or a statement, or ''."""
     where = sections.get(key) if isinstance(sections, dict) else sections
-    return f" Re-read {where}." if where else ""
+    return _(" Re-read {sections}.").format(sections=_(where)) if where else ""
 
 
 def grade_answers(exercise_id: str, answers, expected: dict, explanations: dict,
@@ -462,13 +496,16 @@ def grade_answers(exercise_id: str, answers, expected: dict, explanations: dict,
     lesson that explains it (`sections`: one for all keys, or {key: section}), never the right
     value: `explanations` hold the reasoning for the reference answers and are not shown."""
     require_answers(answers, list(expected), exercise_id)
-    wrong = [f"  {key} = {printable_answer(answers[key])} is not right"
-             f"{_kind_of_mistake(answers[key], right)}.{where_explained(sections, key)}"
+    wrong = [_("  {key} = {answer} is not right{kind}.{reread}").format(
+                 key=key, answer=printable_answer(answers[key]),
+                 kind=_kind_of_mistake(answers[key], right),
+                 reread=where_explained(sections, key))
              for key, right in expected.items() if not _same_answer(answers[key], right, rtol)]
     if wrong:
-        raise WrongAnswer(f"{exercise_id}: {len(wrong)} of {len(expected)} answers are "
-                          "wrong:\n" + "\n".join(wrong))
-    return f"all {len(expected)} answers right"
+        raise WrongAnswer(_("{exercise_id}: {wrong} of {total} answers are wrong:").format(
+            exercise_id=exercise_id, wrong=len(wrong), total=len(expected))
+            + "\n" + "\n".join(wrong))
+    return _("all {count} answers right").format(count=len(expected))
 
 
 def questions(exercise_id: str, title: str, points: float, expected: dict, explanations: dict,
@@ -496,8 +533,9 @@ def questions(exercise_id: str, title: str, points: float, expected: dict, expla
         except WrongAnswer as err:
             if graded_as is None:  # the lesson's numbers, as the text says
                 raise
-            raise WrongAnswer(f"{err}\n  (graded with the numbers of student {graded_as}: "
-                              f'fc.numbers("{exercise_id}") prints them)') from None
+            raise WrongAnswer(f"{err}\n" + _(
+                '  (graded with the numbers of student {student_id}: fc.numbers("{exercise_id}") '
+                "prints them)").format(student_id=graded_as, exercise_id=exercise_id)) from None
 
     EXERCISES[exercise_id].sections = sections
     EXERCISES[exercise_id].numbers = dict(numbers) if formulas else None
@@ -508,8 +546,8 @@ def show_numbers(exercise_id: str) -> None:
     (without a student id, the lesson's own)."""
     item = get(exercise_id)
     if not item.numbers:
-        raise CourseInputError(f"{exercise_id} has no numbers of its own per student: use the "
-                               "numbers in its text")
+        raise CourseInputError(_("{exercise_id} has no numbers of its own per student: use "
+                                 "the numbers in its text").format(exercise_id=exercise_id))
     print(varying.numbers_line(item.id, item.title, item.numbers, student.current()))
 
 
@@ -526,24 +564,27 @@ def misconceptions(lesson_id: str, statements: dict[str, tuple[bool, str]],
     the statement and the section that explains it (`sections`), never its truth or `why`."""
     exercise_id = f"{lesson_id}/misconceptions"
 
-    truths = {key: truth for key, (truth, _) in statements.items()}
+    truths = {key: truth for key, (truth, _why) in statements.items()}
 
-    @exercise(exercise_id, "veto misconceptions (true/false)", 0, kind="veto", answers=truths)
+    @exercise(exercise_id, N_("veto misconceptions (true/false)"), 0, kind="veto",
+              answers=truths)
     def _check(answers) -> str:
         require_answers(answers, list(statements), exercise_id)
         wrong = []
         for key, (truth, _why) in statements.items():
             given = answers[key]
             if not isinstance(given, bool):
-                raise WrongAnswer(f"{exercise_id}: answer {key} with True or False, "
-                                  f"not {printable_answer(given)}.")
+                raise WrongAnswer(_("{exercise_id}: answer {key} with True or False, not "
+                                    "{answer}.").format(exercise_id=exercise_id, key=key,
+                                                        answer=printable_answer(given)))
             if given != truth:
-                wrong.append(f"  {key}: your judgement of this statement is not right."
-                             f"{where_explained(sections, key)}")
+                wrong.append(_("  {key}: your judgement of this statement is not right.")
+                             .format(key=key) + where_explained(sections, key))
         if wrong:
-            raise VetoMisconception(f"{exercise_id}: a wrong answer here fails the lesson "
-                                    "whatever the other points:\n" + "\n".join(wrong))
-        return f"all {len(statements)} statements judged right"
+            raise VetoMisconception(_("{exercise_id}: a wrong answer here fails the lesson "
+                                      "whatever the other points:").format(
+                exercise_id=exercise_id) + "\n" + "\n".join(wrong))
+        return _("all {count} statements judged right").format(count=len(statements))
 
     EXERCISES[exercise_id].sections = sections
 

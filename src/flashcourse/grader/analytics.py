@@ -66,14 +66,14 @@ def outcome_of(item) -> str:
     return "wrong" if item.status == "veto" else "other"
 
 
-def diagnosis(message: str) -> str:
+def diagnosis(message: str, mark: str = DIAGNOSIS_MARK) -> str:
     """The mistake a check named ("Likely mistake: X. Re-read ..."): its first sentence, without
     the section it points to; "" when the message names none. The last mark counts: checks put
-    their diagnosis after the case's error."""
-    at = message.rfind(DIAGNOSIS_MARK)
+    their diagnosis after the case's error. `mark`: the mark in the message's language."""
+    at = message.rfind(mark)
     if at < 0:
         return ""
-    text = message[at + len(DIAGNOSIS_MARK):].split(" Re-read ")[0]
+    text = message[at + len(mark):].split(" Re-read ")[0]
     sentence = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
     sentence = re.sub(r"\s*\(section .*$", "", sentence).rstrip(" .")
     return sentence[:MISTAKE_CHARS] or ""

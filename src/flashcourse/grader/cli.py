@@ -47,7 +47,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .. import bench, runtime
+from .. import bench, i18n, runtime
 from ..authoring import build
 from ..checks import recording, registry
 from . import channel, collect, limits, outputs, report, sandbox, score, shards, written
@@ -57,7 +57,8 @@ STARTUP_ALLOWANCE = 120  # seconds of a run that are not any cell's (kernel star
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _sandbox_env(home: str, interpreter: bool) -> dict[str, str]:
+def _sandbox_env(home: str, interpreter: bool,
+                 lang: str = i18n.SOURCE_LANGUAGE) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
     env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": home,
            "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
@@ -65,7 +66,8 @@ def _sandbox_env(home: str, interpreter: bool) -> dict[str, str]:
            "JUPYTER_CONFIG_DIR": f"{home}/jupyter", "IPYTHONDIR": f"{home}/ipython",
            "MPLCONFIGDIR": f"{home}/matplotlib", "TRITON_CACHE_DIR": f"{home}/triton",
            registry.GRADING_MODE_ENV: "1", bench.SKIP_ENV: "1",
-           recording.RECORD_CHANNEL_ENV: "display"}
+           recording.RECORD_CHANNEL_ENV: "display",
+           i18n.LANG_ENV: lang}  # the messages of the executed notebook, in its language
     for name in THREAD_VARIABLES:  # one thread per kernel: parallel sandboxes must not
         env[name] = "1"  # oversubscribe the cores
     if interpreter:
@@ -117,7 +119,8 @@ class Grader:
         slot = self.slots.get()
         try:
             with contextlib.ExitStack() as stack:
-                status, seconds, log, cap = self._run_sandbox(stack, work, talk, wall)
+                status, seconds, log, cap = self._run_sandbox(stack, work, talk, wall,
+                                                              job.sub.lang)
         finally:
             self.slots.put(slot)
         sub = job.sub
@@ -138,7 +141,7 @@ class Grader:
         return work
 
     def _run_sandbox(self, stack: contextlib.ExitStack, work: Path,
-                     talk: channel.Conversation, wall: float):
+                     talk: channel.Conversation, wall: float, lang: str):
         """Run one sandbox (or, unsandboxed, the runner alone): (status, seconds, the end of
         its error output, its memory cap or None)."""
         inside = Path(__file__).with_name("inside.py")
@@ -147,7 +150,7 @@ class Grader:
             folder = work / "unsandboxed"
             folder.mkdir()
             shutil.copytree(self.home, folder / "home-template")
-            env = _sandbox_env(str(folder / "home"), self.interpreter)
+            env = _sandbox_env(str(folder / "home"), self.interpreter, lang)
             return (*sandbox.run(runner + [f"--work={folder}"], env, wall, talk.talk), None)
         uid = None
         prefix: list[str] = []
@@ -158,7 +161,7 @@ class Grader:
         argv = (cap.prefix + limits.fresh_keyring_prefix() + sandbox.limits(self.gpu)
                 + sandbox.command(self.root, self.hidden, prefix + runner, self.home,
                                   sandbox.WORK_LIMIT, sandbox.TMP_LIMIT))
-        env = _sandbox_env(f"{sandbox.MOUNT_POINT}/home", self.interpreter)
+        env = _sandbox_env(f"{sandbox.MOUNT_POINT}/home", self.interpreter, lang)
         return (*sandbox.run(argv, env, wall, talk.talk, on_start=cap.watch), cap)
 
     def close(self) -> None:
@@ -220,6 +223,7 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
         sandbox.bwrap()  # raises SandboxUnavailable with what to do
     root = (root or collect.course_root()).resolve()
     exercises = collect.load_exercises(root)
+    editions = collect.load_editions(root)
     registry._load_checks()
     runtime.setup(verbose=False)
     os.environ[registry.GRADING_MODE_ENV] = "1"  # the replay runs the hidden cases
@@ -232,7 +236,7 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
     prepared: list[tuple[int, collect.Job]] = []
     for number, item in enumerate(found):
         try:
-            sub, job = collect.prepare(item, exercises)
+            sub, job = collect.prepare(item, exercises, editions)
         except Exception as err:  # noqa: BLE001  (one bad notebook must not stop the class)
             sub, job = Submission(label=item.label, path=str(item.path), status=MALFORMED,
                                   problems=[f"malformed notebook: it could not be read "
@@ -243,7 +247,7 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
     collect.stop_scanner()  # every submission is scanned: its helper process can go
     for sub in subs:  # whose each is, before the scores (which name students) are checked
         sub.student_from = student_from
-    written.attach(subs, root, exercises)
+    written.attach(subs, root, exercises, editions)
     if scores is not None:  # a bad scores file stops the run before any sandbox
         written.fold(subs, scores)
     grader = Grader(root, timeout, jobs, sandboxed, hidden,

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import i18n
 from ..workspace import MOVED  # lessons renamed or split since an earlier edition
 from . import answers, scan, validate
 from .submission import MALFORMED, REFUSED, UNMATCHED, Submission
@@ -196,13 +197,33 @@ def read_notebook(path: Path) -> dict:
     """The submission read once without following a link, parsed under a bound on its nesting
     and checked as data (`validate.notebook`): only cells with text ids and sources come back.
     ValueError saying why when it is not a notebook. Of the notebook's metadata only
-    `flashcourse.student` (`./course submit` writes it) is kept, as escaped text."""
+    `flashcourse.student` (`./course submit` writes it), as escaped text, and
+    `flashcourse.lang`, as written (`metadata_lang` reads it), are kept."""
     data = validate.parse_json(read_regular(path, MAX_NOTEBOOK_BYTES))
     clean = validate.notebook(data)
-    student = metadata_student(data)
-    if student:
-        clean["metadata"] = {"flashcourse": {"student": student}}
+    kept = {"student": metadata_student(data)}
+    course = data.get("metadata", {}).get("flashcourse") \
+        if isinstance(data.get("metadata"), dict) else None
+    if isinstance(course, dict) and "lang" in course:
+        kept["lang"] = course["lang"]
+    kept = {key: value for key, value in kept.items() if value}
+    if kept:
+        clean["metadata"] = {"flashcourse": kept}
     return clean
+
+
+def metadata_lang(data: dict) -> tuple[str, str]:
+    """(language, note): `metadata.flashcourse.lang` of a notebook read by `read_notebook` when
+    the course speaks it, else English with a note saying why ("" when there is nothing to
+    say). The language changes the messages of its report, never a point."""
+    course = data.get("metadata", {}).get("flashcourse", {})
+    lang = course.get("lang", i18n.SOURCE_LANGUAGE) if isinstance(course, dict) else None
+    try:
+        return i18n.validate(lang) if isinstance(lang, str) else i18n.SOURCE_LANGUAGE, ""
+    except i18n.UnknownLanguage:
+        return i18n.SOURCE_LANGUAGE, (f"metadata.flashcourse.lang {printable(repr(lang), 40)} "
+                                      "is not a language of the course: its report is in "
+                                      "English")
 
 
 def metadata_student(data: dict) -> str:
@@ -214,10 +235,27 @@ def metadata_student(data: dict) -> str:
     return printable(student.strip(), STUDENT_CHARS) if isinstance(student, str) else ""
 
 
-def load_exercises(root: Path) -> dict[str, dict]:
-    """slug -> the generated exercise notebook (as plain JSON)."""
+def load_exercises(root: Path, lang: str = i18n.SOURCE_LANGUAGE) -> dict[str, dict]:
+    """slug -> the generated exercise notebook (as plain JSON), of the English edition
+    (`exercises/`) or of a translated one (`exercises/<lang>/`)."""
+    folder = root / "exercises" if lang == i18n.SOURCE_LANGUAGE else root / "exercises" / lang
     return {p.stem: json.loads(p.read_text(encoding="utf-8"))
-            for p in sorted((root / "exercises").glob("*.ipynb"))}
+            for p in sorted(folder.glob("*.ipynb"))}
+
+
+def load_editions(root: Path) -> dict[str, dict[str, dict]]:
+    """lang -> slug -> exercise notebook, of every translated edition that is built. A
+    translation shares the English's code and grading cells; its answer cells' comments and
+    open-answer prompts are what its own untouched notebook holds."""
+    return {lang: load_exercises(root, lang) for lang in i18n.LANGUAGES
+            if lang != i18n.SOURCE_LANGUAGE}
+
+
+def pristine_of(exercises: dict[str, dict], slug: str, lang: str,
+                editions: dict[str, dict[str, dict]] | None) -> dict:
+    """The exercise notebook a submission in `lang` was handed out as: its edition's, else the
+    English one (the editions share every grading cell)."""
+    return (editions or {}).get(lang, {}).get(slug) or exercises[slug]
 
 
 def match_exercise(name: str, cells: list[dict], exercises: dict[str, dict]) -> str | None:
@@ -318,10 +356,13 @@ def split_lesson(name: str, exercises: dict[str, dict]) -> str | None:
     return next((old for old, new in MOVED.items() if len(new) > 1 and old in name), None)
 
 
-def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | None]:
+def prepare(item: Found, exercises: dict[str, dict],
+            editions: dict[str, dict[str, dict]] | None = None) -> tuple[Submission, Job | None]:
     """Read, match and scan one submission; no job when it cannot run. Whatever the notebook
     holds, this returns: one that cannot be read, or whose scan fails or runs past
-    SCAN_SECONDS, gets a MALFORMED line of its own and the class goes on."""
+    SCAN_SECONDS, gets a MALFORMED line of its own and the class goes on. `editions`
+    (`load_editions`): the translated exercise notebooks, for a submission in another
+    language."""
     sub = Submission(label=item.label, path=str(item.path))
     if item.refused:
         sub.status = REFUSED
@@ -334,8 +375,11 @@ def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | 
         sub.problems.append(f"malformed notebook: {printable(str(err))}")
         return sub, None
     sub.metadata_student = submitted["metadata"].get("flashcourse", {}).get("student", "")
+    sub.lang, note = metadata_lang(submitted)
+    if note:
+        sub.notes.append(note)
     try:
-        return _prepare_notebook(sub, item, submitted, exercises)
+        return _prepare_notebook(sub, item, submitted, exercises, editions)
     except Exception as err:  # noqa: BLE001  (a RecursionError, a MemoryError, a bug: this one)
         why = str(err) if isinstance(err, ScanFailed) else f"{type(err).__name__}: {err}"
         failed = Submission(label=item.label, path=str(item.path), status=MALFORMED)
@@ -346,7 +390,9 @@ def prepare(item: Found, exercises: dict[str, dict]) -> tuple[Submission, Job | 
 
 
 def _prepare_notebook(sub: Submission, item: Found, submitted: dict,
-                      exercises: dict[str, dict]) -> tuple[Submission, Job | None]:
+                      exercises: dict[str, dict],
+                      editions: dict[str, dict[str, dict]] | None = None
+                      ) -> tuple[Submission, Job | None]:
     from ..checks import registry
 
     cells = submitted["cells"]
@@ -367,7 +413,7 @@ def _prepare_notebook(sub: Submission, item: Found, submitted: dict,
         sub.problems.append("matches no exercise notebook (neither by file name nor by grading "
                             "cell ids)")
         return sub, None
-    pristine = exercises[slug]
+    pristine = pristine_of(exercises, slug, sub.lang, editions)
     sub.lesson, sub.lesson_title = slug, lesson.title
     sub.total, sub.pass_line = lesson.total_points, lesson.pass_line
 

@@ -21,8 +21,10 @@ import json
 import shutil
 from pathlib import Path
 
+from .. import i18n
+from ..i18n import _
 from . import analytics
-from .report import executed_name, json_safe, pass_text, total_text
+from .report import executed_name, json_safe, pass_text, shown_message, state_text, total_text
 from .submission import REFUSED, TAMPERED, Submission
 
 VISIBLE, AFTER_DUE_DATE = "visible", "after_due_date"
@@ -32,39 +34,52 @@ FOLDER = "gradescope"
 
 def _item_tests(item, number: int) -> list[dict]:
     passed = item.status == "pass"
-    lines = [("passed" if passed else item.status) + (f": {item.message}" if passed else "")]
-    named = analytics.diagnosis(item.message) if not passed else ""
+    shown, title = shown_message(item), _(item.title)
+    lines = [(_("passed") if passed else state_text(item.status))
+             + (f": {shown}" if passed else "")]
+    mark = _(analytics.DIAGNOSIS_MARK)
+    named = analytics.diagnosis(shown, mark) if not passed else ""
     if named:
-        lines.append(f"Likely mistake: {named}.")
+        lines.append(f"{mark}{named}.")
     if item.kind == "veto":
-        lines.append("A wrong judgement of any statement fails the lesson, whatever the points.")
+        lines.append(_("A wrong judgement of any statement fails the lesson, whatever the "
+                       "points."))
     if not passed and item.message:
-        lines.append("What the check found is shown after the due date.")
-    tests = [{"name": f"{item.title} ({item.id})", "number": str(number),
+        lines.append(_("What the check found is shown after the due date."))
+    tests = [{"name": f"{title} ({item.id})", "number": str(number),
               "score": float(item.earned), "max_score": float(item.points),
               "status": "passed" if passed else "failed", "output": "\n".join(lines),
               "output_format": "text", "visibility": VISIBLE, "tags": [item.kind]}]
     if not passed and item.message:
-        tests.append({"name": f"{item.title}: what the check found", "number": f"{number}.1",
+        tests.append({"name": _("{title}: what the check found").format(title=title),
+                      "number": f"{number}.1",
                       "score": 0.0, "max_score": 0.0, "status": "failed",
-                      "output": item.message, "output_format": "text",
+                      "output": shown, "output_format": "text",
                       "visibility": AFTER_DUE_DATE, "tags": [item.kind, "details"]})
     return tests
 
 
 def _written_test(item, number: int) -> dict:
     scored = item.score is not None
-    output = ("not answered: it scores 0" if not item.answered else
-              f"scored by your instructor: {item.score:g} of {item.points:g}" if scored else
-              "scored by your instructor: not scored yet")
-    return {"name": f"{item.title} ({item.id}, written)", "number": str(number),
+    output = (_("not answered: it scores 0") if not item.answered else
+              _("scored by your instructor: {score:g} of {points:g}").format(
+                  score=item.score, points=item.points) if scored else
+              _("scored by your instructor: not scored yet"))
+    return {"name": _("{title} ({id}, written)").format(title=item.title, id=item.id),
+            "number": str(number),
             "score": float(item.score or 0.0), "max_score": float(item.points),
             "output": output, "output_format": "text", "visibility": VISIBLE,
             "tags": ["written"]}
 
 
 def results(sub: Submission) -> dict:
-    """The results.json of one submission, as Gradescope reads it."""
+    """The results.json of one submission, as Gradescope reads it, in its language (the
+    grader's own findings under integrity stay in English, as the instructor reads them)."""
+    with i18n.language(sub.lang):
+        return _results(sub)
+
+
+def _results(sub: Submission) -> dict:
     tests = []
     for number, item in enumerate(sub.exercises, start=1):
         tests += _item_tests(item, number)
@@ -79,10 +94,11 @@ def results(sub: Submission) -> dict:
     score = 0.0 if sub.status in NO_POINTS else sub.earned + sub.written_earned
     summary = [f"{sub.status}: {total_text(sub)} ({pass_text(sub)})."]
     if sub.status in NO_POINTS:
-        summary.append("It scores 0: the grader found the problems listed under integrity.")
-    summary += [f"VETO misconception: {veto}" for veto in sub.vetoes]
+        summary.append(_("It scores 0: the grader found the problems listed under integrity."))
+    summary += [_("VETO misconception: {veto}").format(veto=veto) for veto in sub.vetoes]
     if sub.unscored:
-        summary.append(f"{sub.unscored} written answer(s) not scored yet: the score may grow.")
+        summary.append(_("{count} written answer(s) not scored yet: the score may grow.")
+                       .format(count=sub.unscored))
     return json_safe({
         "score": float(score), "execution_time": round(sub.seconds, 2),
         "output": "\n".join(summary), "output_format": "text", "visibility": VISIBLE,

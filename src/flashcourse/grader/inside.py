@@ -177,7 +177,15 @@ def _prepare_home(work: Path) -> None:
         (home / name).mkdir(exist_ok=True)
 
 
+def skip_iri_parser() -> None:
+    """Before nbformat is imported: jsonschema builds a parser of IRIs when it is imported and
+    rfc3987_syntax is installed (JupyterLab's dependencies install it), about 2 s of CPU in every
+    process. Notebook files have no IRI-formatted field, so the grader's processes go without."""
+    sys.modules.setdefault("rfc3987_syntax", None)  # its import fails; jsonschema skips it
+
+
 def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
+    skip_iri_parser()
     import nbformat
     from jupyter_core.utils import run_sync
     from nbclient import NotebookClient

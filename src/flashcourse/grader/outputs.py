@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import i18n
 from . import gradescope, report
 from .submission import Submission
 
@@ -21,7 +22,9 @@ def write(subs: list[Submission], out: Path, timeout: float, jobs: int,
         raise ValueError(f"unknown format(s) {', '.join(unknown)}; the formats are: "
                          + ", ".join(FORMATS))
     out.mkdir(parents=True, exist_ok=True)
-    if "reports" in formats:
-        report.write_all(subs, out, timeout=timeout, jobs=jobs)
-    if "gradescope" in formats:
-        gradescope.write_all(subs, out)
+    # the class's pages in English; each submission's own page and results in its language
+    with i18n.language(i18n.SOURCE_LANGUAGE):
+        if "reports" in formats:
+            report.write_all(subs, out, timeout=timeout, jobs=jobs)
+        if "gradescope" in formats:
+            gradescope.write_all(subs, out)

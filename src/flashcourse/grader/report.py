@@ -35,6 +35,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from .. import i18n
+from ..i18n import N_, _
 from . import analytics
 from .collect import BACKUP_REFUSAL, printable, read_regular
 from .score import read_untrusted
@@ -105,18 +107,37 @@ def _name_part(char: str, escape: bool = False) -> str:
             else f"_U{code:08x}")
 
 
+# an exercise's outcome as a submission's own report says it (the class's pages: as is)
+ITEM_STATES = {"pass": N_("pass"), "ok": N_("ok"), "VETO": N_("VETO"), "wrong": N_("wrong"),
+               "blank": N_("blank"), "not run": N_("not run"), "error": N_("error"),
+               "refused": N_("refused"), "timeout": N_("timeout"), "veto": N_("veto")}
+
+
+def state_text(state: str) -> str:
+    return _(ITEM_STATES[state]) if state in ITEM_STATES else state
+
+
+def shown_message(item) -> str:
+    """The item's message in the language messages are shown in now: the submission's own
+    (`message_shown`) while its report is written in it, else the English one."""
+    if item.message_shown and i18n.current() != i18n.SOURCE_LANGUAGE:
+        return item.message_shown
+    return item.message
+
+
 def _item_line(item) -> str:
+    title = _(item.title)
     if item.kind == "veto":
         state = {"pass": "ok", "veto": "VETO"}.get(item.status, item.status)
-        line = f"    [veto] {item.title}: {state}"
+        line = f"    [veto] {title}: {state_text(state)}"
     else:
         mark = "\u2713" if item.status == "pass" else "\u2717"
-        kind = "exercise" if item.kind == "code" else "self-check"
-        line = f"    {mark} {item.earned:g}/{item.points:g}  {item.title} ({kind})"
+        kind = _("exercise") if item.kind == "code" else _("self-check")
+        line = f"    {mark} {item.earned:g}/{item.points:g}  {title} ({kind})"
         if item.status != "pass":
-            line += f": {item.status}"
+            line += f": {state_text(item.status)}"
     if item.status not in ("pass", "veto") and item.message:  # vetoes get their own line
-        line += f" - {item.message}"
+        line += f" - {shown_message(item)}"
     if hints_text(item):
         line += f" [{hints_text(item)}]"
     return line
@@ -127,10 +148,12 @@ def hints_text(item) -> str:
     if not item.hints_opened or not item.hints_total:
         return ""
     opened = item.hints_opened
-    text = f"hints opened: {len(opened)} of {item.hints_total}"
+    text = _("hints opened: {opened} of {total}").format(opened=len(opened),
+                                                        total=item.hints_total)
     if opened != list(range(1, len(opened) + 1)):  # not the first ones in order
-        text += " (level" + ("s " if len(opened) > 1 else " ") + \
-            ", ".join(str(level) for level in opened) + ")"
+        levels = ", ".join(str(level) for level in opened)
+        text += (_(" (levels {levels})") if len(opened) > 1 else _(" (level {levels})")).format(
+            levels=levels)
     return text
 
 
@@ -183,8 +206,8 @@ def answered(text: str, prompt: str = "") -> bool:
 
 
 def _written_score(item) -> str:
-    return (f"not scored yet, {item.points:g} points" if item.score is None
-            else f"{item.score:g}/{item.points:g}")
+    return (_("not scored yet, {points:g} points").format(points=item.points)
+            if item.score is None else f"{item.score:g}/{item.points:g}")
 
 
 def total_text(sub: Submission) -> str:
@@ -195,18 +218,21 @@ def total_text(sub: Submission) -> str:
         return automatic
     written = f"{sub.written_earned:g}/{sub.written_total:g}"
     if sub.unscored == len(sub.written):
-        return f"{automatic} automatic, written {written} not scored yet (provisional)"
+        return _("{automatic} automatic, written {written} not scored yet (provisional)").format(
+            automatic=automatic, written=written)
     if sub.provisional:
-        return (f"{automatic} automatic, written {written}, {sub.unscored} of "
-                f"{len(sub.written)} not scored yet (provisional)")
+        return _("{automatic} automatic, written {written}, {unscored} of {count} not scored "
+                 "yet (provisional)").format(automatic=automatic, written=written,
+                                             unscored=sub.unscored, count=len(sub.written))
     return f"{sub.earned + sub.written_earned:g}/{sub.total + sub.written_total:g}"
 
 
 def pass_text(sub: Submission) -> str:
     """The pass line, which is on the automatic points whatever the written answers score."""
     if not sub.written:
-        return f"pass line {sub.pass_line:g}"
-    return f"pass line {sub.pass_line:g} of the {sub.total:g} automatic points"
+        return _("pass line {pass_line:g}").format(pass_line=sub.pass_line)
+    return _("pass line {pass_line:g} of the {total:g} automatic points").format(
+        pass_line=sub.pass_line, total=sub.total)
 
 
 def scorecard_text(subs: list[Submission]) -> str:
@@ -333,10 +359,10 @@ def student_of(sub: Submission) -> str | None:
     the part of its file name before `__` (alice__01-gpu-flash.ipynb -> alice); `metadata`,
     the student its notebook's metadata names. None when the rule finds nobody."""
     if sub.student_from == "folder":
-        first, sep, _ = sub.label.partition("/")
+        first, sep, _rest = sub.label.partition("/")
         return first if sep else None
     if sub.student_from == "file":
-        student, sep, _ = sub.label.rpartition("/")[2].partition("__")
+        student, sep, _rest = sub.label.rpartition("/")[2].partition("__")
         return student if sep and student else None
     if sub.student_from == "metadata":
         return sub.metadata_student or None
@@ -392,35 +418,37 @@ def _submission_details(sub: Submission, up: str = "") -> str:
     items = []
     for item in sub.exercises:
         good = item.status == "pass"
-        score = ("ok" if good else item.status) if item.kind == "veto" else \
-            f"{item.earned:g}/{item.points:g} {'' if good else item.status}"
-        reason = f"<pre class=\"reason\">{esc(item.message)}</pre>" if item.message else ""
+        score = state_text("ok" if good else item.status) if item.kind == "veto" else \
+            f"{item.earned:g}/{item.points:g} {'' if good else state_text(item.status)}"
+        reason = f"<pre class=\"reason\">{esc(shown_message(item))}</pre>" \
+            if item.message else ""
         hinted = f' <small class="hints">{esc(hints_text(item))}</small>' \
             if hints_text(item) else ""
-        items.append(f'<li class="{"pass" if good else "bad"}"><b>{esc(item.title)}</b>: '
+        items.append(f'<li class="{"pass" if good else "bad"}"><b>{esc(_(item.title))}</b>: '
                      f"{esc(score)}{hinted}{reason}</li>")
     notes = [*(f"veto: {v}" for v in sub.vetoes), *(f"tampered: {t}" for t in sub.tampering),
              *sub.problems, *sub.notes]
     opens = []
     for item in sub.written:
         body = (f"<pre class=\"open-answer\">{esc(item.answer)}</pre>" if item.answered else
-                "<p><i>not answered</i></p>")
+                f"<p><i>{esc(_('not answered'))}</i></p>")
         opens.append(f"<h4>{esc(item.id)}: {esc(item.title)} "
                      f'<span class="written-score">[{esc(_written_score(item))}]</span></h4>'
-                     f'{body}<p class="rubric"><small>Rubric: {esc(item.rubric)}</small></p>')
+                     f'{body}<p class="rubric"><small>{esc(_("Rubric:"))} {esc(item.rubric)}'
+                     "</small></p>")
     if not sub.written:  # no lesson source named its points: the texts alone
         for cell_id, text in sub.open_answers.items():
             body = (f"<pre class=\"open-answer\">{esc(text)}</pre>" if answered(text) else
-                    "<p><i>not answered</i></p>")
+                    f"<p><i>{esc(_('not answered'))}</i></p>")
             opens.append(f"<h4>{esc(cell_id)}</h4>{body}")
     executed = f"{up}executed/{executed_name(sub)}"
     return (f'<div class="submission"><p>{esc(sub.label)}: <b>{esc(sub.status)}</b> '
             f"{esc(total_text(sub))} ({esc(pass_text(sub))}) &middot; "
-            f'<a class="executed" href="{esc(executed)}">executed notebook</a></p>'
+            f'<a class="executed" href="{esc(executed)}">{esc(_("executed notebook"))}</a></p>'
             f"<ul>{''.join(items)}</ul>"
             + (f"<p><small>{'<br>'.join(esc(n) for n in notes)}</small></p>" if notes else "")
-            + (f'<div class="open-answers"><h4>Open answers</h4>{"".join(opens)}</div>'
-               if opens else "")
+            + (f'<div class="open-answers"><h4>{esc(_("Open answers"))}</h4>{"".join(opens)}'
+               "</div>" if opens else "")
             + "</div>")
 
 
@@ -434,7 +462,7 @@ def write_html(subs: list[Submission], path: Path) -> None:
     at_top = "" if students == len(table) else \
         f" and {len(table) - students} notebooks of no student (a row each)"
     rows = []
-    for number, ((_, student), row) in enumerate(table.items()):
+    for number, ((_kind, student), row) in enumerate(table.items()):
         cells = []
         for lesson in lessons:
             if lesson not in row:
@@ -486,10 +514,11 @@ def write_submission_pages(subs: list[Submission], out: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     for sub in subs:
-        page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html_text(sub.label)}</title>
+        with i18n.language(sub.lang):  # the student's own page: in the notebook's language
+            page = f"""<!DOCTYPE html>
+<html lang="{sub.lang}"><head><meta charset="utf-8"><title>{html_text(sub.label)}</title>
 <style>{STYLE}</style></head><body>
-<p><a class="back" href="../progress.html">Grading progress</a></p>
+<p><a class="back" href="../progress.html">{html_text(_("Grading progress"))}</a></p>
 <h1 class="label">{html_text(sub.label)}</h1>
 {_submission_details(sub, up="../")}
 </body></html>

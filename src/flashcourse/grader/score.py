@@ -10,14 +10,16 @@ the reports (the executed notebook), never through a link, within a size limit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import math
 import os
 from pathlib import Path
 
-from .. import hints
+from .. import hints, i18n
 from ..blanks import BlankNotFilled
 from ..checks import numbers, recording, registry
+from ..i18n import _
 from .channel import Conversation
 from .collect import Job, printable, read_regular
 from .submission import CRASHED, FAIL, PASS, TAMPERED, TIMEOUT, ExerciseResult, Submission
@@ -118,21 +120,21 @@ def _judge_record(ex, job: Job, talk: Conversation, sub: Submission) -> tuple[st
     if record is None:
         return "not run", ""
     if record.get("duplicate"):
-        return "error", "its grading cell produced more than one record"
+        return "error", _("its grading cell produced more than one record")
     grading_cell = job.checks.get(ex.id, ("", ""))[0]
     unrun = _ran_before(talk, job.answer_cells.get(ex.id, []), grading_cell)
     if ex.id in job.blank:
-        return "blank", printable(f"{job.blank[ex.id]}: it earns nothing until it is "
-                                  "answered", 300)
+        return "blank", printable(_("{why}: it earns nothing until it is answered").format(
+            why=job.blank[ex.id]), 300)
     if unrun:
-        return "not run", printable(f"its answer cell `{unrun[0]}` did not run before its "
-                                    "check", 300)
+        return "not run", printable(_("its answer cell `{cell}` did not run before its "
+                                      "check").format(cell=unrun[0]), 300)
     removed = record.get("tripwires_removed")
     if not isinstance(removed, list) or removed:
         gone = ", ".join(str(r)[:80] for r in removed[:5]) if isinstance(removed, list) \
             else "the record does not say"
         sub.tampering.append(f"{ex.id}: the references' tripwires were taken away ({gone})")
-        return "error", "the references' tripwires were taken away while it ran"
+        return "error", _("the references' tripwires were taken away while it ran")
     return replay_item(ex, record, talk.keys.get(ex.id), student=graded_student(sub))
 
 
@@ -146,7 +148,7 @@ def graded_student(sub: Submission) -> str:
 
 def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
           wall_killed: bool) -> None:
-    runs, running, _ = cell_runs(talk.state())
+    runs, running, _finished = cell_runs(talk.state())
     accounted = talk.finished or bool(talk.order)  # the runner reached the notebook at all
     sub.tampering += talk.flags
     sub.notes += talk.notes
@@ -181,23 +183,15 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
     for ex in job.lesson.exercises:
         item = ExerciseResult(ex.id, ex.title, ex.kind, ex.points)
         sub.exercises.append(item)
-        item.status, item.message = _judge_record(ex, job, talk, sub)
-        hits = talk.hits.get(ex.id)
-        if hits:
-            names = ", ".join(sorted(set(hits))[:5])
-            sub.tampering.append(f"{ex.id}: the answer called the reference {names} while "
-                                 "its check ran")
-            item.status, item.message = "refused", printable(
-                f"the answer called the reference {names}: write it yourself", 300)
-        run = runs.get(job.checks.get(ex.id, ("", ""))[0])
-        if item.status == "not run" and not item.message:
-            item.message = _why_not_run(run, timeout)
-        if item.status == "mismatch":
-            item.status = "error"
-            if "inputs" in item.message:
-                sub.tampering.append(f"{ex.id}: {item.message}")
-        if ex.id in job.refused:
-            item.status, item.message = "refused", printable(job.refused[ex.id], 300)
+        with i18n.language(i18n.SOURCE_LANGUAGE):  # the class's pages and analytics read it
+            item.status, item.message = _outcome(ex, job, talk, sub, runs, timeout)
+        if sub.lang != i18n.SOURCE_LANGUAGE:  # the same replay, its messages in the student's
+            with i18n.language(sub.lang):
+                status, item.message_shown = _outcome(ex, job, talk, sub, runs, timeout,
+                                                      noted=False)
+            if status != item.status:  # the language never changes a point
+                raise RuntimeError(f"{ex.id}: replayed in {sub.lang} it is {status}, in "
+                                   f"English {item.status}")
         if item.status == "pass":
             item.earned = float(ex.points)
         item.hints_total, item.hints_opened = hints_opened(ex.id, talk)
@@ -218,6 +212,34 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
         sub.status = FAIL
 
 
+def _outcome(ex, job: Job, talk: Conversation, sub: Submission, runs: dict, timeout: float,
+             noted: bool = True) -> tuple[str, str]:
+    """(status, message) of one exercise, in the current language; `noted`: add what it finds
+    to the submission's tampering (for the first of its languages only)."""
+    # a translation's pass notes its findings on a scratch copy: the first pass noted them
+    status, text = _judge_record(ex, job, talk, sub if noted else
+                                 dataclasses.replace(sub, tampering=[]))
+    hits = talk.hits.get(ex.id)
+    if hits:
+        names = ", ".join(sorted(set(hits))[:5])
+        if noted:
+            sub.tampering.append(f"{ex.id}: the answer called the reference {names} while "
+                                 "its check ran")
+        status, text = "refused", printable(_(
+            "the answer called the reference {names}: write it yourself").format(names=names),
+            300)
+    run = runs.get(job.checks.get(ex.id, ("", ""))[0])
+    if status == "not run" and not text:
+        text = _why_not_run(run, timeout)
+    if status == "mismatch":
+        status = "error"
+        if "inputs" in text and noted:  # a record mismatch's message is never translated
+            sub.tampering.append(f"{ex.id}: {text}")
+    if ex.id in job.refused:
+        status, text = "refused", printable(job.refused[ex.id], 300)
+    return status, text
+
+
 def hints_opened(exercise_id: str, talk: Conversation) -> tuple[int, list[int]]:
     """(the exercise's hint levels, the levels the run showed): a note for the reports only."""
     total = hints.levels_of(exercise_id)
@@ -227,16 +249,17 @@ def hints_opened(exercise_id: str, talk: Conversation) -> tuple[int, list[int]]:
 
 def _why_not_run(run: dict | None, timeout: float) -> str:
     if run is None:
-        return "the notebook stopped before its check"
+        return _("the notebook stopped before its check")
     status = run.get("status")
     if status == "timeout":
-        return f"the check ran longer than {timeout:g} s"
+        return _("the check ran longer than {seconds:g} s").format(seconds=timeout)
     if status == "stuck":
-        return "the kernel stopped answering in this check and was stopped"
+        return _("the kernel stopped answering in this check and was stopped")
     if status == "kernel died":
-        return "the kernel crashed in this check"
+        return _("the kernel crashed in this check")
     ename, evalue = printable(run.get("ename", ""), 80), message(run.get("evalue", ""), 300)
     if ename:
-        return f"the check cell raised {ename}: {evalue}" if evalue else \
-            f"the check cell raised {ename}"
-    return "the check did not run (was `check` replaced?)"
+        return _("the check cell raised {error_type}: {error}").format(
+            error_type=ename, error=evalue) if evalue else \
+            _("the check cell raised {error_type}").format(error_type=ename)
+    return _("the check did not run (was `check` replaced?)")

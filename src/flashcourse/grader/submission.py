@@ -20,7 +20,9 @@ class ExerciseResult:
     points: float
     earned: float = 0.0
     status: str = "not run"  # pass, wrong, blank, veto, error, timeout, not run
-    message: str = ""
+    message: str = ""  # in English, as the class's pages and analytics read it
+    # the message in the submission's language, for its own report ("": the same as message)
+    message_shown: str = ""
     hints_opened: list[int] = field(default_factory=list)  # levels fc.hint showed in the run
     hints_total: int = 0  # the exercise's hint levels (0: it has none)
 
@@ -59,6 +61,7 @@ class Submission:
     sandbox: str = "bwrap"  # or "none" with --no-sandbox
     student_from: str = "folder"  # grade --student-from: the rule report.student_of applies
     metadata_student: str = ""  # metadata.flashcourse.student of the notebook, escaped text
+    lang: str = "en"  # metadata.flashcourse.lang: the language of its messages and own report
     seconds: float = 0.0
 
     @property

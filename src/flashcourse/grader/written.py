@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..authoring import build
 from . import report, scan
-from .collect import printable
+from .collect import printable, pristine_of
 from .submission import Submission, WrittenAnswer
 
 SCORE_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")  # no nan, inf, 1e3 or 1_0
@@ -49,11 +49,13 @@ class Scores:
     rows: list[ScoreRow]
 
 
-def attach(subs: list[Submission], root: Path, exercises: dict[str, dict]) -> None:
+def attach(subs: list[Submission], root: Path, exercises: dict[str, dict],
+           editions: dict[str, dict[str, dict]] | None = None) -> None:
     """Give every submission matched to a lesson its written answers: one per open-answer
     block of the lesson source (lessons/SLUG.qmd under `root`), with the student's text and
     whether it was answered at all (`exercises`: slug -> the exercise notebook, whose text of
-    each open cell is what 'not answered' looks like)."""
+    each open cell is what 'not answered' looks like; `editions`: the translated ones, for a
+    submission in another language)."""
     questions: dict[str, dict[str, build.OpenQuestion]] = {}
     for sub in subs:
         if not sub.lesson:
@@ -65,8 +67,10 @@ def attach(subs: list[Submission], root: Path, exercises: dict[str, dict]) -> No
                     f"{source}: missing; the points and rubrics of the open answers of "
                     f"exercises/{sub.lesson}.ipynb come from it")
             questions[sub.lesson] = build.open_questions(build.parse(source))
+        handed_out = pristine_of(exercises, sub.lesson, sub.lang, editions) \
+            if sub.lesson in exercises else {}
         prompts = {cell.get("id"): scan.cell_source(cell)
-                   for cell in exercises.get(sub.lesson, {}).get("cells", [])}
+                   for cell in handed_out.get("cells", [])}
         sub.written = []
         for cell_id, question in questions[sub.lesson].items():
             text = sub.open_answers.get(cell_id, "")

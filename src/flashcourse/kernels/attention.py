@@ -50,18 +50,6 @@ class AttentionCase:
     def scale(self) -> float:
         return 1.0 / math.sqrt(self.D) if self.sm_scale is None else self.sm_scale
 
-    def label(self, number: int, total: int) -> str:
-        dtype = str(self.dtype).replace("torch.", "")
-        extras = [f"sm_scale={self.sm_scale:g}"] if self.sm_scale is not None else []
-        if self.large:
-            extras.append("scores ~1e3")
-        if self.layout == "bnhd":
-            extras.append("inputs are transposed views of (B, N, H, D) tensors")
-        extra = "".join(f", {e}" for e in extras)
-        return (f"case {number}/{total} (B={self.B}, H={self.H}, N={self.N}, D={self.D}, "
-                f"{dtype}, {'causal' if self.causal else 'not causal'}, "
-                f"BLOCK_M={self.block_m}, BLOCK_N={self.block_n}{extra})")
-
 
 # ---------------------------------------------------------------- references and inputs
 

@@ -8,14 +8,15 @@ references of the specification (`reference.py`); cases, calls and the named mis
 
 from __future__ import annotations
 
+from ...i18n import N_
 from .. import registry
 from . import grading
 
-LESSON = registry.lesson("capstone", "Lesson 11: Capstone: attention with a score_mod and a "
-                         "block mask", pass_line=8)
+LESSON = registry.lesson("capstone", N_("Lesson 11: Capstone: attention with a score_mod and a "
+                                        "block mask"), pass_line=8)
 
 # The exercises, in the scorecard's order.
-registry.exercise(grading.FORWARD_ID, "the forward: score_mod, mask, block map, O", 3)(
+registry.exercise(grading.FORWARD_ID, N_("the forward: score_mod, mask, block map, O"), 3)(
     grading.check_forward)
-registry.exercise(grading.BACKWARD_ID, "the backward: dQ, dK, dV through the score_mod", 4)(
+registry.exercise(grading.BACKWARD_ID, N_("the backward: dQ, dK, dV through the score_mod"), 4)(
     grading.check_backward)

@@ -17,16 +17,19 @@ import numpy as np
 import torch
 
 from ... import runtime
+from ...i18n import N_, _
 from ...kernels import capstone as cap
 from .. import buffers, recording, registry
 from . import reference as ref
 
 FORWARD_ID = "capstone/forward"
 BACKWARD_ID = "capstone/backward"
-SPEC_SECTION = 'section 2 ("The specification")'
-FORWARD_SECTION = 'section 3 ("The forward")'
-MAP_SECTION = 'section 3 ("The block map")'
-BACKWARD_SECTION = 'section 4 ("The backward")'
+SPEC_SECTION = N_("section 2 (\"The specification\")")
+FORWARD_SECTION = N_("section 3 (\"The forward\")")
+MAP_SECTION = N_("section 3 (\"The block map\")")
+BACKWARD_SECTION = N_("section 4 (\"The backward\")")
+SECTIONS = {"spec_section": SPEC_SECTION, "forward_section": FORWARD_SECTION,
+            "map_section": MAP_SECTION, "backward_section": BACKWARD_SECTION}
 NAN_ALIGN = 128  # K/V rows of padding blocks aligned to this many keys hold NaN
 # The tiles (BLOCK_M, BLOCK_N) a student's kernel may use, most likely first: a simulated
 # mistake is tried at each.
@@ -52,22 +55,24 @@ class Case:
 
     def label(self, number: int, total: int) -> str:
         parts = [f"B={self.B}, H={self.H}, N={self.N}, D={self.D}",
-                 str(self.dtype).removeprefix("torch."), "causal"]
+                 str(self.dtype).removeprefix("torch."), _("causal")]
         if self.window is not None:
             parts.append(f"window={self.window}")
         if self.docs is not None:
-            parts.append(f"documents {[list(d) for d in self.docs]} (negative: padding)")
+            parts.append(_("documents {docs} (negative: padding)").format(
+                docs=[list(d) for d in self.docs]))
         if self.softcap:
             parts.append(f"softcap={self.softcap:g}")
         if self.alibi:
             parts.append("ALiBi")
         if self.logit_scale > 1:
-            parts.append("large logits")
+            parts.append(_("large logits"))
         if self.sm_scale is not None:
             parts.append(f"sm_scale={self.sm_scale:g}")
         if self.layout != "bhnd":
-            parts.append("transposed (B, N, H, D) storage")
-        return f"case {number}/{total} ({', '.join(parts)})"
+            parts.append(_("transposed (B, N, H, D) storage"))
+        return _("case {number}/{total} ({parts})").format(number=number, total=total,
+                                                            parts=", ".join(parts))
 
 
 FORWARD_CASES = [
@@ -185,37 +190,40 @@ def reference_spec(spec: cap.AttentionSpec) -> cap.AttentionSpec:
 
 def _checked_output(o, q, what: str):
     if not isinstance(o, torch.Tensor):
-        raise registry.WrongAnswer(f"{what}: your function returned a {type(o).__name__}; it "
-                                   f"must return the output o, a tensor. See {SPEC_SECTION}.")
+        raise registry.WrongAnswer(_("{what}: your function returned a {type_name}; it must "
+                                     "return the output o, a tensor. See {spec_section}.").format(
+            what=what, type_name=type(o).__name__, spec_section=_(SPEC_SECTION)))
     if o.shape != q.shape or o.dtype != q.dtype or o.device != q.device:
         raise registry.WrongAnswer(
-            f"{what}: your function returned a {tuple(o.shape)} {o.dtype} tensor on "
-            f"{o.device}; o must be like q: {tuple(q.shape)} {q.dtype} on {q.device}. "
-            f"See {SPEC_SECTION}.")
+            _("{what}: your function returned a {shape} {dtype} tensor on {device}; o must be "
+              "like q: {q_shape} {q_dtype} on {q_device}. See {spec_section}.").format(
+                what=what, shape=tuple(o.shape), dtype=o.dtype, device=o.device,
+                q_shape=tuple(q.shape), q_dtype=q.dtype, q_device=q.device,
+                spec_section=_(SPEC_SECTION)))
     return o
 
 
 def _forward_only(fn, q, k, v, spec, _fields):
     with torch.no_grad():
         o = fn(q, k, v, spec)
-    return _checked_output(o, q, "the forward").detach().clone()
+    return _checked_output(o, q, _("the forward")).detach().clone()
 
 
 def _forward_backward(fn, q, k, v, do, spec, _fields):
     leaves = [x.detach().requires_grad_() for x in (q, k, v)]
-    o = _checked_output(fn(*leaves, spec), q, "the forward")
+    o = _checked_output(fn(*leaves, spec), q, _("the forward"))
     if not o.requires_grad:
         raise registry.WrongAnswer(
-            "your function's output does not take part in autograd: o.backward() would not "
-            "reach q, k and v. Return the output of your torch.autograd.Function's apply. "
-            f"See {BACKWARD_SECTION}.")
+            _("your function's output does not take part in autograd: o.backward() would not "
+              "reach q, k and v. Return the output of your torch.autograd.Function's apply. See "
+              "{backward_section}.").format(backward_section=_(BACKWARD_SECTION)))
     grads = torch.autograd.grad(o, leaves, do, allow_unused=True)
     for name, grad, x in zip(("dq", "dk", "dv"), grads, leaves, strict=True):
         if grad is None or grad.shape != x.shape:
             raise registry.WrongAnswer(
-                f"your backward returned no {name} of q's shape {tuple(x.shape)}: return one "
-                f"gradient per input, in the order q, k, v (None for spec). "
-                f"See {BACKWARD_SECTION}.")
+                _("your backward returned no {name} of q's shape {shape}: return one gradient per "
+                  "input, in the order q, k, v (None for spec). See {backward_section}.").format(
+                  name=name, shape=tuple(x.shape), backward_section=_(BACKWARD_SECTION)))
     return (o.detach().clone(), *(g.detach().clone() for g in grads))
 
 
@@ -232,49 +240,53 @@ def _close(actual: np.ndarray, candidate: np.ndarray, tol: float = 3e-3) -> bool
 
 FORWARD_HINTS = {
     "alibi_sign": (
-        "The ALiBi bias has the wrong sign: it must lower the scores of keys further in the "
-        "past, so the bias of key j seen from query i grows with j - i, times the head's "
-        f"slope (which is positive). See {SPEC_SECTION}."),
+        N_("The ALiBi bias has the wrong sign: it must lower the scores of keys further in the "
+           "past, so the bias of key j seen from query i grows with j - i, times the head's slope "
+           "(which is positive). See {spec_section}.")),
     "alibi_first": (
-        "The ALiBi bias is added before the soft-cap: the specification caps the scaled score "
-        "first and adds the bias to the capped value, so the bias is not squeezed by tanh. "
-        f"See {SPEC_SECTION}."),
+        N_("The ALiBi bias is added before the soft-cap: the specification caps the scaled score "
+           "first and adds the bias to the capped value, so the bias is not squeezed by tanh. See "
+           "{spec_section}.")),
     "window": (
-        "The sliding window is off by one: it lets one key too many through on the left. "
-        "A window of W keys means the query itself and the W - 1 keys before it. "
-        f"See {SPEC_SECTION}."),
+        N_("The sliding window is off by one: it lets one key too many through on the left. A "
+           "window of W keys means the query itself and the W - 1 keys before it. See "
+           "{spec_section}.")),
     "partial_unmasked": (
-        "PARTIAL key blocks are walked like FULL ones: the mask is not applied inside them, so "
-        "keys the specification hides (the future, outside the window, other documents, past "
-        f"N) take part in the softmax. See {FORWARD_SECTION}."),
+        N_("PARTIAL key blocks are walked like FULL ones: the mask is not applied inside them, so "
+           "keys the specification hides (the future, outside the window, other documents, past "
+           "N) take part in the softmax. See {forward_section}.")),
     "no_rescale": (
-        "The running sum and the accumulator are not rescaled when the running max grows: "
-        "weights computed against an older max are added to ones computed against the new "
-        f"one. See {FORWARD_SECTION}."),
+        N_("The running sum and the accumulator are not rescaled when the running max grows: "
+           "weights computed against an older max are added to ones computed against the new one. "
+           "See {forward_section}.")),
     "full_ignores_docs": (
-        "Documents are ignored across a block boundary: a key block that the window and the "
-        "causal mask cover whole, but that holds another document's keys, is listed as FULL, "
-        f"so no mask hides those keys. A tile is FULL only if every pair in it is visible. "
-        f"See {MAP_SECTION}."),
+        N_("Documents are ignored across a block boundary: a key block that the window and the "
+           "causal mask cover whole, but that holds another document's keys, is listed as FULL, "
+           "so no mask hides those keys. A tile is FULL only if every pair in it is visible. See "
+           "{map_section}.")),
 }
 NAN_EMPTY_ROWS = (
-    "Rows that see no key at all (padding queries, document id -1) come out NaN: they must "
-    "give o = 0 (and a logsumexp of -inf for the backward). Their running sum stays 0 to the "
-    f"end: the division must not divide by it. See {FORWARD_SECTION}.")
+    N_("Rows that see no key at all (padding queries, document id -1) come out NaN: they must "
+       "give o = 0 (and a logsumexp of -inf for the backward). Their running sum stays 0 to the "
+       "end: the division must not divide by it. See {forward_section}."))
 NAN_LOADED_EMPTY = (
-    "NaN appears in rows that do see keys, and this case stores NaN in the K and V rows of "
-    "key blocks that lie wholly in the padding: your kernel loads key blocks the mask leaves "
-    "empty. The block map must list no EMPTY tile: skip them, do not mask them. "
-    f"See {MAP_SECTION}.")
+    N_("NaN appears in rows that do see keys, and this case stores NaN in the K and V rows of key "
+       "blocks that lie wholly in the padding: your kernel loads key blocks the mask leaves "
+       "empty. The block map must list no EMPTY tile: skip them, do not mask them. See "
+       "{map_section}."))
 NAN_SEEN_ROWS = (
-    "Rows that do see keys come out NaN. A row whose first visited key block hides all its "
-    "keys has a running max of -inf there: shift by 0 where the new max is still -inf "
-    f"(lesson 5's safe max). See {FORWARD_SECTION}.")
+    N_("Rows that do see keys come out NaN. A row whose first visited key block hides all its "
+       "keys has a running max of -inf there: shift by 0 where the new max is still -inf (lesson "
+       "5's safe max). See {forward_section}."))
 FORWARD_GENERIC = (
-    "None of the mistakes the grader knows matches this output. Check, in order: the "
-    "score_mod (scale, soft-cap, then ALiBi), the mask (causal, window, documents), the block "
-    f"map (FULL, PARTIAL, EMPTY) and the online softmax. See {SPEC_SECTION} and "
-    f"{FORWARD_SECTION}.")
+    N_("None of the mistakes the grader knows matches this output. Check, in order: the score_mod "
+       "(scale, soft-cap, then ALiBi), the mask (causal, window, documents), the block map (FULL, "
+       "PARTIAL, EMPTY) and the online softmax. See {spec_section} and {forward_section}."))
+
+
+def shown(message: str) -> str:
+    """A message of this module's tables in the current language, its sections filled in."""
+    return _(message).format(**{name: _(section) for name, section in SECTIONS.items()})
 
 
 def diagnose_forward(out: np.ndarray, inputs: Inputs, case: Case) -> str:
@@ -285,13 +297,13 @@ def diagnose_forward(out: np.ndarray, inputs: Inputs, case: Case) -> str:
     if nan_rows.any():
         empty_rows = np.isneginf(lse.numpy())
         if not (nan_rows & ~empty_rows).any():
-            return NAN_EMPTY_ROWS
-        return NAN_LOADED_EMPTY if inputs.nan_keys else NAN_SEEN_ROWS
+            return shown(NAN_EMPTY_ROWS)
+        return shown(NAN_LOADED_EMPTY if inputs.nan_keys else NAN_SEEN_ROWS)
     dense = {"alibi_sign": dict(alibi_sign=-1.0), "alibi_first": dict(alibi_first=True)}
     for name, options in dense.items():
         if spec.alibi is not None and _close(out, ref.forward(q, k, v, spec, **options)[0]
                                              .numpy()):
-            return FORWARD_HINTS[name]
+            return shown(FORWARD_HINTS[name])
     B, N = case.B, case.N
     pairs = [(m, n) for m, n in TILE_CANDIDATES if m <= max(2 * N, 32) and n <= max(2 * N, 32)]
     for block_m, block_n in pairs:  # the cheap simulations first, for every tile size
@@ -302,60 +314,60 @@ def diagnose_forward(out: np.ndarray, inputs: Inputs, case: Case) -> str:
         for name, options in tries.items():
             candidate, _ = ref.forward(q, k, v, spec, (block_m, block_n), kinds, **options)
             if _close(out, candidate.numpy()):
-                return FORWARD_HINTS[name]
+                return shown(FORWARD_HINTS[name])
         if spec.docs is not None:
             loose = ref.classify(spec, B, N, block_m, block_n, full_ignores_docs=True)
             candidate, _ = ref.forward(q, k, v, spec, (block_m, block_n), loose)
             if _close(out, candidate.numpy()):
-                return FORWARD_HINTS["full_ignores_docs"]
+                return shown(FORWARD_HINTS["full_ignores_docs"])
     for block_m, block_n in pairs:  # a walk over the blocks: slower
         kinds = ref.classify(spec, B, N, block_m, block_n)
         for full_first in (True, False):
             candidate = ref.no_rescale_forward(q, k, v, spec, block_m, block_n, kinds,
                                                full_first)
             if _close(out, candidate.numpy()):
-                return FORWARD_HINTS["no_rescale"]
-    return FORWARD_GENERIC
+                return shown(FORWARD_HINTS["no_rescale"])
+    return shown(FORWARD_GENERIC)
 
 
 BACKWARD_HINTS = {
     "softcap_grad": (dict(softcap_grad=False), (
-        "The gradient does not pass through the soft-cap: s = cap * tanh(x / cap) has the "
-        "derivative 1 - tanh^2 with respect to x, and dS must be multiplied by it before it "
-        f"reaches dQ and dK. See {BACKWARD_SECTION}.")),
+        N_("The gradient does not pass through the soft-cap: s = cap * tanh(x / cap) has the "
+           "derivative 1 - tanh^2 with respect to x, and dS must be multiplied by it before it "
+           "reaches dQ and dK. See {backward_section}."))),
     "dv_unnormalised": (dict(dv_unnormalised=True), (
-        "dV is built from weights that were never normalised: the backward must rebuild the "
-        "forward's probabilities P from the saved logsumexp, and dV sums P^T dO with those. "
-        f"See {BACKWARD_SECTION}.")),
+        N_("dV is built from weights that were never normalised: the backward must rebuild the "
+           "forward's probabilities P from the saved logsumexp, and dV sums P^T dO with those. "
+           "See {backward_section}."))),
     "delta_from_do": (dict(delta_from_do=True), (
-        "delta (the row term of dS = P * (dP - delta)) is computed from dO alone: it is the "
-        f"row sum of dO times the forward's output O, elementwise. See {BACKWARD_SECTION}.")),
+        N_("delta (the row term of dS = P * (dP - delta)) is computed from dO alone: it is the "
+           "row sum of dO times the forward's output O, elementwise. See {backward_section}."))),
     "dk_scale": (dict(dk_scaled=False), (
-        "dK lacks the softmax scale: the scores are sm_scale times q.k, so the chain rule "
-        f"brings sm_scale into dK as it does into dQ. See {BACKWARD_SECTION}.")),
+        N_("dK lacks the softmax scale: the scores are sm_scale times q.k, so the chain rule "
+           "brings sm_scale into dK as it does into dQ. See {backward_section}."))),
     "lse_without_max": (dict(lse_with_max=False), (
-        "The saved logsumexp leaves out the running max: the running sum holds weights "
-        "relative to the max m, so the logsumexp is m plus the log of the sum. The forward's "
-        "output is right, but the backward rebuilds P from the wrong L. "
-        f"See {FORWARD_SECTION}.")),
+        N_("The saved logsumexp leaves out the running max: the running sum holds weights "
+           "relative to the max m, so the logsumexp is m plus the log of the sum. The forward's "
+           "output is right, but the backward rebuilds P from the wrong L. See "
+           "{forward_section}."))),
     "backward_alibi": (dict(backward_alibi=False), (
-        "The backward rebuilds the scores without the ALiBi bias, so its P is not the "
-        "forward's: the score_mod, bias included, must be applied again wherever P is "
-        f"recomputed (the bias has no gradient of its own). See {BACKWARD_SECTION}.")),
+        N_("The backward rebuilds the scores without the ALiBi bias, so its P is not the "
+           "forward's: the score_mod, bias included, must be applied again wherever P is "
+           "recomputed (the bias has no gradient of its own). See {backward_section}."))),
 }
 NAN_GRADS = (
-    "The gradients hold NaN. Rows that see no key have a logsumexp of -inf: rebuilding P "
-    "from it gives exp(-inf - (-inf)) = NaN unless such rows are left out, and their "
-    f"gradients must be 0. See {BACKWARD_SECTION}.")
+    N_("The gradients hold NaN. Rows that see no key have a logsumexp of -inf: rebuilding P from "
+       "it gives exp(-inf - (-inf)) = NaN unless such rows are left out, and their gradients must "
+       "be 0. See {backward_section}."))
 BACKWARD_GENERIC = (
-    "None of the mistakes the grader knows matches these gradients. Check, in order: delta, "
-    "P rebuilt from the logsumexp with the same score_mod and mask as the forward, dV, dS, the "
-    f"soft-cap's derivative, then dQ and dK with the scale. See {BACKWARD_SECTION}.")
+    N_("None of the mistakes the grader knows matches these gradients. Check, in order: delta, P "
+       "rebuilt from the logsumexp with the same score_mod and mask as the forward, dV, dS, the "
+       "soft-cap's derivative, then dQ and dK with the scale. See {backward_section}."))
 
 
 def diagnose_backward(grads, inputs: Inputs, do) -> str:
     if any(np.isnan(g).any() for g in grads):
-        return NAN_LOADED_EMPTY if inputs.nan_keys else NAN_GRADS
+        return shown(NAN_LOADED_EMPTY if inputs.nan_keys else NAN_GRADS)
     q, k, v = inputs.clean
     spec = reference_spec(inputs.spec)
     for name, (options, hint) in BACKWARD_HINTS.items():
@@ -365,8 +377,8 @@ def diagnose_backward(grads, inputs: Inputs, do) -> str:
             continue
         candidate = ref.backward(q, k, v, do, spec, **options)
         if all(_close(g, c.numpy(), 1e-2) for g, c in zip(grads, candidate, strict=True)):
-            return hint
-    return BACKWARD_GENERIC
+            return shown(hint)
+    return shown(BACKWARD_GENERIC)
 
 
 # ---------------------------------------------------------------- the checks
@@ -378,10 +390,11 @@ def _numpy(x: torch.Tensor) -> np.ndarray:
 
 def _compare_output(out: np.ndarray, inputs: Inputs, case: Case, label: str) -> None:
     q, k, v = inputs.clean
-    expected, _ = ref.forward(q, k, v, reference_spec(inputs.spec))
+    expected, _unused = ref.forward(q, k, v, reference_spec(inputs.spec))
     atol, rtol = OUT_TOLERANCES[case.dtype]
     try:
-        registry.compare(out, expected.numpy(), label + ", output o", atol=atol, rtol=rtol)
+        registry.compare(out, expected.numpy(), _("{label}, output o").format(label=label),
+                         atol=atol, rtol=rtol)
     except registry.WrongAnswer as err:
         raise registry.WrongAnswer(f"{err}\n{diagnose_forward(out, inputs, case)}") from None
 
@@ -394,11 +407,13 @@ def _require_function(fn, exercise_id: str) -> None:
     def inspect():  # a blank never gets here: registry's check refuses it first
         if not callable(fn):
             raise registry.WrongAnswer(
-                f"{exercise_id} takes your function (q, k, v, spec) -> o, not a "
-                f"{type(fn).__name__}. See {SPEC_SECTION}.")
+                _("{exercise_id} takes your function (q, k, v, spec) -> o, not a {type_name}. "
+                  "See {spec_section}.").format(exercise_id=exercise_id,
+                                                type_name=type(fn).__name__,
+                                                spec_section=_(SPEC_SECTION)))
         return True
 
-    recording.inspected(f"{exercise_id}: the answer", inspect)
+    recording.inspected(f"{exercise_id}: the answer", inspect)  # a record's step, not shown
 
 
 def check_forward(fn) -> str:
@@ -410,8 +425,8 @@ def check_forward(fn) -> str:
         out = registry.run_student(_forward_only, label, fn, inputs.q, inputs.k, inputs.v,
                                    inputs.spec, inputs.spec.fields())
         _compare_output(_numpy(out), inputs, case, label)
-    return (f"{len(cases)} cases match the specification's attention"
-            f"{registry.hidden_note()}")
+    return (_("{total} cases match the specification's attention{hidden}").format(total=len(cases),
+              hidden=registry.hidden_note()))
 
 
 def check_backward(fn) -> str:
@@ -438,5 +453,5 @@ def check_backward(fn) -> str:
             except registry.WrongAnswer as err:
                 hint = diagnose_backward(grads, inputs, do)
                 raise registry.WrongAnswer(f"{err}\n{hint}") from None
-    return (f"{len(cases)} cases match the specification's gradients, dq, dk and dv"
-            f"{registry.hidden_note()}")
+    return (_("{total} cases match the specification's gradients, dq, dk and dv{hidden}").format(
+              total=len(cases), hidden=registry.hidden_note()))

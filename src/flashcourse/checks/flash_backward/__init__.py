@@ -9,9 +9,10 @@ mistake switched on to name it (`backward.py`). Cases and launch helpers are les
 
 from __future__ import annotations
 
+from ...i18n import N_
 from .. import registry
 
-LESSON = registry.lesson("flash-backward", "Lesson 7: The FlashAttention backward in Triton",
+LESSON = registry.lesson("flash-backward", N_("Lesson 7: The FlashAttention backward in Triton"),
                         pass_line=8)
 
 from . import backward  # noqa: E402, F401, I001

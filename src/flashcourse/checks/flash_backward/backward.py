@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...i18n import N_, _
 from ...kernels import attention
 from .. import buffers, guards, registry
 from ..flash_cases import (
@@ -15,10 +16,12 @@ from ..flash_cases import (
     NAN_TAIL_HINT,
     Case,
     case_inputs,
+    case_label,
     close_to,
     kernel_device,
     launch_case,
     pad_of,
+    shown,
     verify_canaries,
     where_wrong,
 )
@@ -49,25 +52,30 @@ def reference_grads(q, k, v, do, causal, sm_scale, *, use_delta=True, scale_grad
     return ds @ k * factor, ds.transpose(-1, -2) @ q * factor, dv
 
 
-BACKWARD_SECTION = 'section 1 ("The backward of one head")'
+BACKWARD_SECTION = N_("section 1 (\"The backward of one head\")")
 BACKWARD_MISTAKES = [
     (dict(scale_grads=False),
-     "dK (or dQ) lacks the factor sm_scale: S = sm_scale * Q K^T, so the chain rule brings "
-     f"that factor into the gradients of Q and K. See {BACKWARD_SECTION}."),
+     N_("dK (or dQ) lacks the factor sm_scale: S = sm_scale * Q K^T, so the chain rule brings "
+        "that factor into the gradients of Q and K. See {backward_section}.")),
     (dict(use_delta=False),
-     "delta is missing from dS: the softmax's gradient subtracts one number per query row. "
-     f"See {BACKWARD_SECTION}."),
+     N_("delta is missing from dS: the softmax's gradient subtracts one number per query row. See "
+        "{backward_section}.")),
     (dict(delta_sign=-1.0),
-     "delta enters dS with the wrong sign: the softmax's gradient subtracts delta from dP, it "
-     f"does not add it. See {BACKWARD_SECTION}."),
+     N_("delta enters dS with the wrong sign: the softmax's gradient subtracts delta from dP, it "
+        "does not add it. See {backward_section}.")),
     (dict(keep="tiles"),
-     "P is not causally masked: recomputing P from s and L gives nonzero weights above the "
-     f"diagonal, which the forward never used. See {BACKWARD_SECTION}."),
+     N_("P is not causally masked: recomputing P from s and L gives nonzero weights above the "
+        "diagonal, which the forward never used. See {backward_section}.")),
 ]
 BACKWARD_GENERIC_HINT = (
-    "None of the mistakes the grader knows matches this output. Compare each step (recomputed "
-    "P in base 2, dV, dP, dS with delta, dQ and dK with their scale factor) with the formulas "
-    f"of {BACKWARD_SECTION}; the row block named above is where it first goes wrong.")
+    N_("None of the mistakes the grader knows matches this output. Compare each step (recomputed "
+       "P in base 2, dV, dP, dS with delta, dQ and dK with their scale factor) with the formulas "
+       "of {backward_section}; the row block named above is where it first goes wrong."))
+
+
+def _shown(message: str) -> str:
+    """A message of this module's tables in the current language, its sections filled in."""
+    return shown(message, backward_section=_(BACKWARD_SECTION))
 
 
 def _backward_inputs(case: Case):
@@ -85,7 +93,7 @@ def _check_backward(kernel, exercise_id: str, which: str) -> str:
     guards.require_jit_kernel(kernel, exercise_id)
     cases = registry.with_hidden(BACKWARD_CASES, BACKWARD_HIDDEN)
     for number, case in enumerate(cases, 1):
-        label = case.label(number, len(cases))
+        label = case_label(case, number, len(cases))
         q, k, v, do, lse, delta = _backward_inputs(case)
         pad = pad_of(case)
         placed = [guards.place_heads(x, case.layout, pad) for x in (q, k, v, do)]
@@ -122,8 +130,9 @@ def _check_backward(kernel, exercise_id: str, which: str) -> str:
                     _diagnose_backward(got, name, case, q, k, v, do, which)
                 raise registry.WrongAnswer(f"{err}\n{hint}") from None
     hidden = registry.hidden_note()
-    names = "dK and dV" if which == "dkdv" else "dQ"
-    return f"{len(cases)} cases match torch autograd, {names}{hidden}"
+    names = _("dK and dV") if which == "dkdv" else "dQ"
+    return _("{total} cases match torch autograd, {names}{hidden}").format(total=len(cases),
+             names=names, hidden=hidden)
 
 
 def _visited_tiles(case: Case, which: str) -> torch.Tensor:
@@ -145,10 +154,10 @@ def _diagnose_backward(got, name, case, q, k, v, do, which) -> str:
                 switches = dict(keep=_visited_tiles(case, which))
             candidate = reference_grads(q, k, v, do, case.causal, case.scale(), **switches)
             if close_to(got, candidate[index].numpy()):
-                return "Likely mistake: " + hint
+                return _("Likely mistake: {hint}").format(hint=_shown(hint))
     if np.isnan(got).any() and case.N % min(case.block_m, case.block_n):
-        return NAN_TAIL_HINT
-    return BACKWARD_GENERIC_HINT
+        return shown(NAN_TAIL_HINT)
+    return _shown(BACKWARD_GENERIC_HINT)
 
 
 # ---------------------------------------------------------------- backward in numpy
@@ -169,6 +178,8 @@ NUMPY_BACKWARD_HIDDEN = [
     (1, 8, 0.35, 124, "normal", True),
     (40, 16, 1.0, 125, "large", True),
 ]
+NUMPY_SCORES = {"normal": N_("normal scores"), "large": N_("large scores"),
+                "equal": N_("equal scores")}  # how a case's label names its `how`
 
 
 def _numpy_backward_inputs(n: int, d: int, seed: int, how: str):
@@ -230,90 +241,93 @@ def _autograd_grads(q, k, v, d_out, sm_scale, causal=False):
 
 NUMPY_BACKWARD_MISTAKES = [
     (dict(delta="none"),
-     "D is missing from dS: the softmax's Jacobian subtracts one number per query row, the "
-     "P-weighted mean of that row of dP."),
+     N_("D is missing from dS: the softmax's Jacobian subtracts one number per query row, the "
+        "P-weighted mean of that row of dP.")),
     (dict(delta="dp"),
-     "D is the plain row sum of dP: each entry of dP must be weighted by its probability "
-     "P before summing (which equals the row sum of dO * O)."),
+     N_("D is the plain row sum of dP: each entry of dP must be weighted by its probability P "
+        "before summing (which equals the row sum of dO * O).")),
     (dict(delta_sign=-1.0),
-     "D enters dS with the wrong sign: the softmax's Jacobian subtracts D from dP."),
+     N_("D enters dS with the wrong sign: the softmax's Jacobian subtracts D from dP.")),
     (dict(scale_grads=False),
-     "dQ and dK lack the factor sm_scale: S = sm_scale * Q K^T, so the chain rule brings that "
-     "factor into the gradients of Q and K."),
+     N_("dQ and dK lack the factor sm_scale: S = sm_scale * Q K^T, so the chain rule brings that "
+        "factor into the gradients of Q and K.")),
     (dict(scale_dv=True),
-     "dV carries sm_scale: V does not enter S, so its gradient has no such factor."),
+     N_("dV carries sm_scale: V does not enter S, so its gradient has no such factor.")),
     (dict(transpose_dk=False),
-     "dK is built from dS where the chain rule needs its transpose: a key's gradient sums "
-     "over the queries, which index the rows of dS."),
+     N_("dK is built from dS where the chain rule needs its transpose: a key's gradient sums over "
+        "the queries, which index the rows of dS.")),
     (dict(transpose_dv=False),
-     "dV is built from P where the chain rule needs its transpose: a value's gradient sums "
-     "over the queries, which index the rows of P."),
+     N_("dV is built from P where the chain rule needs its transpose: a value's gradient sums "
+        "over the queries, which index the rows of P.")),
 ]
 NUMPY_BACKWARD_HINT = (
-    "None of the mistakes the grader knows matches this output. Check each step against the "
-    f"derivation of {BACKWARD_SECTION}: P (with the row max subtracted), dV, dP, D, dS, then "
-    "dQ and dK.")
+    N_("None of the mistakes the grader knows matches this output. Check each step against the "
+       "derivation of {backward_section}: P (with the row max subtracted), dV, dP, D, dS, then dQ "
+       "and dK."))
 
 
 CAUSAL_MISTAKES = [
     (dict(mask="none"),
-     "The causal mask is missing: with causal=True, query i may only see the keys j <= i."),
+     N_("The causal mask is missing: with causal=True, query i may only see the keys j <= i.")),
     (dict(mask="after_softmax"),
-     "P is zeroed above the diagonal after the softmax, so its rows no longer sum to 1: the "
-     "mask must reach the scores, as -inf, before the softmax."),
+     N_("P is zeroed above the diagonal after the softmax, so its rows no longer sum to 1: the "
+        "mask must reach the scores, as -inf, before the softmax.")),
     (dict(mask="ds_only"),
-     "The mask reaches dS but not P: P, and with it O, D and dV, still gives weight to future "
-     "keys. Mask the scores before the softmax; dS is then zero there by itself."),
+     N_("The mask reaches dS but not P: P, and with it O, D and dV, still gives weight to future "
+        "keys. Mask the scores before the softmax; dS is then zero there by itself.")),
     (dict(mask="upper"),
-     "The mask hides the wrong triangle: query i must see the keys j <= i (the past and "
-     "itself), not the keys j >= i."),
+     N_("The mask hides the wrong triangle: query i must see the keys j <= i (the past and "
+        "itself), not the keys j >= i.")),
     (dict(mask="zero"),
-     "Future scores are set to 0 instead of -inf: exp(0) is not 0, so those keys still get "
-     "weight."),
+     N_("Future scores are set to 0 instead of -inf: exp(0) is not 0, so those keys still get "
+        "weight.")),
 ]
 CAUSAL_NAN_HINT = (
-    "Likely mistake: with causal=True the first query row comes out NaN. The mask hides the "
-    "diagonal too, so query 0 sees no key at all; query i sees the keys j <= i, itself "
-    "included.")
+    N_("Likely mistake: with causal=True the first query row comes out NaN. The mask hides the "
+       "diagonal too, so query 0 sees no key at all; query i sees the keys j <= i, itself "
+       "included."))
 
 
 def _numpy_backward_hint(answer, index, expected, q, k, v, d_out, sm_scale, causal, how):
     """The hint for one wrong gradient: a known mistake when the answer is exactly it."""
     scale = max(1.0, float(np.abs(expected).max()))
     if answer.shape != expected.shape:
-        return NUMPY_BACKWARD_HINT
+        return _shown(NUMPY_BACKWARD_HINT)
     if not np.isfinite(answer).all():
         if causal and not np.isfinite(answer[0]).all():
-            return CAUSAL_NAN_HINT
+            return _(CAUSAL_NAN_HINT)
         if how == "large":
-            return ("the scores of this case reach the hundreds: exp overflows unless each "
-                    "row's maximum is subtracted before it.")
-        return NUMPY_BACKWARD_HINT
+            return (_("the scores of this case reach the hundreds: exp overflows unless each "
+                      "row's maximum is subtracted before it."))
+        return _shown(NUMPY_BACKWARD_HINT)
     mistakes = NUMPY_BACKWARD_MISTAKES + (CAUSAL_MISTAKES if causal else [])
     for switches, text in mistakes:
         candidate = numpy_backward(q, k, v, d_out, sm_scale, causal, **switches)
         if np.allclose(answer, candidate[index], atol=1e-7 * scale, rtol=1e-6):
-            return f"Likely mistake: {text} See {BACKWARD_SECTION}."
-    return NUMPY_BACKWARD_HINT
+            return _("Likely mistake: {hint} See {section}.").format(
+                hint=_(text), section=_(BACKWARD_SECTION))
+    return _shown(NUMPY_BACKWARD_HINT)
 
 
 @registry.exercise("flash-backward/numpy",
-                   "backward of one head in numpy, derived, causal too", 3)
+                   N_("backward of one head in numpy, derived, causal too"), 3)
 def _check_backward_numpy(attention_backward) -> str:
     if not callable(attention_backward):
         raise registry.WrongAnswer(
-            "Pass the function itself: check(\"flash-backward/numpy\", "
-            "attention_backward).")
+            _("Pass the function itself: check(\"flash-backward/numpy\", attention_backward)."))
     cases = registry.with_hidden(NUMPY_BACKWARD_CASES, NUMPY_BACKWARD_HIDDEN)
     for number, (n, d, sm_scale, seed, how, causal) in enumerate(cases, 1):
-        label = (f"case {number}/{len(cases)} (n={n}, d={d}, sm_scale={sm_scale}, {how} "
-                 f"scores, {'causal' if causal else 'not causal'})")
+        label = _("case {number}/{total} (n={n}, d={d}, sm_scale={sm_scale}, {scores}, "
+                  "{causal})").format(number=number, total=len(cases), n=n, d=d,
+                                      sm_scale=sm_scale, scores=_(NUMPY_SCORES[how]),
+                                      causal=_("causal") if causal else _("not causal"))
         q, k, v, d_out = _numpy_backward_inputs(n, d, seed, how)
         got = registry.run_student(attention_backward, label, q.copy(), k.copy(), v.copy(),
                                    d_out.copy(), sm_scale, causal)
         if not isinstance(got, (tuple, list)) or len(got) != 3:
-            raise registry.WrongAnswer(f"{label}: return the tuple (dq, dk, dv), got "
-                                       f"{type(got).__name__}.")
+            raise registry.WrongAnswer(_("{label}: return the tuple (dq, dk, dv), got "
+                                         "{type_name}.").format(label=label,
+                                         type_name=type(got).__name__))
         expected = _autograd_grads(q, k, v, d_out, sm_scale, causal)
         for index, name in enumerate(("dQ", "dK", "dV")):
             scale = max(1.0, float(np.abs(expected[index]).max()))
@@ -325,15 +339,16 @@ def _check_backward_numpy(attention_backward) -> str:
                 hint = _numpy_backward_hint(answer, index, expected[index], q, k, v, d_out,
                                             sm_scale, causal, how)
                 raise registry.WrongAnswer(f"{err}\n{hint}") from None
-    return f"{len(cases)} cases match torch autograd, dQ, dK and dV{registry.hidden_note()}"
+    return _("{total} cases match torch autograd, dQ, dK and dV{hidden}").format(total=len(cases),
+             hidden=registry.hidden_note())
 
 
 
-@registry.exercise("flash-backward/dkdv", "backward: dK and dV kernel", 2, kernel=True)
+@registry.exercise("flash-backward/dkdv", N_("backward: dK and dV kernel"), 2, kernel=True)
 def _check_dkdv(kernel) -> str:
     return _check_backward(kernel, "flash-backward/dkdv", "dkdv")
 
 
-@registry.exercise("flash-backward/dq", "backward: dQ kernel", 2, kernel=True)
+@registry.exercise("flash-backward/dq", N_("backward: dQ kernel"), 2, kernel=True)
 def _check_dq(kernel) -> str:
     return _check_backward(kernel, "flash-backward/dq", "dq")

@@ -11,9 +11,10 @@ self-check questions and veto misconceptions are data: self_checks/06-flash-forw
 
 from __future__ import annotations
 
+from ...i18n import N_
 from .. import registry
 
-LESSON = registry.lesson("flash-triton", "Lesson 6: The FlashAttention forward in Triton",
+LESSON = registry.lesson("flash-triton", N_("Lesson 6: The FlashAttention forward in Triton"),
                         pass_line=8)
 
 # Importing registers the exercises, in the scorecard's order: the fill-in kernel, the skipped

@@ -6,21 +6,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...i18n import N_, _
 from ...kernels import attention
 from .. import buffers, guards, registry
 from ..flash_cases import (
     FORWARD_CASES,
     FORWARD_HIDDEN,
-    FORWARD_SECTION,
     LOG2E,
     NAN_TAIL_HINT,
     Case,
     case_for_device,
     case_inputs,
+    case_label,
     close_to,
     kernel_device,
     launch_case,
     pad_of,
+    shown,
     verify_canaries,
     where_wrong,
 )
@@ -74,72 +76,73 @@ def blocked_forward(q, k, v, causal, sm_scale, block_m, block_n, *, rescale=True
     return out
 
 
-EXP_HINT = (
+EXP_HINT = N_(
     "The kernel works in base 2 (the wrapper folds log2(e) into qk_scale), but {what} uses the "
     "natural exponential: every weight then comes out wrong. Re-read \"Base 2\" in "
-    + FORWARD_SECTION + ".")
+    "{forward_section}.")
 FORWARD_MISTAKES = [
     (dict(rescale=False),
-     "The old running sum and accumulator are not rescaled when the running max grows: both "
-     "were computed against the old max. See the online softmax of lesson 1 and "
-     f"{FORWARD_SECTION}."),
+     N_("The old running sum and accumulator are not rescaled when the running max grows: both "
+        "were computed against the old max. See the online softmax of lesson 1 and "
+        "{forward_section}.")),
     (dict(rescale_acc=False),
-     "The running sum l_i is rescaled when the running max grows, but the accumulator acc is "
-     "not: acc holds weights computed against the old max too and needs the same rescaling. "
-     f"See {FORWARD_SECTION}."),
+     N_("The running sum l_i is rescaled when the running max grows, but the accumulator acc is "
+        "not: acc holds weights computed against the old max too and needs the same rescaling. "
+        "See {forward_section}.")),
     (dict(rescale_sum=False),
-     "The accumulator acc is rescaled when the running max grows, but the running sum l_i is "
-     "not: l_i holds weights computed against the old max too and needs the same rescaling. "
-     f"See {FORWARD_SECTION}."),
-    (dict(exp_p=True, exp_alpha=True), EXP_HINT.format(what="the kernel")),
-    (dict(exp_p=True), EXP_HINT.format(what="the weights p")),
-    (dict(exp_alpha=True), EXP_HINT.format(what="the rescale factor alpha")),
+     N_("The accumulator acc is rescaled when the running max grows, but the running sum l_i is "
+        "not: l_i holds weights computed against the old max too and needs the same rescaling. "
+        "See {forward_section}.")),
+    (dict(exp_p=True, exp_alpha=True), EXP_HINT, N_("the kernel")),
+    (dict(exp_p=True), EXP_HINT, N_("the weights p")),
+    (dict(exp_alpha=True), EXP_HINT, N_("the rescale factor alpha")),
     (dict(normalise_each_block=True),
-     "The accumulator is divided by the running sum inside the loop, so earlier blocks are "
-     "divided again and again. FlashAttention-2 defers the normalisation to after the loop "
-     f"({FORWARD_SECTION})."),
+     N_("The accumulator is divided by the running sum inside the loop, so earlier blocks are "
+        "divided again and again. FlashAttention-2 defers the normalisation to after the loop "
+        "({forward_section}).")),
     (dict(strict_mask=True),
-     "The causal mask is off by one: a query may attend to its own key. With the diagonal "
-     "excluded, row 0 sees no key at all and comes out NaN. See \"Causal split\" in "
-     f"{FORWARD_SECTION}."),
+     N_("The causal mask is off by one: a query may attend to its own key. With the diagonal "
+        "excluded, row 0 sees no key at all and comes out NaN. See \"Causal split\" in "
+        "{forward_section}.")),
     (dict(key_mask=False),
-     "Keys past N take part in the softmax: a key past N reads as 0 (a tensor descriptor "
-     "fills rows past the shape with 0, as a masked load does), which gives a score of 0, not "
-     f"\"no key\". Mask the ragged last block. See \"Masks\" in {FORWARD_SECTION}."),
+     N_("Keys past N take part in the softmax: a key past N reads as 0 (a tensor descriptor fills "
+        "rows past the shape with 0, as a masked load does), which gives a score of 0, not \"no "
+        "key\". Mask the ragged last block. See \"Masks\" in {forward_section}.")),
 ]
 GENERIC_FORWARD_HINT = (
-    "None of the mistakes the grader knows matches this output. Compare each update of the "
-    "online softmax (running max, rescale factor, weights, running sum, accumulator) and the "
-    f"two lines after the loop with the recurrences of lesson 1, in base 2 ({FORWARD_SECTION}); "
-    "the row block named above is where it first goes wrong.")
+    N_("None of the mistakes the grader knows matches this output. Compare each update of the "
+       "online softmax (running max, rescale factor, weights, running sum, accumulator) and the "
+       "two lines after the loop with the recurrences of lesson 1, in base 2 ({forward_section}); "
+       "the row block named above is where it first goes wrong."))
 STRIDE_HINT = (
-    "Likely mistake: every output is NaN, so K or V rows come from the NaN padding the grader "
-    "puts around the inputs. Rows of a head are a row stride apart, not D: give each tensor "
-    "descriptor the strides you are given (and each pointer the batch and head offsets). See "
-    f"\"Strides, not shapes\" and \"K and V through tensor descriptors\" in {FORWARD_SECTION}.")
+    N_("Likely mistake: every output is NaN, so K or V rows come from the NaN padding the grader "
+       "puts around the inputs. Rows of a head are a row stride apart, not D: give each tensor "
+       "descriptor the strides you are given (and each pointer the batch and head offsets). See "
+       "\"Strides, not shapes\" and \"K and V through tensor descriptors\" in {forward_section}."))
 
 
 OVERFLOW_HINT = (
-    "Likely mistake: with large scores every output is NaN or inf, so the weights overflowed "
-    "or all underflowed to 0. exp2(s * qk_scale - m) stays in (0, 1] only if m is the running "
-    "max of the *scaled* scores, max(s) * qk_scale, the same scaling as in the exponent. See "
-    f"\"Base 2, with the scale in the FMA\" in {FORWARD_SECTION}.")
+    N_("Likely mistake: with large scores every output is NaN or inf, so the weights overflowed "
+       "or all underflowed to 0. exp2(s * qk_scale - m) stays in (0, 1] only if m is the running "
+       "max of the *scaled* scores, max(s) * qk_scale, the same scaling as in the exponent. See "
+       "\"Base 2, with the scale in the FMA\" in {forward_section}."))
 
 
 def _diagnose_forward(out: np.ndarray, case: Case, q, k, v) -> str:
     if case.dtype == torch.float32:
-        for switches, hint in FORWARD_MISTAKES:
+        for switches, hint, *what in FORWARD_MISTAKES:
             if switches.get("strict_mask") and not case.causal:
                 continue
             candidate = blocked_forward(q, k, v, case.causal, case.scale(), case.block_m,
                                         case.block_n, **switches).numpy()
             if close_to(out, candidate):
-                return "Likely mistake: " + hint
+                named = shown(hint, what=_(what[0]) if what else "")
+                return _("Likely mistake: {hint}").format(hint=named)
     if not np.isfinite(out).any():  # no tail read gives NaN: K and V come through descriptors
-        return OVERFLOW_HINT if case.large else STRIDE_HINT
+        return shown(OVERFLOW_HINT if case.large else STRIDE_HINT)
     if np.isnan(out).any() and case.N % case.block_n:
-        return NAN_TAIL_HINT
-    return GENERIC_FORWARD_HINT
+        return shown(NAN_TAIL_HINT)
+    return shown(GENERIC_FORWARD_HINT)
 
 
 def _run_forward(kernel, case: Case, label: str):
@@ -151,19 +154,19 @@ def _run_forward(kernel, case: Case, label: str):
                            pad_cols=pad_of(case))
     launch_case(attention.flash_forward, label, kernel, qp, kp, vp, case.causal, case.sm_scale,
             block_m=case.block_m, block_n=case.block_n, out=out.tensor, lse=lse.tensor)
-    for buffer, name in ((out, "output O"), (lse, "logsumexp L")):
+    for buffer, name in ((out, _("output O")), (lse, _("logsumexp L"))):
         verify_canaries(buffer, f"{label}, {name}")
     return q, k, v, out.tensor.detach().cpu(), lse.tensor.detach().cpu()
 
 
-@registry.exercise("flash-triton/forward", "FA2 forward kernel in Triton (O and L)", 2,
+@registry.exercise("flash-triton/forward", N_("FA2 forward kernel in Triton (O and L)"), 2,
                    kernel=True)
 def _check_forward(kernel) -> str:
     guards.require_jit_kernel(kernel, "flash-triton/forward")
     cases = registry.with_hidden(FORWARD_CASES, FORWARD_HIDDEN)
     for number, case in enumerate(cases, 1):
         case = case_for_device(case)
-        label = case.label(number, len(cases))
+        label = case_label(case, number, len(cases))
         q, k, v, out, lse = _run_forward(kernel, case, label)
         ref, ref_lse = attention.standard_attention(
             *(x.to(torch.float64) for x in (q, k, v)), causal=case.causal,
@@ -171,7 +174,7 @@ def _check_forward(kernel) -> str:
         atol, rtol = guards.dot_tolerance(guards.ATTENTION_TOLERANCES, case.dtype)
         out64 = out.to(torch.float64).numpy()
         try:
-            registry.compare(out64, ref.numpy(), label + ", output O", atol=atol, rtol=rtol,
+            registry.compare(out64, ref.numpy(), f"{label}, {_('output O')}", atol=atol, rtol=rtol,
                             tile_rows=case.block_m)
         except registry.WrongAnswer as err:
             hint = where_wrong(out64, ref.numpy(), atol, rtol) or \
@@ -180,18 +183,19 @@ def _check_forward(kernel) -> str:
         lse64 = lse.to(torch.float64).numpy()
         try:
             l_atol, l_rtol = (2e-3, 1e-5) if kernel_device() == "cpu" else (4e-3, 4e-3)  # TF32
-            registry.compare(lse64, ref_lse.numpy(), label + ", logsumexp L", atol=l_atol,
+            registry.compare(lse64, ref_lse.numpy(), f"{label}, {_('logsumexp L')}", atol=l_atol,
                             rtol=l_rtol)
         except registry.WrongAnswer as err:
             if close_to(lse64, ref_lse.numpy() * LOG2E, 1e-4):
-                hint = ("Likely mistake: L is in log2 units. m_i and log2(l_i) are base 2 "
-                        "because the kernel uses exp2; store (m_i + log2(l_i)) * ln(2).")
+                hint = (_("Likely mistake: L is in log2 units. m_i and log2(l_i) are base 2 "
+                          "because the kernel uses exp2; store (m_i + log2(l_i)) * ln(2)."))
             else:
-                hint = ("L must be the natural-log logsumexp of each row of sm_scale * q k^T: "
-                        "(m_i + log2(l_i)) * ln(2) with the kernel's base-2 running max.")
+                hint = (_("L must be the natural-log logsumexp of each row of sm_scale * q k^T: "
+                          "(m_i + log2(l_i)) * ln(2) with the kernel's base-2 running max."))
             raise registry.WrongAnswer(f"{err}\n{hint}") from None
     hidden = registry.hidden_note()
-    return f"{len(cases)} cases match standard attention, O and L{hidden}"
+    return _("{total} cases match standard attention, O and L{hidden}").format(total=len(cases),
+             hidden=hidden)
 
 
 # ---------------------------------------------------------------- skipped blocks
@@ -201,20 +205,22 @@ SKIP_CASES = [(64, 16, 16), (4096, 64, 64), (100, 32, 16), (50, 32, 32), (1, 16,
               (4096, 128, 64), (1000, 64, 32), (16384, 128, 128)]
 
 
-@registry.exercise("flash-triton/skipped-blocks", "count the causal tiles never loaded", 1)
+@registry.exercise("flash-triton/skipped-blocks", N_("count the causal tiles never loaded"), 1)
 def _check_skipped(skipped_tiles) -> str:
     if not callable(skipped_tiles):
-        raise registry.WrongAnswer("Pass the function itself: check(..., causal_skipped_tiles).")
+        raise registry.WrongAnswer(_("Pass the function itself: check(..., "
+                                     "causal_skipped_tiles)."))
     for n, bm, bn in SKIP_CASES:
         label = f"n={n}, block_m={bm}, block_n={bn}"
         got = registry.run_student(skipped_tiles, label, n, bm, bn)
         visited, skipped = attention.causal_tiles(n, bm, bn)
         if got != skipped:
             total = visited + skipped
-            hint = ("you returned the tiles visited, not skipped" if got == visited else
-                    f"there are {total} tiles in all, a partial last block counting as a "
-                    "block (round up, not down); count, for each query block, the key blocks "
-                    "that lie entirely right of its last row")
-            raise registry.WrongAnswer(f"{label}: you returned {got!r}, which is not the number "
-                                      f"of tiles skipped here: {hint}.")
-    return f"{len(SKIP_CASES)} sizes counted right"
+            hint = (_("you returned the tiles visited, not skipped") if got == visited else
+                    _("there are {total} tiles in all, a partial last block counting as a block "
+                      "(round up, not down); count, for each query block, the key blocks that lie "
+                      "entirely right of its last row").format(total=total))
+            raise registry.WrongAnswer(_("{label}: you returned {got!r}, which is not the number "
+                                         "of tiles skipped here: {hint}.").format(label=label,
+                                         got=got, hint=hint))
+    return _("{total} sizes counted right").format(total=len(SKIP_CASES))

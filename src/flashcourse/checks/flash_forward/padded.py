@@ -10,6 +10,7 @@ import math
 import numpy as np
 import torch
 
+from ...i18n import N_, _
 from ...kernels.padded import padded_forward, padded_reference, visible_keys  # noqa: F401
 from .. import buffers, guards, registry
 from ..flash_cases import (
@@ -18,17 +19,19 @@ from ..flash_cases import (
     Case,
     case_for_device,
     case_inputs,
+    case_label,
     close_to,
     kernel_device,
     launch_case,
     pad_of,
+    shown,
     verify_canaries,
     where_wrong,
 )
 
 SCRATCH_ID = "flash-triton/forward-from-scratch"
-SCRATCH_SECTION = ('section 2 ("The FA2 forward kernel"), "A forward kernel from scratch: padded '
-                   'batches"')
+SCRATCH_SECTION = (N_("section 2 (\"The FA2 forward kernel\"), \"A forward kernel from scratch: "
+                      "padded batches\""))
 
 
 FLOAT32_TINY = 2.0**-149  # the smallest float32 above 0
@@ -99,48 +102,48 @@ SCRATCH_HIDDEN = [
 ]
 SCRATCH_MISTAKES = [
     (dict(rescale=False),
-     "The running sum and the accumulator are not rescaled when the running max grows: both "
-     "hold weights computed against the old max."),
+     N_("The running sum and the accumulator are not rescaled when the running max grows: both "
+        "hold weights computed against the old max.")),
     (dict(strict_mask=True),
-     "The causal mask is off by one: row i must see key i itself (keys j <= i)."),
+     N_("The causal mask is off by one: row i must see key i itself (keys j <= i).")),
     (dict(ignore_padding=True),
-     "Padding keys take part in the softmax: keys j < kv_start[b] of batch b must get a score "
-     "of -inf, like the keys past N."),
+     N_("Padding keys take part in the softmax: keys j < kv_start[b] of batch b must get a score "
+        "of -inf, like the keys past N.")),
     (dict(scale="ln2"),
-     "The scores are scaled by sm_scale but the kernel uses exp2: exp(x) = exp2(x * log2(e)), "
-     "so log2(e) belongs in the scale."),
+     N_("The scores are scaled by sm_scale but the kernel uses exp2: exp(x) = exp2(x * log2(e)), "
+        "so log2(e) belongs in the scale.")),
     (dict(scale="rsqrt_d"),
-     "The kernel scales by 1 / sqrt(D) instead of the sm_scale it is given (this case passes "
-     "another scale)."),
+     N_("The kernel scales by 1 / sqrt(D) instead of the sm_scale it is given (this case passes "
+        "another scale).")),
     (dict(m_start=0.0),
-     "The running max starts at 0 instead of -inf: a row whose scores all lie far below 0 then "
-     "gets weights exp2(s - 0) that underflow to 0, and ends up like a row without keys: the "
-     "running max must start where no score has been seen yet."),
+     N_("The running max starts at 0 instead of -inf: a row whose scores all lie far below 0 then "
+        "gets weights exp2(s - 0) that underflow to 0, and ends up like a row without keys: the "
+        "running max must start where no score has been seen yet.")),
     (dict(normalise_each_block=True),
-     "The accumulator is divided by the running sum inside the loop; earlier blocks are then "
-     "divided again and again. Normalise once, after the loop."),
+     N_("The accumulator is divided by the running sum inside the loop; earlier blocks are then "
+        "divided again and again. Normalise once, after the loop.")),
 ]
 SCRATCH_NAN_KEYED = (
-    "Likely mistake: rows that do see keys come out NaN, and each of them starts with a key "
-    "block where it sees none. There the running max is still -inf and the weights are "
-    "exp2(-inf - (-inf)) = NaN, which poisons the running sum for good. Where the new max is "
-    "-inf, shift the scores by 0 instead (lesson 5's safe max), or skip key blocks that lie "
-    "entirely in the padding.")
+    N_("Likely mistake: rows that do see keys come out NaN, and each of them starts with a key "
+       "block where it sees none. There the running max is still -inf and the weights are "
+       "exp2(-inf - (-inf)) = NaN, which poisons the running sum for good. Where the new max is "
+       "-inf, shift the scores by 0 instead (lesson 5's safe max), or skip key blocks that lie "
+       "entirely in the padding."))
 SCRATCH_NAN_EMPTY = (
-    "Likely mistake: rows that see no key at all come out NaN. Such a row keeps a running max "
-    "of -inf and a running sum of 0 to the end: the weights exp2(s - m_new) compute "
-    "-inf - (-inf) = NaN unless the shift is 0 where the new max is -inf (lesson 5's safe "
-    "max), and acc / l is 0 / 0 unless you divide only where l > 0. Such a row must end with "
-    "O = 0 and L = -inf.")
+    N_("Likely mistake: rows that see no key at all come out NaN. Such a row keeps a running max "
+       "of -inf and a running sum of 0 to the end: the weights exp2(s - m_new) compute -inf - "
+       "(-inf) = NaN unless the shift is 0 where the new max is -inf (lesson 5's safe max), and "
+       "acc / l is 0 / 0 unless you divide only where l > 0. Such a row must end with O = 0 and L "
+       "= -inf."))
 SCRATCH_GENERIC = (
-    "None of the mistakes the grader knows matches this output. Check, in order: the offsets "
-    "of batch b and head h, the padding and causal masks (-inf scores), the online softmax in "
-    "base 2 with the scale log2(e) * sm_scale, and the division after the loop; the row block "
-    "named above is where it first goes wrong.")
+    N_("None of the mistakes the grader knows matches this output. Check, in order: the offsets "
+       "of batch b and head h, the padding and causal masks (-inf scores), the online softmax in "
+       "base 2 with the scale log2(e) * sm_scale, and the division after the loop; the row block "
+       "named above is where it first goes wrong."))
 
 
 def _scratch_label(case: Case, starts, number: int, total: int) -> str:
-    return case.label(number, total)[:-1] + f", kv_start={list(starts)})"
+    return case_label(case, number, total)[:-1] + f", kv_start={list(starts)})"
 
 
 def _first_block_empty(seen: torch.Tensor, block_n: int) -> torch.Tensor:
@@ -157,9 +160,9 @@ def _diagnose_scratch(out, lse, case: Case, starts, q, k, v) -> str:
         if (nan_rows & has_key).any():
             late = _first_block_empty(seen, case.block_n).expand(case.B, case.H, case.N)
             if not (nan_rows & has_key & ~late.numpy()).any():
-                return SCRATCH_NAN_KEYED
-            return NAN_TAIL_HINT if case.N % case.block_n else SCRATCH_GENERIC
-        return SCRATCH_NAN_EMPTY
+                return _(SCRATCH_NAN_KEYED)
+            return shown(NAN_TAIL_HINT) if case.N % case.block_n else _(SCRATCH_GENERIC)
+        return _(SCRATCH_NAN_EMPTY)
     tol = guards.mistake_tolerance(case.dtype)
     scales = {"ln2": case.scale(), "rsqrt_d": LOG2E / math.sqrt(case.D)}
     for switches, hint in SCRATCH_MISTAKES:
@@ -171,37 +174,42 @@ def _diagnose_scratch(out, lse, case: Case, starts, q, k, v) -> str:
         if "scale" in options:
             options["scale"] = scales[options["scale"]]
         for skip in (True, False):
-            candidate, _ = simulate_padded(q, k, v, kv_start, case.causal, case.scale(),
-                                           case.block_m, case.block_n, skip_padding=skip,
-                                           **options)
+            candidate, _unused = simulate_padded(q, k, v, kv_start, case.causal,
+                                                 case.scale(), case.block_m, case.block_n,
+                                                 skip_padding=skip, **options)
             if close_to(out, candidate.numpy(), tol):
-                return f"Likely mistake: {hint} See {SCRATCH_SECTION}."
-    return SCRATCH_GENERIC
+                return _("Likely mistake: {hint} See {section}.").format(
+                    hint=_(hint), section=_(SCRATCH_SECTION))
+    return _(SCRATCH_GENERIC)
 
 
 def _diagnose_scratch_lse(lse, ref_lse, case: Case, starts, q, k, v) -> str:
     empty = np.isneginf(ref_lse)
     if np.isnan(lse[empty]).any():
-        return SCRATCH_NAN_EMPTY
+        return _(SCRATCH_NAN_EMPTY)
     if not np.isneginf(lse[empty]).all():
-        return ("Likely mistake: a row that sees no key must store L = -inf (the log of an "
-                f"empty sum), not a number. See {SCRATCH_SECTION}.")
+        return (_("Likely mistake: a row that sees no key must store L = -inf (the log of an "
+                  "empty sum), not a number. See {section}.").format(
+                  section=_(SCRATCH_SECTION)))
     finite = ~empty
     if close_to(lse[finite], ref_lse[finite] * LOG2E, 1e-4):
-        return ("Likely mistake: L is in log2 units: the running max and log2 of the running "
-                "sum are base 2 because the kernel uses exp2; multiply by ln(2).")
-    _, candidate = simulate_padded(q, k, v, torch.tensor(starts), case.causal, case.scale(),
-                                   case.block_m, case.block_n, lse_without_max=True)
+        return (_("Likely mistake: L is in log2 units: the running max and log2 of the running "
+                  "sum are base 2 because the kernel uses exp2; multiply by ln(2)."))
+    _unused, candidate = simulate_padded(q, k, v, torch.tensor(starts), case.causal,
+                                         case.scale(), case.block_m, case.block_n,
+                                         lse_without_max=True)
     if close_to(lse, candidate.numpy(), 1e-3):
-        return ("Likely mistake: L leaves out the running max: the running sum holds "
-                "weights taken against the running max, so the logsumexp of the scores is not "
-                f"the log of that sum alone. See {SCRATCH_SECTION}.")
-    return ("L must be the natural-log logsumexp of each row's visible scaled scores, "
-            "rebuilt from the running max and sum the loop ends with, which live in base 2. "
-            f"See {SCRATCH_SECTION}.")
+        return (_("Likely mistake: L leaves out the running max: the running sum holds weights "
+                  "taken against the running max, so the logsumexp of the scores is not the log "
+                  "of that sum alone. See {section}.").format(
+                  section=_(SCRATCH_SECTION)))
+    return (_("L must be the natural-log logsumexp of each row's visible scaled scores, rebuilt "
+              "from the running max and sum the loop ends with, which live in base 2. See "
+              "{section}.").format(section=_(SCRATCH_SECTION)))
 
 
-@registry.exercise(SCRATCH_ID, "FlashAttention forward from scratch: padding, causal, O and L", 3,
+@registry.exercise(SCRATCH_ID, N_("FlashAttention forward from scratch: padding, causal, O "
+                                  "and L"), 3,
                    kernel=True)
 def _check_forward_from_scratch(kernel) -> str:
     guards.require_jit_kernel(kernel, SCRATCH_ID)
@@ -221,26 +229,26 @@ def _check_forward_from_scratch(kernel) -> str:
         launch_case(padded_forward, label, kernel, *placed, starts_placed, case.causal,
                 case.sm_scale, block_m=case.block_m, block_n=case.block_n, out=out.tensor,
                 lse=lse.tensor)
-        for buffer, name in ((out, "output O"), (lse, "logsumexp L")):
+        for buffer, name in ((out, _("output O")), (lse, _("logsumexp L"))):
             verify_canaries(buffer, f"{label}, {name}")
         ref, ref_lse = padded_reference(q, k, v, kv_start, case.causal, case.scale())
         out64 = out.tensor.detach().cpu().to(torch.float64).numpy()
         lse64 = lse.tensor.detach().cpu().to(torch.float64).numpy()
         atol, rtol = guards.dot_tolerance(guards.ATTENTION_TOLERANCES, case.dtype)
         try:
-            registry.compare(out64, ref.numpy(), label + ", output O", atol=atol, rtol=rtol,
+            registry.compare(out64, ref.numpy(), f"{label}, {_('output O')}", atol=atol, rtol=rtol,
                              tile_rows=case.block_m)
         except registry.WrongAnswer as err:
             hint = _diagnose_scratch(out64, lse64, case, starts, q, k, v)
-            if hint == SCRATCH_GENERIC:
+            if hint == _(SCRATCH_GENERIC):
                 hint = where_wrong(out64, ref.numpy(), atol, rtol) or hint
             raise registry.WrongAnswer(f"{err}\n{hint}") from None
         try:
             l_atol, l_rtol = (2e-3, 1e-5) if kernel_device() == "cpu" else (4e-3, 4e-3)  # TF32
-            registry.compare(lse64, ref_lse.numpy(), label + ", logsumexp L", atol=l_atol,
+            registry.compare(lse64, ref_lse.numpy(), f"{label}, {_('logsumexp L')}", atol=l_atol,
                              rtol=l_rtol)
         except registry.WrongAnswer as err:
             hint = _diagnose_scratch_lse(lse64, ref_lse.numpy(), case, starts, q, k, v)
             raise registry.WrongAnswer(f"{err}\n{hint}") from None
-    return (f"{len(cases)} cases match attention, O and L, rows without keys included"
-            f"{registry.hidden_note()}")
+    return (_("{total} cases match attention, O and L, rows without keys "
+              "included{hidden}").format(total=len(cases), hidden=registry.hidden_note()))

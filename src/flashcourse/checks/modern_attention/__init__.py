@@ -13,24 +13,25 @@ self_checks/09-modern-attention.toml.
 
 from __future__ import annotations
 
+from ...i18n import N_
 from .. import registry
 from . import decoding, heads, masks
 
-LESSON = registry.lesson("modern-attention", "Lesson 9: Attention as people run it today",
+LESSON = registry.lesson("modern-attention", N_("Lesson 9: Attention as people run it today"),
                          pass_line=8)
 
 # The exercises, in the scorecard's order.
-registry.exercise("modern-attention/block-map", "the block map of a mask (numpy)", 1)(
+registry.exercise("modern-attention/block-map", N_("the block map of a mask (numpy)"), 1)(
     masks.check_block_map)
 registry.exercise("modern-attention/sparse-kernel",
-                  "block-sparse attention kernel over the listed blocks", 2, kernel=True)(
+                  N_("block-sparse attention kernel over the listed blocks"), 2, kernel=True)(
     masks.check_sparse)
-registry.exercise("modern-attention/gqa-kernel", "grouped-query heads in the kernel", 1,
+registry.exercise("modern-attention/gqa-kernel", N_("grouped-query heads in the kernel"), 1,
                   kernel=True)(heads.check_gqa)
-registry.exercise("modern-attention/split-size", "a split size that fills the GPU", 1)(
+registry.exercise("modern-attention/split-size", N_("a split size that fills the GPU"), 1)(
     decoding.check_split_size)
 registry.exercise("modern-attention/paged-split",
-                  "paged split-KV decoding of a group: partial states", 1, kernel=True)(
+                  N_("paged split-KV decoding of a group: partial states"), 1, kernel=True)(
     decoding.check_paged_split)
-registry.exercise("modern-attention/merge-states", "merge kernel for the split states", 1,
+registry.exercise("modern-attention/merge-states", N_("merge kernel for the split states"), 1,
                   kernel=True)(decoding.check_merge)

@@ -10,16 +10,27 @@ import numpy as np
 import torch
 
 from ... import runtime
+from ...i18n import N_, _
 from ...kernels import modern_attention as ma
 from .. import guards, registry
 
 NEG_INF = float("-inf")
-SECTION_MASKS = 'section 1 ("Masks described block by block")'
-SECTION_SPARSE = 'section 2 ("A kernel that skips empty blocks")'
-SECTION_GQA = 'section 3 ("Grouped-query attention")'
-SECTION_SPLIT = 'section 4 ("Decoding: one query against a long cache")'
-SECTION_MERGE = 'section 5 ("Merging the splits")'
-SECTION_PAGED = 'section 6 ("A paged KV cache")'
+SECTION_MASKS = N_("section 1 (\"Masks described block by block\")")
+SECTION_SPARSE = N_("section 2 (\"A kernel that skips empty blocks\")")
+SECTION_GQA = N_("section 3 (\"Grouped-query attention\")")
+SECTION_SPLIT = N_("section 4 (\"Decoding: one query against a long cache\")")
+SECTION_MERGE = N_("section 5 (\"Merging the splits\")")
+SECTION_PAGED = N_("section 6 (\"A paged KV cache\")")
+SECTIONS = {"section_masks": SECTION_MASKS, "section_sparse": SECTION_SPARSE,
+            "section_gqa": SECTION_GQA, "section_split": SECTION_SPLIT,
+            "section_merge": SECTION_MERGE, "section_paged": SECTION_PAGED}
+
+
+def shown(message: str, **fields) -> str:
+    """A message of lesson 9's tables in the current language, with the sections it names
+    ({section_masks}, ...) and `fields` filled in."""
+    return _(message).format(**{name: _(section) for name, section in SECTIONS.items()},
+                             **fields)
 
 
 def device() -> str:
@@ -43,12 +54,14 @@ def fenced(x: torch.Tensor, fill: int) -> torch.Tensor:
 
 def require_callable(answer, exercise_id: str, name: str) -> None:
     if not callable(answer):
-        raise registry.WrongAnswer(f"{exercise_id}: pass the function itself: "
-                                   f"check(\"{exercise_id}\", {name}).")
+        raise registry.WrongAnswer(_("{exercise_id}: pass the function itself: "
+                                     "check(\"{exercise_id}\", {name}).").format(
+                                     exercise_id=exercise_id, name=name))
 
 
 def passed(count: int, what: str) -> str:
-    return f"{count} cases {what}{registry.hidden_note()}"
+    return _("{count} cases {what}{hidden}").format(count=count, what=what,
+                                                     hidden=registry.hidden_note())
 
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -73,7 +86,7 @@ def named(output: np.ndarray, candidates, fallback: str, tol: float = 2e-3) -> s
     """'Likely mistake: ...' for the first candidate output that matches, else `fallback`."""
     for candidate, hint in candidates:
         if close(output, np.asarray(candidate, dtype=np.float64), tol):
-            return "Likely mistake: " + hint
+            return _("Likely mistake: ") + hint
     return fallback
 
 
@@ -122,16 +135,18 @@ class MaskCase:
     def describe(self) -> str:
         if self.kind in ("documents", "causal-documents"):
             pad = self.n - sum(self.docs)
-            return (f"{self.kind} mask, documents of {', '.join(map(str, self.docs))} tokens"
-                    f"{f', then {pad} padding tokens that see nothing' if pad else ''}")
+            padding = (_(", then {pad} padding tokens that see nothing").format(pad=pad) if pad
+                       else "")
+            return _("{kind} mask, documents of {sizes} tokens{padding}").format(
+                kind=self.kind, sizes=", ".join(map(str, self.docs)), padding=padding)
         if self.kind == "strictly-past":
-            return (f"each query sees the {self.window} keys before it, not itself (row 0 "
-                    "sees nothing)")
+            return (_("each query sees the {window} keys before it, not itself (row 0 sees "
+                      "nothing)").format(window=self.window))
         if self.kind == "full":
-            return "no mask (every pair visible)"
+            return _("no mask (every pair visible)")
         if self.kind in ("sliding", "causal-sliding"):
-            return f"{self.kind} window of {self.window}"
-        return f"{self.kind} mask"
+            return _("{kind} window of {window}").format(kind=self.kind, window=self.window)
+        return _("{kind} mask").format(kind=self.kind)
 
 
 # ---------------------------------------------------------------- decoding cases

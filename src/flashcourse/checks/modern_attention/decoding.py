@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ... import runtime
+from ...i18n import N_, _
 from ...kernels import LOG2E
 from ...kernels import modern_attention as ma
 from ...models.softmax_states import merge_all, normalised, safe_max
@@ -31,6 +32,7 @@ from .common import (
     named,
     passed,
     require_callable,
+    shown,
     tolerance,
 )
 
@@ -74,26 +76,34 @@ def _split_size_problem(size, batch, kv_heads, max_len, num_sms, block_n) -> str
     """What is wrong with a split size for this shape, or None."""
     blocks = max(1, ma.cdiv(max_len, block_n))
     if size < block_n or size % block_n:
-        return (f"{size} keys is not a whole number of blocks of BLOCK_N={block_n}: the kernel "
-                f"walks a split one block at a time, and the launcher refuses it "
-                f"({SECTION_SPLIT}).")
+        return (_("{size} keys is not a whole number of blocks of BLOCK_N={block_n}: the kernel "
+                  "walks a split one block at a time, and the launcher refuses it "
+                  "({section_split}).").format(size=size, block_n=block_n,
+                  section_split=_(SECTION_SPLIT)))
     if size > blocks * block_n:
-        return (f"{size} keys is more than the whole cache ({max_len} keys, {blocks} blocks): "
-                f"one split of the cache's blocks already holds every key ({SECTION_SPLIT}).")
+        return (_("{size} keys is more than the whole cache ({max_len} keys, {blocks} blocks): "
+                  "one split of the cache's blocks already holds every key "
+                  "({section_split}).").format(size=size, max_len=max_len, blocks=blocks,
+                  section_split=_(SECTION_SPLIT)))
     programs = programs_of(batch, kv_heads, max_len, size)
     target = min(2 * num_sms, batch * kv_heads * blocks)
     if programs < target:
-        wave = (f"two waves on {num_sms} SMs" if target == 2 * num_sms else
-                "one block per split, the most this cache allows")
-        return (f"splits of {size} keys give {programs} programs for {num_sms} SMs, fewer than "
-                f"the {target} of {wave}: SMs sit idle and the step cannot reach the "
-                f"memory's bandwidth. Smaller splits give more programs ({SECTION_SPLIT}).")
+        wave = (_("two waves on {num_sms} SMs").format(
+                  num_sms=num_sms) if target == 2 * num_sms else
+                _("one block per split, the most this cache allows"))
+        return (_("splits of {size} keys give {programs} programs for {num_sms} SMs, fewer than "
+                  "the {target} of {wave}: SMs sit idle and the step cannot reach the memory's "
+                  "bandwidth. Smaller splits give more programs ({section_split}).").format(
+                  size=size, programs=programs, num_sms=num_sms, target=target, wave=wave,
+                  section_split=_(SECTION_SPLIT)))
     larger = programs_of(batch, kv_heads, max_len, 4 * size)
     if ma.split_count(max_len, size) > 1 and larger >= target:
-        return (f"splits of {size} keys give {programs} programs, and splits four times as "
-                f"large would still give {larger}, at least {target}: the extra splits only "
-                f"add states for the merge to read and write ({SECTION_MERGE}). The "
-                f"batch and the heads count towards the programs too ({SECTION_SPLIT}).")
+        return (_("splits of {size} keys give {programs} programs, and splits four times as large "
+                  "would still give {larger}, at least {target}: the extra splits only add states "
+                  "for the merge to read and write ({section_merge}). The batch and the heads "
+                  "count towards the programs too ({section_split}).").format(size=size,
+                  programs=programs, larger=larger, target=target, section_merge=_(SECTION_MERGE),
+                  section_split=_(SECTION_SPLIT)))
     return None
 
 
@@ -101,17 +111,20 @@ def check_split_size(choose_split_size) -> str:
     require_callable(choose_split_size, "modern-attention/split-size", "choose_split_size")
     cases = registry.with_hidden(SPLIT_SIZE_CASES, SPLIT_SIZE_HIDDEN)
     for number, (batch, kv_heads, max_len, num_sms, block_n) in enumerate(cases, 1):
-        label = (f"case {number}/{len(cases)} (batch={batch}, kv_heads={kv_heads}, "
-                 f"max_len={max_len}, num_sms={num_sms}, block_n={block_n})")
+        label = (_("case {number}/{total} (batch={batch}, kv_heads={kv_heads}, max_len={max_len}, "
+                   "num_sms={num_sms}, block_n={block_n})").format(number=number, total=len(cases),
+                   batch=batch, kv_heads=kv_heads, max_len=max_len, num_sms=num_sms,
+                   block_n=block_n))
         size = registry.run_student(choose_split_size, label, batch, kv_heads, max_len,
                                     num_sms, block_n)
         if isinstance(size, bool) or not isinstance(size, numbers.Integral):
-            raise registry.WrongAnswer(f"{label}: return the split size as a whole number of "
-                                       f"keys (an int), not {type(size).__name__}.")
+            raise registry.WrongAnswer(_("{label}: return the split size as a whole number of "
+                                         "keys (an int), not {type_name}.").format(label=label,
+                                         type_name=type(size).__name__))
         problem = _split_size_problem(int(size), batch, kv_heads, max_len, num_sms, block_n)
         if problem:
             raise registry.WrongAnswer(f"{label}: {problem}")
-    return passed(len(cases), "give whole blocks, two waves and no needless splits")
+    return passed(len(cases), _("give whole blocks, two waves and no needless splits"))
 
 
 # ---------------------------------------------------------------- the split kernel
@@ -138,10 +151,13 @@ SPLIT_HIDDEN = [
 
 
 def paged_label(case: DecodeCase, number: int, total: int) -> str:
-    return (f"case {number}/{total} (lengths {list(case.lengths)} in pages of "
-            f"{case.page_size} keys out of order, H={case.H}, H_KV={case.H_KV}, D={case.D}, "
-            f"{guards.dtype_name(case.dtype)}, split size {case.split_size}, "
-            f"BLOCK_N={case.block_n}{', scores ~1e3' if case.large else ''}, seed={case.seed})")
+    return _("case {number}/{total} (lengths {lengths} in pages of {page_size} keys out of "
+             "order, H={H}, H_KV={H_KV}, D={D}, {dtype}, split size {split_size}, "
+             "BLOCK_N={block_n}{large}, seed={seed})").format(
+        number=number, total=total, lengths=list(case.lengths), page_size=case.page_size,
+        H=case.H, H_KV=case.H_KV, D=case.D, dtype=guards.dtype_name(case.dtype),
+        split_size=case.split_size, block_n=case.block_n,
+        large=_(", scores ~1e3") if case.large else "", seed=case.seed)
 
 
 def _read_through(case, k, lengths, k_pages, table, address_of):
@@ -200,49 +216,54 @@ def _split_mistakes(case, q, k, v, lengths, k_pages, v_pages, table):
         return ma.split_states(q, kk, vv, lengths, size)
 
     m, l, o = states()
-    divided = ("o is stored divided by l: a split's state is unnormalised; the merge rescales "
-               f"it and divides once, at the end ({SECTION_SPLIT}).")
+    divided = (_("o is stored divided by l: a split's state is unnormalised; the merge rescales "
+                 "it and divides once, at the end ({section_split}).").format(
+                 section_split=_(SECTION_SPLIT)))
     with np.errstate(all="ignore"):
         mistakes = [((m, l, normalised(l, o)), divided), ((m, l, o / l[..., None]), divided)]
     mistakes += [
         ((m * LOG2E, l, o),
-         "m is in base-2 units (the max of the scores times log2(e)); the state is lesson "
-         "5's, in natural units, so that any merge of states can combine it "
-         f"({SECTION_SPLIT})."),
+         _("m is in base-2 units (the max of the scores times log2(e)); the state is lesson 5's, "
+           "in natural units, so that any merge of states can combine it "
+           "({section_split}).").format(section_split=_(SECTION_SPLIT))),
         (states(sm_scale=1.0),
-         f"the scores are not multiplied by sm_scale, the scale the launcher passes "
-         f"({SECTION_SPLIT})."),
+         _("the scores are not multiplied by sm_scale, the scale the launcher passes "
+           "({section_split}).").format(section_split=_(SECTION_SPLIT))),
         (_zero_keys_counted(case, m, l, o, lengths),
-         "positions of a split's last block past the sequence's end count as keys: their "
-         "loads give 0, and a score of 0 still gets a weight in the softmax unless it is "
-         f"-inf ({SECTION_SPLIT})."),
+         _("positions of a split's last block past the sequence's end count as keys: their loads "
+           "give 0, and a score of 0 still gets a weight in the softmax unless it is -inf "
+           "({section_split}).").format(section_split=_(SECTION_SPLIT))),
         (_max_from_zero(m, l, o),
-         "the running max starts at 0 instead of -inf: a split with no key must store the "
-         "empty state (-inf, 0, 0), which the merge ignores, and a split whose scores are all "
-         f"negative is measured against the wrong max ({SECTION_SPLIT})."),
+         _("the running max starts at 0 instead of -inf: a split with no key must store the empty "
+           "state (-inf, 0, 0), which the merge ignores, and a split whose scores are all "
+           "negative is measured against the wrong max ({section_split}).").format(
+           section_split=_(SECTION_SPLIT))),
         (through(lambda b, p: p),
-         "each position is read as if the pages of a sequence lay one after another from "
-         "page 0: the page number comes from the page table, which scatters a sequence's "
-         f"pages over the pool ({SECTION_PAGED})."),
+         _("each position is read as if the pages of a sequence lay one after another from page "
+           "0: the page number comes from the page table, which scatters a sequence's pages over "
+           "the pool ({section_paged}).").format(section_paged=_(SECTION_PAGED))),
         (through(lambda b, p: int(table[b, p // page]) * page + p),
-         "the slot inside the page is wrong: a page holds PAGE_SIZE positions, and each "
-         f"position has its place inside its own page ({SECTION_PAGED})."),
+         _("the slot inside the page is wrong: a page holds PAGE_SIZE positions, and each "
+           "position has its place inside its own page ({section_paged}).").format(
+           section_paged=_(SECTION_PAGED))),
         (through(lambda b, p: int(table[0, p // page]) * page + p % page),
-         "every sequence reads the page table row of sequence 0: each sequence has its own "
-         f"row, found with the table's row stride ({SECTION_PAGED})."),
+         _("every sequence reads the page table row of sequence 0: each sequence has its own row, "
+           "found with the table's row stride ({section_paged}).").format(
+           section_paged=_(SECTION_PAGED))),
         (through(lambda b, p: int(table[b, p // case.block_n]) * page + p % page),
-         "the table entry of a position is found with BLOCK_N: a page holds PAGE_SIZE keys "
-         f"whatever the block size ({SECTION_PAGED})."),
+         _("the table entry of a position is found with BLOCK_N: a page holds PAGE_SIZE keys "
+           "whatever the block size ({section_paged}).").format(section_paged=_(SECTION_PAGED))),
     ]
     if group > 1 and case.H_KV > 1:
         mistakes.append((states(head_of=lambda h: h % case.H_KV),
-                         "the query heads of a group are not the ones that read this K/V "
-                         "head: a group is made of consecutive query heads "
-                         f"({SECTION_GQA})."))
+                         _("the query heads of a group are not the ones that read this K/V head: "
+                           "a group is made of consecutive query heads ({section_gqa}).").format(
+                           section_gqa=_(SECTION_GQA))))
     if size != case.block_n:
         mistakes.append((states(start_of=lambda s: s * case.block_n),
-                         "the splits start BLOCK_N keys apart instead of SPLIT_SIZE keys: "
-                         f"they overlap and miss the end of the cache ({SECTION_SPLIT})."))
+                         _("the splits start BLOCK_N keys apart instead of SPLIT_SIZE keys: they "
+                           "overlap and miss the end of the cache ({section_split}).").format(
+                           section_split=_(SECTION_SPLIT))))
     return mistakes
 
 
@@ -273,37 +294,43 @@ def _diagnose_split(got, expected, case, q, k, v, lengths, k_pages, v_pages, tab
     tol = guards.mistake_tolerance(case.dtype)
     for candidate, hint in _split_mistakes(case, q, k, v, lengths, k_pages, v_pages, table):
         if _same_states(got, candidate, tol):
-            return "Likely mistake: " + hint
+            return _("Likely mistake: ") + hint
     m, l, o = got
     if m.shape[-1] > 1 and not np.isnan(m[..., 0]).any() and np.isnan(m[..., 1:]).all():
-        return ("Likely mistake: only split 0's states were written: each split stores at its "
-                f"own index along the states' split axis ({SECTION_SPLIT}).")
+        return (_("Likely mistake: only split 0's states were written: each split stores at its "
+                  "own index along the states' split axis ({section_split}).").format(
+                  section_split=_(SECTION_SPLIT)))
     empty = np.isneginf(expected[0])
     if empty.any() and np.isnan(m[empty]).all() and not np.isnan(m[~empty]).any():
-        return ("Likely mistake: the splits with no key (past a sequence's end) never stored "
-                "their state (it still holds the grader's NaN): every program stores one, "
-                f"and an empty split's is the empty state (-inf, 0, 0) ({SECTION_SPLIT}).")
+        return (_("Likely mistake: the splits with no key (past a sequence's end) never stored "
+                  "their state (it still holds the grader's NaN): every program stores one, and "
+                  "an empty split's is the empty state (-inf, 0, 0) ({section_split}).").format(
+                  section_split=_(SECTION_SPLIT)))
     if empty.any() and not np.isneginf(m[empty]).all():
-        return ("Likely mistake: a split with no key must store the empty state "
-                f"(m = -inf, l = 0, o = 0), which the merge ignores ({SECTION_SPLIT}).")
+        return (_("Likely mistake: a split with no key must store the empty state (m = -inf, l = "
+                  "0, o = 0), which the merge ignores ({section_split}).").format(
+                  section_split=_(SECTION_SPLIT)))
     bad = _spoiled(m, l, o).any(axis=1)  # (B, S)
     if bad.any():
         if (bad <= _split_of_the_end(case, lengths, m.shape[-1])).all():
-            return ("Likely mistake: a split read keys past its sequence's length (the grader "
-                    "fills every slot and page a sequence does not own with NaN): a split ends "
-                    "where the sequence ends, and the last block masks its loads there "
-                    f"({SECTION_SPLIT}).")
-        return ("Likely mistake: keys were read from a page or a slot they do not live in "
-                "(the grader fills every unused page, slot and table entry with NaN): find "
-                "each position's page through its sequence's row of the table, then its slot, "
-                f"with the pool's own strides ({SECTION_PAGED}).")
+            return (_("Likely mistake: a split read keys past its sequence's length (the grader "
+                      "fills every slot and page a sequence does not own with NaN): a split ends "
+                      "where the sequence ends, and the last block masks its loads there "
+                      "({section_split}).").format(section_split=_(SECTION_SPLIT)))
+        return (_("Likely mistake: keys were read from a page or a slot they do not live in (the "
+                  "grader fills every unused page, slot and table entry with NaN): find each "
+                  "position's page through its sequence's row of the table, then its slot, with "
+                  "the pool's own strides ({section_paged}).").format(
+                  section_paged=_(SECTION_PAGED)))
     if close(m, expected[0], tol) and not close(l, expected[1], tol):
-        return ("Likely mistake: the running max is right but the sums are not: check the "
-                f"rescaling of l and o when the max grows ({SECTION_SPLIT}).")
-    return ("Hint: split s covers the keys from s * SPLIT_SIZE up to the end of the split or "
-            "of the sequence, whichever comes first, read through the page table; it stores "
-            f"the running max, the running sum and the unnormalised output ({SECTION_SPLIT}, "
-            f"{SECTION_PAGED}).")
+        return (_("Likely mistake: the running max is right but the sums are not: check the "
+                  "rescaling of l and o when the max grows ({section_split}).").format(
+                  section_split=_(SECTION_SPLIT)))
+    return (_("Hint: split s covers the keys from s * SPLIT_SIZE up to the end of the split or of "
+              "the sequence, whichever comes first, read through the page table; it stores the "
+              "running max, the running sum and the unnormalised output ({section_split}, "
+              "{section_paged}).").format(section_split=_(SECTION_SPLIT),
+              section_paged=_(SECTION_PAGED)))
 
 
 def paged_inputs(case: DecodeCase):
@@ -333,19 +360,20 @@ def check_paged_split(kernel) -> str:
         launch(label, ma.launch_paged_split, kernel, qp, kp, vp, table_t, lengths_t, m.tensor,
                l.tensor, o.tensor, case.split_size, case.block_n)
         for buffer, name in ((m, "m"), (l, "l"), (o, "o")):
-            buffer.verify(f"{label}, the states' {name}")
+            buffer.verify(_("{label}, the states' {name}").format(label=label, name=name))
         expected = ma.split_states(q, k, v, lengths, case.split_size)
         got = tuple(x.tensor.detach().cpu().double().numpy() for x in (m, l, o))
         atol, rtol = tolerance(case.dtype)
         for name, mine, ref in zip(("m", "l", "o"), got, expected, strict=True):
             try:
-                registry.compare(mine, ref, f"{label}, the states' {name}", atol=atol,
+                registry.compare(mine, ref, _("{label}, the states' {name}").format(label=label,
+                                              name=name), atol=atol,
                                  rtol=rtol)
             except registry.WrongAnswer as err:
                 hint = _diagnose_split(got, expected, case, q, k, v, lengths, k_pages,
                                        v_pages, table)
                 raise registry.WrongAnswer(f"{err}\n{hint}") from None
-    return passed(len(cases), "give every split's (m, l, o) through the page table")
+    return passed(len(cases), _("give every split's (m, l, o) through the page table"))
 
 
 # ---------------------------------------------------------------- merging the splits
@@ -396,22 +424,22 @@ def merge_candidate(m, l, o, mistake: str) -> np.ndarray:
 
 
 MERGE_MISTAKES = {
-    "no_rescale": "the states are added without rescaling: each split's l and o were measured "
-                  f"against its own max; bring them to the common max first ({SECTION_MERGE}).",
-    "no_guard": "a sequence with no key at all (every split empty) comes out NaN: its max is "
-                "-inf, and the weights and the final division need lesson 5's guards "
-                f"({SECTION_MERGE}).",
-    "pad_zero": "the lanes past the last split load m as 0, not -inf: 0 then wins the max, and "
-                "the real states underflow when their scores are far below 0. Padding lanes "
-                f"must load the empty state ({SECTION_MERGE}).",
-    "no_divide": f"the merged o is stored without dividing by the merged l ({SECTION_MERGE}).",
-    "o_not_rescaled": "l is rescaled but o is not: both need the same per-split weights "
-                      f"({SECTION_MERGE}).",
-    "flipped": "the weights point the wrong way: bringing a split to the common max is a "
-               f"factor of at most 1 ({SECTION_MERGE}).",
-    "mean_of_splits": "each split is normalised on its own and the results averaged: splits "
-                      "weigh by their share of the softmax's sum, so the division comes once, "
-                      f"after the merged sum ({SECTION_MERGE}).",
+    "no_rescale": N_("the states are added without rescaling: each split's l and o were measured "
+                     "against its own max; bring them to the common max first ({section_merge})."),
+    "no_guard": N_("a sequence with no key at all (every split empty) comes out NaN: its max is "
+                   "-inf, and the weights and the final division need lesson 5's guards "
+                   "({section_merge})."),
+    "pad_zero": N_("the lanes past the last split load m as 0, not -inf: 0 then wins the max, and "
+                   "the real states underflow when their scores are far below 0. Padding lanes "
+                   "must load the empty state ({section_merge})."),
+    "no_divide": N_("the merged o is stored without dividing by the merged l ({section_merge})."),
+    "o_not_rescaled": N_("l is rescaled but o is not: both need the same per-split weights "
+                         "({section_merge})."),
+    "flipped": N_("the weights point the wrong way: bringing a split to the common max is a "
+                  "factor of at most 1 ({section_merge})."),
+    "mean_of_splits": N_("each split is normalised on its own and the results averaged: splits "
+                         "weigh by their share of the softmax's sum, so the division comes once, "
+                         "after the merged sum ({section_merge})."),
 }
 
 
@@ -430,10 +458,13 @@ def check_merge(kernel) -> str:
     cases = registry.with_hidden(MERGE_CASES, MERGE_HIDDEN)
     for number, case in enumerate(cases, 1):
         splits = ma.split_count(case.n_max, case.split_size)
-        label = (f"case {number}/{len(cases)} ({case.B} sequence{'s' * (case.B > 1)} of lengths "
-                 f"{list(case.lengths)}, H={case.H}, D={case.D}, {splits} splits of "
-                 f"{case.split_size} keys{', scores near -500' if case.large else ''}, "
-                 f"seed={case.seed})")
+        sequences = (_("{count} sequences") if case.B > 1 else _("{count} sequence")).format(
+            count=case.B)
+        label = _("case {number}/{total} ({sequences} of lengths {lengths}, H={H}, D={D}, "
+                  "{splits} splits of {split_size} keys{large}, seed={seed})").format(
+            number=number, total=len(cases), sequences=sequences, lengths=list(case.lengths),
+            H=case.H, D=case.D, splits=splits, split_size=case.split_size,
+            large=_(", scores near -500") if case.large else "", seed=case.seed)
         m, l, o = _shifted_states(case)
         mp, lp, op = (buffers.poisoned(torch.from_numpy(x).float().to(device()))
                       for x in (m, l, o))
@@ -441,18 +472,18 @@ def check_merge(kernel) -> str:
         launch(label, ma.launch_merge, kernel, mp, lp, op, out.tensor)
         out.verify(label)
         m32, l32, o32 = (x.astype(np.float32).astype(np.float64) for x in (m, l, o))
-        _, l_all, o_all = merge_all(m32, l32, o32)
+        _unused, l_all, o_all = merge_all(m32, l32, o32)
         expected = normalised(l_all, o_all)
         got = out.tensor.detach().cpu().double().numpy()
         try:
             registry.compare(got, expected, label, atol=1e-5, rtol=1e-4)
         except registry.WrongAnswer as err:
-            candidates = [(merge_candidate(m32, l32, o32, name), why)
+            candidates = [(merge_candidate(m32, l32, o32, name), shown(why))
                           for name, why in MERGE_MISTAKES.items()]
             hint = named(got, candidates, (
-                "Hint: the merge is lesson 5's, over S states at once: a common max (safe "
-                "when every split is empty), every split brought to it, the sums added, one "
-                f"division at the end ({SECTION_MERGE})."),
+                _("Hint: the merge is lesson 5's, over S states at once: a common max (safe when "
+                  "every split is empty), every split brought to it, the sums added, one division "
+                  "at the end ({section_merge}).").format(section_merge=_(SECTION_MERGE))),
                 tol=1e-4)
             raise registry.WrongAnswer(f"{err}\n{hint}") from None
-    return passed(len(cases), "merge to attention over the whole cache")
+    return passed(len(cases), _("merge to attention over the whole cache"))

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ... import runtime
+from ...i18n import _
 from ...kernels import modern_attention as ma
 from .. import buffers, guards, registry
 from .common import SECTION_GQA, attention_inputs, device, launch, named, passed, place, tolerance
@@ -29,11 +30,12 @@ class GqaCase:
 
     def label(self, number: int, total: int) -> str:
         kind = "MQA" if self.H_KV == 1 else "MHA" if self.H_KV == self.H else "GQA"
-        extra = (", inputs are transposed views of (B, N, H, D) tensors"
+        extra = (_(", inputs are transposed views of (B, N, H, D) tensors")
                  if self.layout == "bnhd" else "")
-        return (f"case {number}/{total} ({kind}: B={self.B}, H={self.H}, H_KV={self.H_KV}, "
-                f"N={self.N}, D={self.D}, {guards.dtype_name(self.dtype)}{extra}, "
-                f"seed={self.seed})")
+        return (_("case {number}/{total} ({kind}: B={b}, H={h}, H_KV={h_kv}, N={n}, D={d}, "
+                  "{dtype_name}{extra}, seed={seed})").format(number=number, total=total,
+                  kind=kind, b=self.B, h=self.H, h_kv=self.H_KV, n=self.N, d=self.D,
+                  dtype_name=guards.dtype_name(self.dtype), extra=extra, seed=self.seed))
 
 
 GQA_CASES = [
@@ -64,18 +66,21 @@ def _gqa_mistakes(H: int, H_KV: int):
     group = H // H_KV
     return [
         (lambda h: h % H_KV, lambda h: h % H_KV,
-         "query heads are dealt to the K/V heads in turn, like cards. The convention of "
-         "PyTorch's enable_gqa, and of the models' weights, makes a group of consecutive "
-         f"query heads share one K/V head ({SECTION_GQA})."),
+         _("query heads are dealt to the K/V heads in turn, like cards. The convention of "
+           "PyTorch's enable_gqa, and of the models' weights, makes a group of consecutive query "
+           "heads share one K/V head ({section_gqa}).").format(section_gqa=_(SECTION_GQA))),
         (lambda h: h // H_KV, lambda h: h // H_KV,
-         "the head is divided by the number of K/V heads, not by the group size H // H_KV "
-         f"({SECTION_GQA})."),
+         _("the head is divided by the number of K/V heads, not by the group size H // H_KV "
+           "({section_gqa}).").format(section_gqa=_(SECTION_GQA))),
         (lambda h: 0, lambda h: 0,
-         f"every query head reads K/V head 0: that is MQA, not GQA ({SECTION_GQA})."),
+         _("every query head reads K/V head 0: that is MQA, not GQA ({section_gqa}).").format(
+           section_gqa=_(SECTION_GQA))),
         (lambda h: h // group, lambda h: h % H_KV,
-         f"K and V are read from different heads: both use kv_h ({SECTION_GQA})."),
+         _("K and V are read from different heads: both use kv_h ({section_gqa}).").format(
+           section_gqa=_(SECTION_GQA))),
         (lambda h: h % H_KV, lambda h: h // group,
-         f"K and V are read from different heads: both use kv_h ({SECTION_GQA})."),
+         _("K and V are read from different heads: both use kv_h ({section_gqa}).").format(
+           section_gqa=_(SECTION_GQA))),
     ]
 
 
@@ -103,13 +108,13 @@ def check_gqa(kernel) -> str:
                 if candidate is not None:
                     candidates.append((candidate, why))
             fallback = (
-                "Likely mistake: some query heads read K/V rows that do not exist (the grader "
-                f"puts NaN after the {case.H_KV} K/V heads): a K/V head number lies between 0 "
-                "and H_KV - 1, and the K and V pointers use K's and V's own batch and head "
-                f"strides ({SECTION_GQA})."
+                _("Likely mistake: some query heads read K/V rows that do not exist (the grader "
+                  "puts NaN after the {h_kv} K/V heads): a K/V head number lies between 0 and "
+                  "H_KV - 1, and the K and V pointers use K's and V's own batch and head strides "
+                  "({section_gqa}).").format(h_kv=case.H_KV, section_gqa=_(SECTION_GQA))
                 if np.isnan(got).any() else
-                "Hint: the query heads of a group are not the ones reading this K/V head, or "
-                "the K/V pointers do not use K's and V's own batch and head strides "
-                f"({SECTION_GQA}).")
+                _("Hint: the query heads of a group are not the ones reading this K/V head, or "
+                  "the K/V pointers do not use K's and V's own batch and head strides "
+                  "({section_gqa}).").format(section_gqa=_(SECTION_GQA)))
             raise registry.WrongAnswer(f"{err}\n{named(got, candidates, fallback)}") from None
-    return passed(len(cases), "match SDPA with enable_gqa=True")
+    return passed(len(cases), _("match SDPA with enable_gqa=True"))

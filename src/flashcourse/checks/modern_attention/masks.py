@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ... import runtime
+from ...i18n import N_, _
 from ...kernels import modern_attention as ma
 from .. import buffers, guards, registry
 from .common import (
@@ -25,6 +26,7 @@ from .common import (
     passed,
     place,
     require_callable,
+    shown,
     tolerance,
 )
 
@@ -63,7 +65,8 @@ def _map_mask(spec) -> tuple[np.ndarray, str]:
     if isinstance(spec, MaskCase):
         return spec.dense(), f"{spec.describe()}, N={spec.n}"
     n_q, n_k, seed = spec
-    return _random_mask(n_q, n_k, seed), f"a random {n_q} x {n_k} mask, seed={seed}"
+    return _random_mask(n_q, n_k, seed), _("a random {n_q} x {n_k} mask, seed={seed}").format(
+                                           n_q=n_q, n_k=n_k, seed=seed)
 
 
 def map_candidate(mask: np.ndarray, block_m: int, block_n: int, mistake: str) -> np.ndarray:
@@ -101,24 +104,24 @@ def map_candidate(mask: np.ndarray, block_m: int, block_n: int, mistake: str) ->
 
 MAP_MISTAKES = {
     "keys_not_padded": (
-        "the last key block is cut off at n_k, and it was judged on its real keys only: it "
-        "comes out FULL where its keys past the end are not visible. The kernel skips the "
-        "mask on a FULL block, so it would use those keys. Count keys past the end as hidden "
-        f"({SECTION_MASKS})."),
+        N_("the last key block is cut off at n_k, and it was judged on its real keys only: it "
+           "comes out FULL where its keys past the end are not visible. The kernel skips the mask "
+           "on a FULL block, so it would use those keys. Count keys past the end as hidden "
+           "({section_masks}).")),
     "rows_padded": (
-        "rows past the last query were counted as hidden rows, so the last query block is "
-        "never FULL. That map is safe (FlexAttention's BlockMask does the same) but does more "
-        "masking than needed: those rows do not exist (the kernel never stores them), and "
-        f"this exercise judges a tile on its real rows ({SECTION_MASKS})."),
+        N_("rows past the last query were counted as hidden rows, so the last query block is "
+           "never FULL. That map is safe (FlexAttention's BlockMask does the same) but does more "
+           "masking than needed: those rows do not exist (the kernel never stores them), and this "
+           "exercise judges a tile on its real rows ({section_masks}).")),
     "transposed": (
-        "block_m and block_n are swapped: query blocks are block_m rows, key blocks block_n "
-        "columns."),
+        N_("block_m and block_n are swapped: query blocks are block_m rows, key blocks block_n "
+           "columns.")),
     "any_is_full": (
-        "a tile with some visible pairs is marked FULL. FULL means every pair of the tile is "
-        "visible (the kernel then evaluates no mask); some but not all is PARTIAL."),
+        N_("a tile with some visible pairs is marked FULL. FULL means every pair of the tile is "
+           "visible (the kernel then evaluates no mask); some but not all is PARTIAL.")),
     "full_empty_swapped": (
-        f"FULL and EMPTY are swapped: EMPTY = {ma.EMPTY} (no visible pair), PARTIAL = "
-        f"{ma.PARTIAL}, FULL = {ma.FULL} (every pair visible)."),
+        N_("FULL and EMPTY are swapped: EMPTY = {empty} (no visible pair), PARTIAL = {partial}, "
+           "FULL = {full} (every pair visible).")),
 }
 
 
@@ -127,8 +130,8 @@ def check_block_map(block_map) -> str:
     cases = registry.with_hidden(MAP_CASES, MAP_HIDDEN)
     for number, (spec, block_m, block_n) in enumerate(cases, 1):
         mask, what = _map_mask(spec)
-        label = (f"case {number}/{len(cases)} ({what}, block_m={block_m}, "
-                 f"block_n={block_n})")
+        label = (_("case {number}/{total} ({what}, block_m={block_m}, block_n={block_n})").format(
+                   number=number, total=len(cases), what=what, block_m=block_m, block_n=block_n))
         original = mask.copy()
         try:
             got = registry.run_student(block_map, label, mask, block_m, block_n)
@@ -136,11 +139,12 @@ def check_block_map(block_map) -> str:
             if "broadcast" not in str(err):
                 raise
             raise registry.WrongAnswer(
-                f"{err}\nHint: the padded mask must be as wide as the key blocks cover, at "
-                "least n_k: round the block counts up (a cut-off last block is still a "
-                "block).") from None
+                _("{err}\nHint: the padded mask must be as wide as the key blocks cover, at least "
+                  "n_k: round the block counts up (a cut-off last block is still a "
+                  "block).").format(err=err)) from None
         if not np.array_equal(mask, original):
-            raise registry.WrongAnswer(f"{label}: your function modified the mask in place.")
+            raise registry.WrongAnswer(_("{label}: your function modified the mask in "
+                                         "place.").format(label=label))
         expected = ma.classify_blocks(mask, block_m, block_n)
         got_array = registry.to_numpy(got)
         if got_array.shape != expected.shape:
@@ -148,31 +152,36 @@ def check_block_map(block_map) -> str:
             rounded_down = got_array.ndim == 2 and any(
                 g == f != e
                 for g, f, e in zip(got_array.shape, floor, expected.shape, strict=True))
-            hint = ("a cut-off last block counts as a block: round the block counts up"
+            hint = (_("a cut-off last block counts as a block: round the block counts up")
                     if rounded_down else
-                    "one row per query block, one column per key block")
-            raise registry.WrongAnswer(f"{label}: the map has shape {got_array.shape}, "
-                                       f"expected {expected.shape}: {hint}.")
+                    _("one row per query block, one column per key block"))
+            raise registry.WrongAnswer(_("{label}: the map has shape {shape}, expected "
+                                         "{expected}: {hint}.").format(
+                label=label, shape=got_array.shape, expected=expected.shape, hint=hint))
         if not np.issubdtype(got_array.dtype, np.integer):
-            raise registry.WrongAnswer(f"{label}: return an integer array of EMPTY, PARTIAL "
-                                       f"and FULL, not {got_array.dtype}.")
+            raise registry.WrongAnswer(_("{label}: return an integer array of EMPTY, PARTIAL and "
+                                         "FULL, not {dtype}.").format(label=label,
+                                         dtype=got_array.dtype))
         wrong = np.argwhere(got_array != expected)
         if len(wrong):
             i, j = (int(x) for x in wrong[0])
             names = {ma.EMPTY: "EMPTY", ma.PARTIAL: "PARTIAL", ma.FULL: "FULL"}
-            message = (f"{label}: {len(wrong)} of {expected.size} tiles are wrong, first "
-                       f"(query block {i}, key block {j}): you gave "
-                       f"{names.get(int(got_array[i, j]), int(got_array[i, j]))}, the tile is "
-                       f"{names[int(expected[i, j])]}.")
-            hint = (f"Hint: a tile is EMPTY when no pair of it is visible, FULL when every "
-                    f"pair is, PARTIAL otherwise ({SECTION_MASKS}).")
+            message = _("{label}: {count} of {size} tiles are wrong, first (query block {i}, "
+                        "key block {j}): you gave {given}, the tile is {kind}.").format(
+                label=label, count=len(wrong), size=expected.size, i=i, j=j,
+                given=names.get(int(got_array[i, j]), int(got_array[i, j])),
+                kind=names[int(expected[i, j])])
+            hint = (_("Hint: a tile is EMPTY when no pair of it is visible, FULL when every pair "
+                      "is, PARTIAL otherwise ({section_masks}).").format(
+                      section_masks=_(SECTION_MASKS)))
             for mistake, why in MAP_MISTAKES.items():
                 candidate = map_candidate(mask, block_m, block_n, mistake)
                 if candidate.shape == got_array.shape and np.array_equal(candidate, got_array):
-                    hint = "Likely mistake: " + why
+                    hint = _("Likely mistake: ") + shown(why, empty=ma.EMPTY,
+                                                         partial=ma.PARTIAL, full=ma.FULL)
                     break
             raise registry.WrongAnswer(f"{message}\n{hint}")
-    return passed(len(cases), "classify every tile right")
+    return passed(len(cases), _("classify every tile right"))
 
 
 # ---------------------------------------------------------------- 2. the sparse kernel
@@ -192,12 +201,14 @@ class SparseCase:
     layout: str = "bhnd"
 
     def label(self, number: int, total: int) -> str:
-        extra = ", scores ~1e3" if self.large else ""
+        extra = _(", scores ~1e3") if self.large else ""
         if self.layout == "bnhd":
-            extra += ", inputs are transposed views of (B, N, H, D) tensors"
-        return (f"case {number}/{total} (B={self.B}, H={self.H}, N={self.mask.n}, D={self.D}, "
-                f"{guards.dtype_name(self.dtype)}, {self.mask.describe()}, "
-                f"BLOCK_M={self.block_m}, BLOCK_N={self.block_n}{extra}, seed={self.seed})")
+            extra += _(", inputs are transposed views of (B, N, H, D) tensors")
+        return (_("case {number}/{total} (B={b}, H={h}, N={n}, D={d}, {dtype_name}, {mask}, "
+                  "BLOCK_M={block_m}, BLOCK_N={block_n}{extra}, seed={seed})").format(
+                  number=number, total=total, b=self.B, h=self.H, n=self.mask.n, d=self.D,
+                  dtype_name=guards.dtype_name(self.dtype), mask=self.mask.describe(),
+                  block_m=self.block_m, block_n=self.block_n, extra=extra, seed=self.seed))
 
 
 SPARSE_CASES = [
@@ -276,37 +287,35 @@ def sparse_model(q, k, v, kinds, docs, left, right, block_m, block_n, sm_scale, 
 
 SPARSE_MISTAKES = [
     (dict(l_guard=False),
-     "a row with no visible key at all comes out NaN (0 / 0): its output must be 0. Divide "
-     f"by a running sum that is 1 where it is 0 ({SECTION_SPARSE})."),
+     N_("a row with no visible key at all comes out NaN (0 / 0): its output must be 0. Divide by "
+        "a running sum that is 1 where it is 0 ({section_sparse}).")),
     (dict(guard=False),
-     "a row whose first listed blocks hide all its keys turns NaN: its running max is still "
-     "-inf there, and exp2(-inf - (-inf)) is NaN. Shift by a safe max, 0 while the running "
-     f"max is -inf (lesson 5, section 4; {SECTION_SPARSE})."),
+     N_("a row whose first listed blocks hide all its keys turns NaN: its running max is still "
+        "-inf there, and exp2(-inf - (-inf)) is NaN. Shift by a safe max, 0 while the running max "
+        "is -inf (lesson 5, section 4; {section_sparse}).")),
     (dict(mask_partial=False),
-     "the mask is not applied in the PARTIAL blocks, so hidden pairs take part in the "
-     f"softmax. FULL blocks skip the mask; PARTIAL ones must evaluate it ({SECTION_SPARSE})."),
+     N_("the mask is not applied in the PARTIAL blocks, so hidden pairs take part in the softmax. "
+        "FULL blocks skip the mask; PARTIAL ones must evaluate it ({section_sparse}).")),
     (dict(use_partial=False),
-     "only the FULL blocks are visited: the PARTIAL blocks (the diagonal, the edges of the "
-     f"window, the borders of documents) are missing ({SECTION_SPARSE})."),
+     N_("only the FULL blocks are visited: the PARTIAL blocks (the diagonal, the edges of the "
+        "window, the borders of documents) are missing ({section_sparse}).")),
     (dict(use_full=False),
-     f"only the PARTIAL blocks are visited: the FULL blocks are missing ({SECTION_SPARSE})."),
+     N_("only the PARTIAL blocks are visited: the FULL blocks are missing ({section_sparse}).")),
     (dict(row0_lists=True),
-     "every query block walks the key blocks of query block 0: each query block has its own "
-     "count and its own row of the index, one row stride apart "
-     f"({SECTION_SPARSE})."),
+     N_("every query block walks the key blocks of query block 0: each query block has its own "
+        "count and its own row of the index, one row stride apart ({section_sparse}).")),
     (dict(scaled_index=False),
-     "the index holds key block numbers, not key positions: a listed block number still has "
-     f"to become the position of the block's first key ({SECTION_SPARSE})."),
+     N_("the index holds key block numbers, not key positions: a listed block number still has to "
+        "become the position of the block's first key ({section_sparse}).")),
     (dict(swap_window=True),
-     "the window's sides are swapped: `left` bounds how far back a query sees, `right` how "
-     f"far ahead ({SECTION_MASKS})."),
+     N_("the window's sides are swapped: `left` bounds how far back a query sees, `right` how far "
+        "ahead ({section_masks}).")),
     (dict(pad_doc=0),
-     "keys past N get document 0: the document ids past N must load as an id no query "
-     "matches, so that the padding keys (loaded as 0, a score of 0) stay hidden "
-     f"({SECTION_SPARSE})."),
+     N_("keys past N get document 0: the document ids past N must load as an id no query matches, "
+        "so that the padding keys (loaded as 0, a score of 0) stay hidden ({section_sparse}).")),
     (dict(use_docs=False),
-     "the document ids of query and key are not compared: a query may only see keys of its "
-     f"own document ({SECTION_MASKS})."),
+     N_("the document ids of query and key are not compared: a query may only see keys of its own "
+        "document ({section_masks}).")),
 ]
 
 
@@ -343,12 +352,12 @@ def check_sparse(kernel) -> str:
         except registry.WrongAnswer as err:
             candidates = [
                 (sparse_model(q, k, v, kinds, case.mask.doc_ids(), left, right, case.block_m,
-                              case.block_n, case.D ** -0.5, **switches), hint)
+                              case.block_n, case.D ** -0.5, **switches), shown(hint))
                 for switches, hint in SPARSE_MISTAKES]
             hint = named(got, candidates, (
-                "None of the mistakes the grader knows matches this output. Check the loop "
-                "bounds (count), the key block of the i-th entry, the mask of a PARTIAL block "
-                f"and the safe max ({SECTION_SPARSE}); the row block named above is where it "
-                "first goes wrong."))
+                _("None of the mistakes the grader knows matches this output. Check the loop "
+                  "bounds (count), the key block of the i-th entry, the mask of a PARTIAL block "
+                  "and the safe max ({section_sparse}); the row block named above is where it "
+                  "first goes wrong.").format(section_sparse=_(SECTION_SPARSE))))
             raise registry.WrongAnswer(f"{err}\n{hint}") from None
-    return passed(len(cases), "match masked attention, rows without a key are 0")
+    return passed(len(cases), _("match masked attention, rows without a key are 0"))

@@ -17,10 +17,12 @@ import numpy as np
 import torch
 
 from ... import runtime
+from ...i18n import N_, _
 from ...kernels import attention
 from .. import buffers, guards, registry
+from ..flash_cases import case_label
 
-LESSON = registry.lesson("performance", "Lesson 8: Performance engineering", pass_line=8)
+LESSON = registry.lesson("performance", N_("Lesson 8: Performance engineering"), pass_line=8)
 
 
 LN2 = math.log(2.0)
@@ -63,41 +65,42 @@ def _attention64(q, k, v, causal: bool, sm_scale: float, left_bonus: int = 0):
 def _diagnose(out: np.ndarray, case: Case, q, k, v) -> str:
     """Name a known mistake when the output is exactly what that mistake computes."""
     if np.isnan(out).any():
-        return ("Some outputs are NaN: a loop without masks read past the last key into the "
-                "padding (the grader fills it with NaN). The unmasked loop may only visit "
-                "key blocks that lie wholly inside the sequence and, with the causal mask, "
-                "wholly left of the diagonal block (section 3, the causal split).")
+        return (_("Some outputs are NaN: a loop without masks read past the last key into the "
+                  "padding (the grader fills it with NaN). The unmasked loop may only visit key "
+                  "blocks that lie wholly inside the sequence and, with the causal mask, wholly "
+                  "left of the diagonal block (section 3, the causal split)."))
     candidates = [
-        (case.scale() * LN2, "This is attention with the scale multiplied by ln 2: exp2 was "
-         "applied to sm_scale * s without the change of base: exp(x) is exp2 of x times "
-         "log2(e) (section 3, the exp2 rung)."),
-        (case.scale() * LN2 * LN2, "This is attention with the scale multiplied by (ln 2)^2: "
-         "log2(e) was divided out instead of multiplied in (section 3, the exp2 rung)."),
+        (case.scale() * LN2, _("This is attention with the scale multiplied by ln 2: exp2 was "
+                               "applied to sm_scale * s without the change of base: exp(x) is "
+                               "exp2 of x times log2(e) (section 3, the exp2 rung).")),
+        (case.scale() * LN2 * LN2, _("This is attention with the scale multiplied by (ln 2)^2: "
+                                     "log2(e) was divided out instead of multiplied in (section "
+                                     "3, the exp2 rung).")),
     ]
     for scale, message in candidates:
-        cand, _ = _attention64(q, k, v, case.causal, scale)
+        cand, _unused = _attention64(q, k, v, case.causal, scale)
         if registry.same_result(out, cand, atol=2e-3):
             return message
     if case.causal:
-        cand, _ = _attention64(q, k, v, False, case.scale())
+        cand, _unused = _attention64(q, k, v, False, case.scale())
         if registry.same_result(out, cand, atol=2e-3):
-            return ("This is attention without the causal mask: the masked loop must cover "
-                    "only the diagonal block, and the unmasked one only keys left of it.")
-        cand, _ = _attention64(q, k, v, True, case.scale(), left_bonus=case.block_m)
+            return (_("This is attention without the causal mask: the masked loop must cover only "
+                      "the diagonal block, and the unmasked one only keys left of it."))
+        cand, _unused = _attention64(q, k, v, True, case.scale(), left_bonus=case.block_m)
         if registry.same_result(out, cand, atol=2e-3):
-            return ("The keys left of the diagonal block are counted twice: the masked loop "
-                    "must start at the diagonal block, not at key 0.")
-        return ("The non-causal cases passed, so look at the causal bounds: the unmasked loop "
-                "must cover only keys left of every row of this query block, and the masked "
-                "loop only the diagonal block (re-read the split causal loop in the lesson).")
-    return ("Without causal masking, look at the bounds: the unmasked loop must cover only the "
-            "full key blocks, and the masked loop only the ragged tail up to N.")
+            return (_("The keys left of the diagonal block are counted twice: the masked loop "
+                      "must start at the diagonal block, not at key 0."))
+        return (_("The non-causal cases passed, so look at the causal bounds: the unmasked loop "
+                  "must cover only keys left of every row of this query block, and the masked "
+                  "loop only the diagonal block (re-read the split causal loop in the lesson)."))
+    return (_("Without causal masking, look at the bounds: the unmasked loop must cover only the "
+              "full key blocks, and the masked loop only the ragged tail up to N."))
 
 
 def _run_case(kernel, case: Case, number: int, total: int) -> None:
     from ...kernels import host
 
-    label = case.label(number, total)
+    label = case_label(case, number, total)
     q64, k64, v64 = attention.make_inputs(case.B, case.H, case.N, case.D, torch.float64,
                                           seed=case.seed)
     pad = max(case.block_m, case.block_n)
@@ -111,7 +114,8 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
         label, lambda: host.forward(q, k, v, case.causal, case.sm_scale, kernel=kernel,
                                     out=out.tensor, lse=lse.tensor,
                                     config=(case.block_m, case.block_n, 4, 1)),
-        hint="Keep the kernel's signature as given: the grader passes exactly those arguments.",
+        hint=_("Keep the kernel's signature as given: the grader passes exactly those "
+               "arguments."),
         tensors=[q, k, v, out.tensor, lse.tensor])
     out.verify(label)
     lse.verify(label)
@@ -122,21 +126,21 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
     atol, rtol = guards.dot_tolerance(guards.ATTENTION_TOLERANCES, case.dtype)
     try:
         registry.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=case.block_m)
-        registry.compare(lse.tensor, expected_lse, label + ", logsumexp", atol=atol * 10,
+        registry.compare(lse.tensor, expected_lse, f"{label}, logsumexp", atol=atol * 10,
                         rtol=rtol)
     except registry.WrongAnswer as err:
         raise registry.WrongAnswer(f"{err}\n{_diagnose(actual, case, qr, kr, vr)}") from None
 
 
-@registry.exercise(LADDER_ID, "ladder kernel: exp2 scale folding and the split causal loop", 2,
-                  kernel=True)
+@registry.exercise(LADDER_ID, N_("ladder kernel: exp2 scale folding and the split causal loop"),
+                   2, kernel=True)
 def _check_ladder(kernel) -> str:
     guards.require_jit_kernel(kernel, LADDER_ID)
     cases = registry.with_hidden(CASES, HIDDEN_CASES)
     for number, case in enumerate(cases, 1):
         _run_case(kernel, case, number, len(cases))
-    return (f"{len(cases)} cases match float64 attention (ragged N, B > 1, H > 1, causal, "
-            f"poisoned padding){registry.hidden_note()}")
+    return (_("{total} cases match float64 attention (ragged N, B > 1, H > 1, causal, poisoned "
+              "padding){hidden}").format(total=len(cases), hidden=registry.hidden_note()))
 
 
 # The tool exercises (profile, tuning, deployment) register after the ladder: the lesson's order.

@@ -13,20 +13,21 @@ The self-check questions and veto misconceptions are data: self_checks/10-ring-a
 
 from __future__ import annotations
 
+from ...i18n import N_
 from .. import registry
 from . import backward, causal, forward
 from .common import WORLD_SIZES  # noqa: F401  (the tests use these)
 from .mistakes import BACKWARD_MISTAKES, FORWARD_MISTAKES  # noqa: F401
 
 LESSON = registry.lesson(
-    "ring-attention", "Lesson 10: Attention across GPUs: ring attention", pass_line=8)
+    "ring-attention", N_("Lesson 10: Attention across GPUs: ring attention"), pass_line=8)
 
 # The exercises, in the scorecard's order.
-registry.exercise("ring-attention/ring-forward", "the ring forward: transfers and merges", 2)(
+registry.exercise("ring-attention/ring-forward", N_("the ring forward: transfers and merges"), 2)(
     forward.check_ring_forward)
-registry.exercise("ring-attention/causal-plan", "the causal plan of each ring step", 2)(
+registry.exercise("ring-attention/causal-plan", N_("the causal plan of each ring step"), 2)(
     causal.check_causal_plan)
-registry.exercise("ring-attention/zigzag-split", "the load-balanced (zigzag) split", 1)(
+registry.exercise("ring-attention/zigzag-split", N_("the load-balanced (zigzag) split"), 1)(
     causal.check_zigzag_split)
-registry.exercise("ring-attention/ring-backward", "the ring backward: dK and dV travel", 2)(
+registry.exercise("ring-attention/ring-backward", N_("the ring backward: dK and dV travel"), 2)(
     backward.check_ring_backward)

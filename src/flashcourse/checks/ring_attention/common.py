@@ -14,14 +14,18 @@ from ...distributed.tries import (  # noqa: F401  (the checks build their cases 
     shard_length,
     split_positions,
 )
+from ...i18n import N_, _
 from .. import registry
 
 # The lesson's sections, as the messages name them
-SECTION_SCHEDULE = 'section 2 ("The ring schedule")'
-SECTION_MERGE = 'section 3 ("Merging the steps")'
-SECTION_RING = 'section 4 ("Real processes")'
-SECTION_CAUSAL = 'section 5 ("Causal masks and load balance")'
-SECTION_BACKWARD = 'section 6 ("The backward")'
+SECTION_SCHEDULE = N_("section 2 (\"The ring schedule\")")
+SECTION_MERGE = N_("section 3 (\"Merging the steps\")")
+SECTION_RING = N_("section 4 (\"Real processes\")")
+SECTION_CAUSAL = N_("section 5 (\"Causal masks and load balance\")")
+SECTION_BACKWARD = N_("section 6 (\"The backward\")")
+SECTIONS = {"section_schedule": SECTION_SCHEDULE, "section_merge": SECTION_MERGE,
+            "section_ring": SECTION_RING, "section_causal": SECTION_CAUSAL,
+            "section_backward": SECTION_BACKWARD}
 
 WORLD_SIZES = (2, 4)
 ATOL, RTOL = 1e-10, 1e-8  # float64 everywhere
@@ -47,16 +51,22 @@ BACKWARD_HIDDEN = [(33, 4, False, 131), (27, 6, True, 132), (9, 3, True, 133)]
 
 def describe(n: int, world: int, causal: bool | None = None, zigzag: bool | None = None,
               seed: int | None = None) -> str:
-    parts = [f"n={n}", f"{world} ranks"]
+    parts = [f"n={n}", _("{world} ranks").format(world=world)]
     if n % world:
-        parts.append("ragged shards")
+        parts.append(_("ragged shards"))
     if causal is not None:
-        parts.append("causal" if causal else "not causal")
+        parts.append(_("causal") if causal else _("not causal"))
     if zigzag is not None:
-        parts.append("zigzag split" if zigzag else "contiguous split")
+        parts.append(_("zigzag split") if zigzag else _("contiguous split"))
     if seed is not None:
         parts.append(f"seed={seed}")
     return ", ".join(parts)
+
+
+def shown(message: str) -> str:
+    """A message of lesson 10's tables in the current language, the sections it names
+    ({section_merge}, ...) filled in."""
+    return _(message).format(**{name: _(section) for name, section in SECTIONS.items()})
 
 
 def compare_attention(o, lse, case: dict, causal: bool, label: str) -> None:
@@ -68,6 +78,7 @@ def compare_attention(o, lse, case: dict, causal: bool, label: str) -> None:
 
 
 def passed(count: int, what: str) -> str:
-    return f"{count} cases on 2 and 4 ranks {what}{registry.hidden_note()}"
+    return _("{count} cases on 2 and 4 ranks {what}{hidden}").format(count=count, what=what,
+             hidden=registry.hidden_note())
 
 

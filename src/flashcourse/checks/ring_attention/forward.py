@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...i18n import _
 from .. import registry
 from . import protocol
 from .common import (
@@ -18,6 +19,7 @@ from .common import (
     describe,
     gather,
     passed,
+    shown,
     split_positions,
 )
 from .jobs import answers_by_case
@@ -31,15 +33,16 @@ def _name_forward_mistake(o, lse, case, world) -> str:
         compared, why = FORWARD_MISTAKES[mistake]
         if registry.same_result(o, o_candidate, 1e-8) and (
                 compared == "o" or registry.same_result(lse, lse_candidate, 1e-8)):
-            return "Likely mistake: " + why
-    return ("Hint: each step merges the (o, lse) of the block the rank holds into its running "
-            f"state ({SECTION_MERGE}), and every block of the ring passes each rank once "
-            f"({SECTION_RING}).")
+            return _("Likely mistake: ") + shown(why)
+    return (_("Hint: each step merges the (o, lse) of the block the rank holds into its running "
+              "state ({section_merge}), and every block of the ring passes each rank once "
+              "({section_ring}).").format(section_merge=_(SECTION_MERGE),
+                                         section_ring=_(SECTION_RING)))
 
 
 def check_ring_forward(ring_attention_forward) -> str:
     cases = registry.with_hidden(FORWARD_CASES, FORWARD_HIDDEN)
-    for world, label, (n, _, causal, _), case, per_rank in answers_by_case(
+    for world, label, (n, _unused, causal, _unused), case, per_rank in answers_by_case(
             ring_attention_forward, "forward", cases,
             lambda n, d, causal, seed: {"n": n, "causal": causal, **case_arrays(n, d, seed)},
             lambda params, world: describe(params[0], world, params[2], seed=params[3]),
@@ -52,5 +55,5 @@ def check_ring_forward(ring_attention_forward) -> str:
                 f"{err}\n{_name_forward_mistake(o, lse, case, world)}") from None
         for rank in range(world):
             protocol.check_forward(np.asarray(per_rank[rank]["events"]), world,
-                                   f"{label}, rank {rank}")
-    return passed(len(cases), "match standard attention, transfers overlapping compute")
+                                   _("{label}, rank {rank}").format(label=label, rank=rank))
+    return passed(len(cases), _("match standard attention, transfers overlapping compute"))

@@ -6,6 +6,7 @@ and judges the cases in order, a crash or a deadlock where it happened."""
 from __future__ import annotations
 
 from ...distributed.tries import run_job, try_answer  # noqa: F401  (the checks' runner)
+from ...i18n import _
 from .. import registry
 from .common import WORLD_SIZES
 
@@ -13,7 +14,8 @@ NOT_WRITTEN = "NotImplementedError"  # how a rank reports the stub of an exercis
 
 
 def run_answer(answer, job: str, world: int, cases: list, labels: list[str]) -> list:
-    return registry.run_student(run_job, f"{job} on {world} ranks", answer, job, world, cases,
+    return registry.run_student(run_job, _("{job} on {world} ranks").format(job=job,
+                                           world=world), answer, job, world, cases,
                                 labels, keep_results=True)
 
 
@@ -33,9 +35,12 @@ def answers_by_case(answer, job: str, cases: list, make_input, describe_case, se
                 failed = str(per_rank.get("failed"))
                 if f"raised {NOT_WRITTEN}" in failed:
                     raise NotImplementedError(failed)
-                raise registry.WrongAnswer(f"{failed} See {section}.")
-            yield world, f"case {number}/{len(cases)} ({labels[number - 1]})", params, case, \
+                raise registry.WrongAnswer(_("{failed} See {section}.").format(
+                    failed=failed, section=_(section)))
+            yield world, _("case {number}/{total} ({labels})").format(number=number,
+                           total=len(cases), labels=labels[number - 1]), params, case, \
                 per_rank
         if len(results) != len(cases):
-            raise registry.WrongAnswer(f"{job} on {world} ranks: results came back for "
-                                       f"{len(results)} of {len(cases)} cases.")
+            raise registry.WrongAnswer(_("{job} on {world} ranks: results came back for "
+                                         "{count} of {total} cases.").format(
+                job=job, world=world, count=len(results), total=len(cases)))

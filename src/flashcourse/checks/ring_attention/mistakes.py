@@ -12,11 +12,8 @@ import torch
 
 from ... import distributed as ring
 from ...distributed import rings
+from ...i18n import N_
 from .common import (
-    SECTION_BACKWARD,
-    SECTION_MERGE,
-    SECTION_RING,
-    SECTION_SCHEDULE,
     gather,
     padded_shard,
     shard_length,
@@ -76,37 +73,37 @@ def _simulated_forward(case, world, merge=_merge, steps=None, source=None, causa
 
 # mistake: (what it compares, "o" or "o and lse"; the message, naming the concept and section)
 FORWARD_MISTAKES = {
-    "no_rescale": ("o", "the blocks' outputs are added as they are. Each block's o is "
-                        "normalised over that block's keys only: in the merge it counts with "
-                        f"its share of the total softmax weight, and so does the running o "
-                        f"({SECTION_MERGE})."),
-    "plain_average": ("o", "the blocks' outputs are averaged with equal weights. A block "
-                           "weighs in proportion to its total softmax weight, which its lse "
-                           f"carries: blocks of few visible keys, or low scores, weigh less "
-                           f"({SECTION_MERGE})."),
-    "max_merge": ("o", "the merged lse is the larger of the two lse, as if the running max of "
-                       "lesson 5 were the log-sum-exp. The merged lse is the log of the summed "
-                       f"weights of both parts, and each part's share is taken against it "
-                       f"({SECTION_MERGE})."),
-    "lse_of_first": ("o and lse", "o is right but lse is that of the first block only: the "
-                                  "backward needs the log-sum-exp over every key, so lse must "
-                                  f"be merged at every step too ({SECTION_MERGE})."),
-    "one_step_short": ("o and lse", "the ring stops one step early, so one block is never seen: P "
-                            f"ranks take P steps, the first on the rank's own block "
-                            f"({SECTION_SCHEDULE})."),
-    "own_block_skipped": ("o", "the rank never computes on its own block and twice on the "
-                               "last one: it waits for the arriving block before computing "
-                               "on the one it holds. The block a rank holds is computed while "
-                               f"the next one travels ({SECTION_RING})."),
-    "never_swapped": ("o and lse", "every step computes on the rank's own block again: the "
-                                   "block that arrived must become the one the rank holds "
-                                   f"({SECTION_RING})."),
-    "positions_unswapped": ("o", "the keys and values of the arriving block are used with the "
-                                 "positions of the rank's own block, so the causal mask (and "
-                                 "the padding) is that of the wrong keys: positions travel "
-                                 f"with their block ({SECTION_RING})."),
-    "no_mask": ("o", "no block is masked: with the causal mask on, the keys after a query "
-                     f"must stay hidden from it, whoever's block it is ({SECTION_SCHEDULE})."),
+    "no_rescale": ("o", N_("the blocks' outputs are added as they are. Each block's o is "
+                           "normalised over that block's keys only: in the merge it counts with "
+                           "its share of the total softmax weight, and so does the running o "
+                           "({section_merge}).")),
+    "plain_average": ("o", N_("the blocks' outputs are averaged with equal weights. A block "
+                              "weighs in proportion to its total softmax weight, which its lse "
+                              "carries: blocks of few visible keys, or low scores, weigh less "
+                              "({section_merge}).")),
+    "max_merge": ("o", N_("the merged lse is the larger of the two lse, as if the running max of "
+                          "lesson 5 were the log-sum-exp. The merged lse is the log of the summed "
+                          "weights of both parts, and each part's share is taken against it "
+                          "({section_merge}).")),
+    "lse_of_first": ("o and lse", N_("o is right but lse is that of the first block only: the "
+                                     "backward needs the log-sum-exp over every key, so lse must "
+                                     "be merged at every step too ({section_merge}).")),
+    "one_step_short": ("o and lse", N_("the ring stops one step early, so one block is never "
+                                       "seen: P ranks take P steps, the first on the rank's own "
+                                       "block ({section_schedule}).")),
+    "own_block_skipped": ("o", N_("the rank never computes on its own block and twice on the last "
+                                  "one: it waits for the arriving block before computing on the "
+                                  "one it holds. The block a rank holds is computed while the "
+                                  "next one travels ({section_ring}).")),
+    "never_swapped": ("o and lse", N_("every step computes on the rank's own block again: the "
+                                      "block that arrived must become the one the rank holds "
+                                      "({section_ring}).")),
+    "positions_unswapped": ("o", N_("the keys and values of the arriving block are used with the "
+                                    "positions of the rank's own block, so the causal mask (and "
+                                    "the padding) is that of the wrong keys: positions travel "
+                                    "with their block ({section_ring}).")),
+    "no_mask": ("o", N_("no block is masked: with the causal mask on, the keys after a query must "
+                        "stay hidden from it, whoever's block it is ({section_schedule}).")),
 }
 
 
@@ -160,23 +157,23 @@ def _assembled(case, world, table, dq_of, grads_of):
 
 
 BACKWARD_MISTAKES = {
-    "one_hop_off": "dK and dV end one rank away from the rank that owns their keys: count the "
-                   "hops of an accumulator, with its block and then home, from the rank that "
-                   f"first holds it ({SECTION_BACKWARD}).",
-    "dq_travels": "dQ went around the ring with the block: each rank returns a sum of other "
-                  "ranks' query rows. dQ belongs to the rank's own queries, which never move: "
-                  f"it stays home and sums the rank's contributions ({SECTION_BACKWARD}).",
-    "dq_last_only": "dQ holds the contribution of the last block only: each block of keys "
-                    f"adds its own terms to the dQ of the rank's queries ({SECTION_BACKWARD}).",
-    "delta_from_do": "the row term delta of dS is built from dO alone. Lesson 7's derivation "
-                     "pairs the gradient dO with the forward's output O, row by row "
-                     f"({SECTION_BACKWARD}).",
-    "dk_last_only": "dK of each block holds only the contribution of the last rank it "
-                    "visited: the accumulator that arrives with a block carries the earlier "
-                    f"ranks' terms, and each rank adds its own to it ({SECTION_BACKWARD}).",
-    "dv_last_only": "dV of each block holds only the contribution of the last rank it "
-                    "visited: the accumulator that arrives with a block carries the earlier "
-                    f"ranks' terms, and each rank adds its own to it ({SECTION_BACKWARD}).",
+    "one_hop_off": N_("dK and dV end one rank away from the rank that owns their keys: count the "
+                      "hops of an accumulator, with its block and then home, from the rank that "
+                      "first holds it ({section_backward})."),
+    "dq_travels": N_("dQ went around the ring with the block: each rank returns a sum of other "
+                     "ranks' query rows. dQ belongs to the rank's own queries, which never move: "
+                     "it stays home and sums the rank's contributions ({section_backward})."),
+    "dq_last_only": N_("dQ holds the contribution of the last block only: each block of keys adds "
+                       "its own terms to the dQ of the rank's queries ({section_backward})."),
+    "delta_from_do": N_("the row term delta of dS is built from dO alone. Lesson 7's derivation "
+                        "pairs the gradient dO with the forward's output O, row by row "
+                        "({section_backward})."),
+    "dk_last_only": N_("dK of each block holds only the contribution of the last rank it visited: "
+                       "the accumulator that arrives with a block carries the earlier ranks' "
+                       "terms, and each rank adds its own to it ({section_backward})."),
+    "dv_last_only": N_("dV of each block holds only the contribution of the last rank it visited: "
+                       "the accumulator that arrives with a block carries the earlier ranks' "
+                       "terms, and each rank adds its own to it ({section_backward})."),
 }
 
 

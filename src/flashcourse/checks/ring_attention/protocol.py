@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...distributed import rings
+from ...i18n import _
 from .. import registry
 from .common import SECTION_BACKWARD, SECTION_RING, SECTION_SCHEDULE
 
@@ -59,21 +60,23 @@ class RankLog:
 
 def _segment_name(segment: int, world: int) -> str:
     if segment == world:
-        return "after the last step's compute"
-    return f"before step {segment}'s compute" if segment else "before the first compute"
+        return _("after the last step's compute")
+    return _("before step {segment}'s compute").format(
+             segment=segment) if segment else _("before the first compute")
 
 
 def _common(log: RankLog, world: int, where: str, section: str, what: str) -> None:
     if log.blocking:
         raise registry.WrongAnswer(
-            f"{where}: the result is right, but the ring uses blocking sends or receives: a "
-            "blocked rank computes nothing while its block travels, so no transfer overlaps "
-            f"a compute. Post the transfers without blocking and wait on them later "
-            f"({section}).")
+            _("{where}: the result is right, but the ring uses blocking sends or receives: a "
+              "blocked rank computes nothing while its block travels, so no transfer overlaps a "
+              "compute. Post the transfers without blocking and wait on them later "
+              "({section}).").format(where=where, section=_(section)))
     if log.computes != world:
         raise registry.WrongAnswer(
-            f"{where}: the result is right, but {what} ran {log.computes} times on this rank "
-            f"instead of {world}: once per ring step, on the block the rank holds ({section}).")
+            _("{where}: the result is right, but {what} ran {computes} times on this rank instead "
+              "of {world}: once per ring step, on the block the rank holds ({section}).").format(
+              where=where, what=what, computes=log.computes, world=world, section=_(section)))
 
 
 def check_forward(events, world: int, where: str) -> None:
@@ -82,35 +85,38 @@ def check_forward(events, world: int, where: str) -> None:
     log = RankLog(events)
     _common(log, world, where, SECTION_RING, "block_attention")
     for step in range(world - 1):
-        at = f"{where}, step {step}"
+        at = _("{where}, step {step}").format(where=where, step=step)
         sends, receives = log.transfers(step, SEND), log.transfers(step, RECEIVE)
         if not sends and not receives:
             raise registry.WrongAnswer(
-                f"{at}: the result is right, but the transfer of the next block starts only "
-                "after this step's compute, so the block travels while the rank is idle. "
-                f"Post it before computing on the block you hold ({SECTION_RING}).")
+                _("{at}: the result is right, but the transfer of the next block starts only "
+                  "after this step's compute, so the block travels while the rank is idle. Post "
+                  "it before computing on the block you hold ({section_ring}).").format(at=at,
+                  section_ring=_(SECTION_RING)))
         if not receives:
             raise registry.WrongAnswer(
-                f"{at}: the result is right, but the receive of the next block is posted only "
-                "after this step's compute: until a rank posts it, the block cannot arrive, "
-                "so nothing overlaps. Post the receive together with the send, before the "
-                f"compute ({SECTION_RING}).")
+                _("{at}: the result is right, but the receive of the next block is posted only "
+                  "after this step's compute: until a rank posts it, the block cannot arrive, so "
+                  "nothing overlaps. Post the receive together with the send, before the compute "
+                  "({section_ring}).").format(at=at, section_ring=_(SECTION_RING)))
         if not sends:
             raise registry.WrongAnswer(
-                f"{at}: the result is right, but the send of the block this rank holds is "
-                "posted only after this step's compute, so the neighbour's next block cannot "
-                f"travel during it. Post the send before the compute ({SECTION_RING}).")
+                _("{at}: the result is right, but the send of the block this rank holds is posted "
+                  "only after this step's compute, so the neighbour's next block cannot travel "
+                  "during it. Post the send before the compute ({section_ring}).").format(at=at,
+                  section_ring=_(SECTION_RING)))
         if log.waited_in_segment(step):
             raise registry.WrongAnswer(
-                f"{at}: the result is right, but the rank waits for the transfer before it "
-                "computes, so the block travels while the rank is idle. Compute on the block "
-                f"you hold first, then wait ({SECTION_RING}).")
+                _("{at}: the result is right, but the rank waits for the transfer before it "
+                  "computes, so the block travels while the rank is idle. Compute on the block "
+                  "you hold first, then wait ({section_ring}).").format(at=at,
+                  section_ring=_(SECTION_RING)))
     late = log.transfers(world - 1) + log.transfers(world)
     if late:
         raise registry.WrongAnswer(
-            f"{where}: the result is right, but the rank posts a transfer at the last step, "
-            "after every block has arrived: P steps need P - 1 transfers "
-            f"({SECTION_SCHEDULE}).")
+            _("{where}: the result is right, but the rank posts a transfer at the last step, "
+              "after every block has arrived: P steps need P - 1 transfers "
+              "({section_schedule}).").format(where=where, section_schedule=_(SECTION_SCHEDULE)))
 
 
 def check_backward(events, world: int, where: str) -> None:
@@ -121,29 +127,33 @@ def check_backward(events, world: int, where: str) -> None:
     log = RankLog(events)
     _common(log, world, where, SECTION_BACKWARD, "block_gradients")
     for step in range(world - 1):
-        at = f"{where}, step {step}"
+        at = _("{where}, step {step}").format(where=where, step=step)
         if not log.transfers(step, SEND, KV) or not log.transfers(step, RECEIVE):
             raise registry.WrongAnswer(
-                f"{at}: the result is right, but the K/V block for the next step is not "
-                "posted before this step's compute (send and receive), so it travels while "
-                f"the rank is idle. Post it first, as in the forward ({SECTION_BACKWARD}).")
+                _("{at}: the result is right, but the K/V block for the next step is not posted "
+                  "before this step's compute (send and receive), so it travels while the rank is "
+                  "idle. Post it first, as in the forward ({section_backward}).").format(at=at,
+                  section_backward=_(SECTION_BACKWARD)))
         if log.waited_in_segment(step, KV):
             raise registry.WrongAnswer(
-                f"{at}: the result is right, but the rank waits for the next K/V block before "
-                "computing on the one it holds, so nothing overlaps. Wait only after the "
-                f"compute ({SECTION_BACKWARD}).")
-    advice = ("Let them travel during the next block's compute, and add the rank's share to "
-              f"them once they have arrived ({SECTION_BACKWARD}).")
+                _("{at}: the result is right, but the rank waits for the next K/V block before "
+                  "computing on the one it holds, so nothing overlaps. Wait only after the "
+                  "compute ({section_backward}).").format(at=at,
+                  section_backward=_(SECTION_BACKWARD)))
+    advice = (_("Let them travel during the next block's compute, and add the rank's share to "
+                "them once they have arrived ({section_backward}).").format(
+                section_backward=_(SECTION_BACKWARD)))
     for step in range(world):
         if log.waited_in_segment(step, OTHER):
             raise registry.WrongAnswer(
-                f"{where}, {_segment_name(step, world)}: the result is right, but the rank "
-                "posts a dK/dV transfer and waits for it at once, before the compute that "
-                f"follows, so the accumulators' hop overlaps nothing. {advice}")
+                _("{where}, {segment}: the result is right, but the rank posts a dK/dV "
+                  "transfer and waits for it at once, before the compute that follows, so the "
+                  "accumulators' hop overlaps nothing. {advice}").format(where=where,
+                  segment=_segment_name(step, world), advice=advice))
     if log.crowded_last_segment(world, OTHER):
         raise registry.WrongAnswer(
-            f"{where}, after the last step's compute: the result is right, but the rank sends "
-            "dK/dV accumulators more than once there, so a hop that could have travelled "
-            "during the last compute overlaps nothing. Post that hop before the last compute "
-            "and add the rank's share once it has arrived: only the hop home comes after it "
-            f"({SECTION_BACKWARD}).")
+            _("{where}, after the last step's compute: the result is right, but the rank sends "
+              "dK/dV accumulators more than once there, so a hop that could have travelled during "
+              "the last compute overlaps nothing. Post that hop before the last compute and add "
+              "the rank's share once it has arrived: only the hop home comes after it "
+              "({section_backward}).").format(where=where, section_backward=_(SECTION_BACKWARD)))

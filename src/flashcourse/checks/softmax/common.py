@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...i18n import _
 from ...models.softmax_states import safe_max
 from .. import registry
 
@@ -40,21 +41,22 @@ def logits(rows: int, n: int, seed: int, scale: float = 1.0, kind: str = "normal
 
 def describe(rows: int, n: int, scale: float, kind: str, dtype: str | None = None,
               block: int | None = None, seed: int | None = None) -> str:
-    parts = [f"{rows} row{'s' if rows != 1 else ''} of length {n}"]
+    parts = [(_("{rows} rows of length {n}") if rows != 1 else
+              _("{rows} row of length {n}")).format(rows=rows, n=n)]
     if block is not None:
         parts.append(f"BLOCK={block}")
     if dtype:
         parts.append(dtype)
     if scale > 10:
-        parts.append(f"logits ~{scale:g}")
+        parts.append(_("logits ~{scale:g}").format(scale=scale))
     if kind == "neg_inf":
-        parts.append("some -inf entries")
+        parts.append(_("some -inf entries"))
     elif kind == "ramp":
-        parts.append("rows increase, so the max grows in every block")
+        parts.append(_("rows increase, so the max grows in every block"))
     elif kind == "offset":
-        parts.append("rows 1000 apart")
+        parts.append(_("rows 1000 apart"))
     elif kind == "masked":
-        parts.append("row 0 masked entirely, row r >= 1 with its first r blocks masked")
+        parts.append(_("row 0 masked entirely, row r >= 1 with its first r blocks masked"))
     if seed is not None:
         parts.append(f"seed={seed}")
     return ", ".join(parts)
@@ -62,8 +64,9 @@ def describe(rows: int, n: int, scale: float, kind: str, dtype: str | None = Non
 
 def require_callable(answer, exercise_id: str, name: str) -> None:
     if not callable(answer):
-        raise registry.WrongAnswer(f"{exercise_id}: pass the function itself: "
-                                  f"check(\"{exercise_id}\", {name}).")
+        raise registry.WrongAnswer(_("{exercise_id}: pass the function itself: "
+                                     "check(\"{exercise_id}\", {name}).").format(
+                                     exercise_id=exercise_id, name=name))
 
 
 def blocked_stats(x: np.ndarray, block: int, *, rescale=True, include_old_max=True,
@@ -97,4 +100,4 @@ def blocked_stats(x: np.ndarray, block: int, *, rescale=True, include_old_max=Tr
 
 def passed(count: int, what: str) -> str:
     hidden = registry.hidden_note()
-    return f"{count} cases {what}{hidden}"
+    return _("{count} cases {what}{hidden}").format(count=count, what=what, hidden=hidden)

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ... import runtime
+from ...i18n import N_, _
 from ...kernels.softmax import (  # noqa: F401  (the lesson's launchers, used here)
     launch_online_softmax,
     launch_row_softmax,
@@ -29,25 +30,25 @@ def normalised(x, m, total, dtype=np.float64, divide=True):
 
 
 PAD_ZERO_HINT = (
-    "The masked load fills the padding lanes with 0 (other=0.0, or no other= at all), so the "
-    "padding adds exp(0 - max) to the sum. Padding must load as a value whose exponential "
-    "is 0 and that never wins the max.")
+    N_("The masked load fills the padding lanes with 0 (other=0.0, or no other= at all), so the "
+       "padding adds exp(0 - max) to the sum. Padding must load as a value whose exponential is 0 "
+       "and that never wins the max."))
 NO_MAX_HINT = (
-    "exp overflows for large logits (e^89 is inf in float32) and inf/inf is NaN: subtract the "
-    "row max before tl.exp.")
+    N_("exp overflows for large logits (e^89 is inf in float32) and inf/inf is NaN: subtract the "
+       "row max before tl.exp."))
 NO_LOAD_MASK_HINT = (
-    "Every output of the row is NaN: the load read past the end of the row, and the grader "
-    "puts NaN there (on a GPU it would be another row's data or a fault). The load needs a "
-    "mask of the row's real columns and a fill value that neither wins the max nor adds to "
-    "the sum (section 3).")
+    N_("Every output of the row is NaN: the load read past the end of the row, and the grader "
+       "puts NaN there (on a GPU it would be another row's data or a fault). The load needs a "
+       "mask of the row's real columns and a fill value that neither wins the max nor adds to the "
+       "sum (section 3)."))
 NO_GUARD_HINT = (
-    "A row whose first block is masked entirely (all -inf) turns NaN: its running max is still "
-    "-inf, and exp(-inf - (-inf)) is NaN, which then stays in the running sum. Shift by a safe "
-    "max, 0 while the running max is -inf (section 4, \"The online softmax\").")
-NO_DIVIDE_HINT = "The outputs are exp(x - max) but never divided by the sum of the row."
+    N_("A row whose first block is masked entirely (all -inf) turns NaN: its running max is still "
+       "-inf, and exp(-inf - (-inf)) is NaN, which then stays in the running sum. Shift by a safe "
+       "max, 0 while the running max is -inf (section 4, \"The online softmax\")."))
+NO_DIVIDE_HINT = N_("The outputs are exp(x - max) but never divided by the sum of the row.")
 ROW_STRIDE_HINT = (
-    "Row r starts at x_ptr + r * x_row_stride, not r * n_cols: the grader's rows are not "
-    "contiguous (each row is followed by padding). Use the strides the launcher passes.")
+    N_("Row r starts at x_ptr + r * x_row_stride, not r * n_cols: the grader's rows are not "
+       "contiguous (each row is followed by padding). Use the strides the launcher passes."))
 
 
 def _row_mistakes(x, block):
@@ -70,38 +71,38 @@ def _online_mistakes(x, block):
     return [
         (output(guard=False), NO_GUARD_HINT),
         (output(rescale=False),
-         "The running sum is not rescaled when the max grows: it was measured against the "
-         "old max, and must be brought to the new one before the new block's sum is added "
-         "(section 4)."),
+         _("The running sum is not rescaled when the max grows: it was measured against the old "
+           "max, and must be brought to the new one before the new block's sum is added (section "
+           "4).")),
         (output(flip_scale=True),
-         "The rescale factor points the wrong way: it must shrink the old sum (a factor of at "
-         "most 1, and 0 on the first block), not grow it (section 4)."),
+         _("The rescale factor points the wrong way: it must shrink the old sum (a factor of at "
+           "most 1, and 0 on the first block), not grow it (section 4).")),
         (output(include_old_max=False),
-         "m_new must be the max over everything seen so far, the running max included, not "
-         "this block's max alone: otherwise a larger value in an earlier block makes the "
-         "rescale factor > 1, which overflows for large logits."),
+         _("m_new must be the max over everything seen so far, the running max included, not this "
+           "block's max alone: otherwise a larger value in an earlier block makes the rescale "
+           "factor > 1, which overflows for large logits.")),
         (output(pad_zero=True), PAD_ZERO_HINT),
         (output(subtract_max=False), NO_MAX_HINT),
         (output(divide=False),
-         "The second pass stores exp(x - m) without dividing by the running sum l."),
+         _("The second pass stores exp(x - m) without dividing by the running sum l.")),
     ]
 
 
 def _diagnose_kernel(output, x, candidates, atol, stored_nothing) -> str:
     for candidate, hint in candidates:
         if registry.same_result(output, candidate, atol):
-            return "Likely mistake: " + hint
+            return _("Likely mistake: ") + _(hint)
     out = np.asarray(output, dtype=np.float64)
     if np.isnan(out).all():
         if stored_nothing():
-            return ("Likely mistake: nothing was stored: the kernel must write each row's "
-                    "result to the output, masked like the load.")
+            return (_("Likely mistake: nothing was stored: the kernel must write each row's "
+                      "result to the output, masked like the load."))
         if x.shape[1] > 1:
-            return "Likely mistake: " + NO_LOAD_MASK_HINT
+            return _("Likely mistake: ") + _(NO_LOAD_MASK_HINT)
     if out.shape[0] > 1 and np.isfinite(out[0]).all() and np.isnan(out[1:]).all():
-        return "Likely mistake: " + ROW_STRIDE_HINT
-    return ("Hint: each row is the stable softmax of section 2, computed in float32 from a "
-            "masked load whose padding lanes take no part in the max or the sum (section 3).")
+        return _("Likely mistake: ") + _(ROW_STRIDE_HINT)
+    return (_("Hint: each row is the stable softmax of section 2, computed in float32 from a "
+              "masked load whose padding lanes take no part in the max or the sum (section 3)."))
 
 
 def _strided_like_contiguous(canaried: buffers.Canaried, rows: int, n: int) -> bool:
@@ -164,8 +165,8 @@ def _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, se
     except registry.WrongAnswer:
         if _strided_like_contiguous(y, rows, n):
             raise registry.WrongAnswer(
-                f"{label}: your kernel wrote outside the output, where a contiguous output "
-                f"would lie. {ROW_STRIDE_HINT}") from None
+                _("{label}: your kernel wrote outside the output, where a contiguous output would "
+                  "lie. {hint}").format(label=label, hint=_(ROW_STRIDE_HINT))) from None
         raise
     x64 = x_values.to(torch.float64).numpy()
     with np.errstate(invalid="ignore"):  # a row masked entirely: NaN, as torch.softmax gives
@@ -194,23 +195,23 @@ def check_row_kernel(kernel) -> str:
     cases = registry.with_hidden(ROW_CASES, ROW_HIDDEN)
     for number, (rows, n, dtype_name, scale, kind, seed) in enumerate(cases, 1):
         block = 1 << max(0, (n - 1).bit_length())
-        label = (f"case {number}/{len(cases)} "
-                 f"({describe(rows, n, scale, kind, dtype_name, block, seed)})")
+        label = (_("case {number}/{total} ({described})").format(number=number, total=len(cases),
+                   described=describe(rows, n, scale, kind, dtype_name, block, seed)))
         _run_kernel_case(launch_row_softmax, kernel, label, rows, n, dtype_name, scale, kind,
                          seed, lambda x, b=block: _row_mistakes(x, b))
-    return passed(len(cases), "match the float64 reference, no write outside the output")
+    return passed(len(cases), _("match the float64 reference, no write outside the output"))
 
 
 def check_online_kernel(kernel) -> str:
     guards.require_jit_kernel(kernel, "softmax/online-kernel", "online_softmax_kernel")
     cases = registry.with_hidden(ONLINE_CASES, ONLINE_HIDDEN)
     for number, (rows, n, block, dtype_name, scale, kind, seed) in enumerate(cases, 1):
-        label = (f"case {number}/{len(cases)} "
-                 f"({describe(rows, n, scale, kind, dtype_name, block, seed)})")
+        label = (_("case {number}/{total} ({described})").format(number=number, total=len(cases),
+                   described=describe(rows, n, scale, kind, dtype_name, block, seed)))
 
         def launch(kernel, x, y, block=block):
             launch_online_softmax(kernel, x, y, block)
 
         _run_kernel_case(launch, kernel, label, rows, n, dtype_name, scale, kind, seed,
                          lambda x, b=block: _online_mistakes(x, b), block)
-    return passed(len(cases), "match the float64 reference, no write outside the output")
+    return passed(len(cases), _("match the float64 reference, no write outside the output"))

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ... import runtime
+from ...i18n import _
 from ...kernels.softmax import launch_masked_softmax, masked_softmax  # noqa: F401
 from ...reference import softmax as reference_softmax
 from .. import buffers, guards, registry
@@ -75,29 +76,29 @@ def _masked_mistakes(x64, lengths, scale, block):
     hidden = np.arange(n)[None, :] >= lengths[:, None]
     return [
         (output(padded, pad_zero=True),
-         "The hidden columns are loaded as 0 (other=0.0, or no other= at all), so each adds "
-         "exp(0 - max) to the sum and gets a weight of its own. Load them as -inf: its "
-         "exponential is 0 and it never wins the max."),
+         _("The hidden columns are loaded as 0 (other=0.0, or no other= at all), so each adds "
+           "exp(0 - max) to the sum and gets a weight of its own. Load them as -inf: its "
+           "exponential is 0 and it never wins the max.")),
         (output(scale * x64),
-         "Every column of the row is visible in your output: the loads' mask must follow "
-         "the row's own length (in lengths), not the tensor's width (section 5)."),
+         _("Every column of the row is visible in your output: the loads' mask must follow the "
+           "row's own length (in lengths), not the tensor's width (section 5).")),
         (empty_as_zero,
-         "A row with no visible finite score must be NaN throughout, as torch.softmax gives "
-         "(section 4: a row masked entirely has no distribution); yours writes 0 there."),
+         _("A row with no visible finite score must be NaN throughout, as torch.softmax gives "
+           "(section 4: a row masked entirely has no distribution); yours writes 0 there.")),
         (output(scores, guard=False),
-         "A row whose first blocks are hidden or -inf turns NaN: its running max is still "
-         "-inf, and exp(-inf - (-inf)) is NaN. Shift by a safe max, 0 while the running max "
-         "is -inf (section 4)."),
+         _("A row whose first blocks are hidden or -inf turns NaN: its running max is still -inf, "
+           "and exp(-inf - (-inf)) is NaN. Shift by a safe max, 0 while the running max is -inf "
+           "(section 4).")),
         (output(unscaled) if scale != 1.0 else None,
-         "The scores are not multiplied by scale: y = softmax(scale * x) over the visible "
-         "columns, with the same scale in both passes."),
+         _("The scores are not multiplied by scale: y = softmax(scale * x) over the visible "
+           "columns, with the same scale in both passes.")),
         (output(scores, rescale=False),
-         "The running sum is not rescaled when the max grows (section 4)."),
+         _("The running sum is not rescaled when the max grows (section 4).")),
         (output(scores, subtract_max=False), NO_MAX_HINT),
         (np.where(hidden, np.nan, right),
-         "The columns past the row's length were never written: every column below n_cols "
-         "gets a value, 0 for a hidden one: the store's mask is the tensor's width, not "
-         "the row's length (section 5)."),
+         _("The columns past the row's length were never written: every column below n_cols gets "
+           "a value, 0 for a hidden one: the store's mask is the tensor's width, not the row's "
+           "length (section 5).")),
     ]
 
 
@@ -108,10 +109,12 @@ def check_masked_softmax(kernel) -> str:
     for number, case in enumerate(cases, 1):
         rows, n, block, dtype_name, magnitude, kind, lengths_kind, scale, seed = case
         x_np, lengths_np = masked_inputs(rows, n, block, magnitude, kind, lengths_kind, seed)
-        label = (f"case {number}/{len(cases)} "
-                 f"({describe(rows, n, magnitude, kind, dtype_name, block, seed)}"
-                 f"{', all scores of a row equal' if kind == 'equal' else ''}, scale={scale:g}, "
-                 f"lengths {lengths_np.tolist()})")
+        equal = _(", all scores of a row equal") if kind == "equal" else ""
+        label = _("case {number}/{total} ({described}{equal}, scale={scale:g}, lengths "
+                  "{lengths})").format(
+            number=number, total=len(cases),
+            described=describe(rows, n, magnitude, kind, dtype_name, block, seed), equal=equal,
+            scale=scale, lengths=lengths_np.tolist())
         dtype = DTYPES[dtype_name]
         x_values = torch.from_numpy(x_np).to(dtype)
         x = buffers.poisoned(x_values.to(device))
@@ -130,14 +133,14 @@ def check_masked_softmax(kernel) -> str:
         try:
             registry.compare(output, expected, label, atol=atol, rtol=rtol)
         except registry.WrongAnswer as err:
-            hint = ("Hint: load with mask=cols < length and other=float(\"-inf\"), scale in "
-                    "float32, running max with a safe max, running sum rescaled; store "
-                    "exp(s - m) / l for every column below n_cols.")
+            hint = (_("Hint: load with mask=cols < length and other=float(\"-inf\"), scale in "
+                      "float32, running max with a safe max, running sum rescaled; store exp(s - "
+                      "m) / l for every column below n_cols."))
             for candidate, why in _masked_mistakes(x64, lengths_np, scale, block):
                 if candidate is not None and registry.same_result(output, candidate,
                                                                   max(1e-3, 10 * atol)):
-                    hint = "Likely mistake: " + why
+                    hint = _("Likely mistake: ") + _(why)
                     break
             raise registry.WrongAnswer(f"{err}\n{hint}") from None
-    return passed(len(cases), "match torch.softmax of the masked scores, no write outside "
-                               "the output")
+    return passed(len(cases), _("match torch.softmax of the masked scores, no write outside the "
+                                "output"))

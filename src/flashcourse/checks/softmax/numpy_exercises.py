@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...i18n import N_, _
 from ...models.softmax_states import safe_max, softmax_state
 from ...reference import softmax as reference_softmax
 from .. import registry
@@ -30,18 +31,18 @@ STABLE_HIDDEN = [
 
 STABLE_MISTAKES = [
     ("no_max",
-     "Without subtracting the max, np.exp overflows for large logits (e^89 is inf in float32, "
-     "e^710 in float64) and inf/inf gives NaN: shift each row by its own max before "
-     "exponentiating (section 1 explains why that changes nothing)."),
+     N_("Without subtracting the max, np.exp overflows for large logits (e^89 is inf in float32, "
+        "e^710 in float64) and inf/inf gives NaN: shift each row by its own max before "
+        "exponentiating (section 1 explains why that changes nothing).")),
     ("global_max",
-     "The max is taken over the whole array, not per row: a row far below the global max "
-     "underflows to 0/0. Take the max of each row."),
+     N_("The max is taken over the whole array, not per row: a row far below the global max "
+        "underflows to 0/0. Take the max of each row.")),
     ("global_sum",
-     "The sum runs over the whole array, not per row, so each row sums to less than 1. "
-     "Sum each row on its own."),
+     N_("The sum runs over the whole array, not per row, so each row sums to less than 1. Sum "
+        "each row on its own.")),
     ("axis0",
-     "The reductions run over axis 0 (down the columns); softmax normalises along each "
-     "row, the last axis."),
+     N_("The reductions run over axis 0 (down the columns); softmax normalises along each row, "
+        "the last axis.")),
 ]
 
 
@@ -66,8 +67,8 @@ def stable_candidate(x: np.ndarray, mistake: str) -> np.ndarray:
 def _crash_hint(err: registry.WrongAnswer) -> str:
     text = str(err)
     if "broadcast" in text:
-        return ("\nHint: a reduction without keepdims=True returns shape (rows,), which does "
-                "not broadcast against (rows, n). Use x.max(axis=-1, keepdims=True).")
+        return (_("\nHint: a reduction without keepdims=True returns shape (rows,), which does "
+                  "not broadcast against (rows, n). Use x.max(axis=-1, keepdims=True)."))
     return ""
 
 
@@ -78,9 +79,13 @@ def check_stable_softmax(stable_softmax) -> str:
         x = logits(max(rows, 1), n, seed, scale, kind).astype(dtype)
         if rows == 0:
             x = x[0]
-        shape = f"a vector of length {n}" if rows == 0 else describe(rows, n, scale, kind)
-        label = (f"case {number}/{len(cases)} ({shape}, {np.dtype(dtype).name}"
-                 f"{f', logits ~{scale:g}' if rows == 0 and scale > 10 else ''})")
+        shape = (_("a vector of length {n}").format(n=n) if rows == 0
+                 else describe(rows, n, scale, kind))
+        large = (_(", logits ~{scale:g}").format(scale=scale) if rows == 0 and scale > 10
+                 else "")
+        label = _("case {number}/{total} ({shape}, {dtype}{large})").format(
+            number=number, total=len(cases), shape=shape, dtype=np.dtype(dtype).name,
+            large=large)
         original = x.copy()
         try:
             with np.errstate(all="ignore"):
@@ -88,7 +93,8 @@ def check_stable_softmax(stable_softmax) -> str:
         except registry.WrongAnswer as err:
             raise registry.WrongAnswer(f"{err}{_crash_hint(err)}") from err
         if not np.array_equal(x, original, equal_nan=True):
-            raise registry.WrongAnswer(f"{label}: your function modified x in place.")
+            raise registry.WrongAnswer(_("{label}: your function modified x in place.").format(
+                                         label=label))
         expected = reference_softmax(x.astype(np.float64))
         atol, rtol = (1e-6, 1e-5) if dtype == np.float32 else (1e-12, 1e-9)
         try:
@@ -96,11 +102,12 @@ def check_stable_softmax(stable_softmax) -> str:
         except registry.WrongAnswer as err:
             for mistake, hint in STABLE_MISTAKES:
                 if registry.same_result(output, stable_candidate(x, mistake), atol):
-                    raise registry.WrongAnswer(f"{err}\nLikely mistake: {hint}") from None
+                    raise registry.WrongAnswer(_("{err}\nLikely mistake: {hint}").format(err=err,
+                                                 hint=_(hint))) from None
             raise registry.WrongAnswer(
-                f"{err}\nHint: softmax(x) = exp(x - max) / sum(exp(x - max)), max and sum per "
-                "row (axis=-1, keepdims=True).") from None
-    return passed(len(cases), "match the float64 reference")
+                _("{err}\nHint: softmax(x) = exp(x - max) / sum(exp(x - max)), max and sum per "
+                  "row (axis=-1, keepdims=True).").format(err=err)) from None
+    return passed(len(cases), _("match the float64 reference"))
 
 
 # ---------------------------------------------------------------- 3. online statistics (numpy)
@@ -125,22 +132,22 @@ STATS_HIDDEN = [
 
 STATS_MISTAKES = [
     (dict(guard=False),
-     "A row whose first block is masked entirely (all -inf) turns NaN: m_new is still -inf, "
-     "and exp(-inf - (-inf)) is NaN. Shift by a safe max, 0 while the running max is -inf "
-     "(section 4)."),
+     N_("A row whose first block is masked entirely (all -inf) turns NaN: m_new is still -inf, "
+        "and exp(-inf - (-inf)) is NaN. Shift by a safe max, 0 while the running max is -inf "
+        "(section 4).")),
     (dict(rescale=False),
-     "The running sum is not rescaled when the max grows: it was measured against the old "
-     "max, and must be brought to the new one before this block's sum is added (section 4)."),
+     N_("The running sum is not rescaled when the max grows: it was measured against the old max, "
+        "and must be brought to the new one before this block's sum is added (section 4).")),
     (dict(flip_scale=True),
-     "The rescale factor points the wrong way: it must shrink the old sum (a factor of at "
-     "most 1), not grow it (section 4)."),
+     N_("The rescale factor points the wrong way: it must shrink the old sum (a factor of at most "
+        "1), not grow it (section 4).")),
     (dict(include_old_max=False),
-     "m_new must be the max over everything seen so far: with the block max alone, m ends as "
-     "the max of the last block, not of the row (and the rescale factor can exceed 1 and "
-     "overflow)."),
+     N_("m_new must be the max over everything seen so far: with the block max alone, m ends as "
+        "the max of the last block, not of the row (and the rescale factor can exceed 1 and "
+        "overflow).")),
     (dict(subtract_max=False),
-     "Without subtracting the running max, exp overflows for large logits (e^710 is inf in "
-     "float64): exponentiate block - m_new."),
+     N_("Without subtracting the running max, exp overflows for large logits (e^710 is inf in "
+        "float64): exponentiate block - m_new.")),
 ]
 
 
@@ -149,33 +156,35 @@ def check_online_stats(online_softmax_stats) -> str:
     cases = registry.with_hidden(STATS_CASES, STATS_HIDDEN)
     for number, (rows, n, block, seed, scale, kind) in enumerate(cases, 1):
         x = logits(rows, n, seed, scale, kind, block)
-        label = (f"case {number}/{len(cases)} "
-                 f"({describe(rows, n, scale, kind, block=block, seed=seed)})"
+        label = (_("case {number}/{total} ({described})").format(number=number, total=len(cases),
+                   described=describe(rows, n, scale, kind, block=block, seed=seed))
                  .replace("BLOCK=", "block_size="))
         original = x.copy()
         with np.errstate(all="ignore"):
             result = registry.run_student(online_softmax_stats, label, x, block)
         if not np.array_equal(x, original):
-            raise registry.WrongAnswer(f"{label}: your function modified x in place.")
+            raise registry.WrongAnswer(_("{label}: your function modified x in place.").format(
+                                         label=label))
         if not (isinstance(result, tuple) and len(result) == 2):
-            raise registry.WrongAnswer(f"{label}: return the pair (m, l), got "
-                                      f"{type(result).__name__}.")
+            raise registry.WrongAnswer(_("{label}: return the pair (m, l), got "
+                                         "{type_name}.").format(label=label,
+                                         type_name=type(result).__name__))
         m, total = result
         m_ref = x.max(axis=-1)  # -inf for a row masked entirely, whose sum is 0
         total_ref = np.exp(x - safe_max(m_ref)[:, None]).sum(axis=-1)
-        for name, got, ref in (("the running max m", m, m_ref), ("the running sum l", total,
+        for name, got, ref in ((_("the running max m"), m, m_ref), (_("the running sum l"), total,
                                                                     total_ref)):
             try:
                 registry.compare(got, ref, f"{label}, {name}", atol=1e-12, rtol=1e-9)
             except registry.WrongAnswer as err:
-                hint = ("Check the two updates of section 4: the new running max, then the "
-                        "running sum brought to it before this block's terms are added.")
+                hint = (_("Check the two updates of section 4: the new running max, then the "
+                          "running sum brought to it before this block's terms are added."))
                 for switches, mistake in STATS_MISTAKES:  # recognised by their sums
                     if registry.same_result(total, blocked_stats(x, block, **switches)[1], 1e-9):
-                        hint = "Likely mistake: " + mistake
+                        hint = _("Likely mistake: ") + _(mistake)
                         break
                 raise registry.WrongAnswer(f"{err}\n{hint}") from None
-    return passed(len(cases), "give the exact row max and sum of exp(x - max)")
+    return passed(len(cases), _("give the exact row max and sum of exp(x - max)"))
 
 
 # ---------------------------------------------------------------- 5. merging states (numpy)
@@ -227,21 +236,21 @@ def merge_candidate(state1, state2, mistake: str):
 
 
 MERGE_MISTAKES = {
-    "no_guard": "Two empty states (chunks masked entirely: m = -inf, l = 0) merge into NaN: "
-                "exp(-inf - (-inf)) is NaN. Rescale against a safe max, 0 when the merged max "
-                "is -inf, so that they merge into the empty state (section 6).",
-    "no_rescale": "l1 + l2 and o1 + o2 add terms measured against different maxima. Rescale "
-                  "each state to the common max first (section 6).",
-    "o_not_rescaled": "l is rescaled but o is not: o holds terms measured against the same "
-                      "maxima and needs the same per-row factors (section 6).",
-    "swapped": "The factors are swapped: each state must be rescaled from its own max to the "
-               "common one (section 6).",
-    "flipped": "The rescale factors point the wrong way: they must shrink each state (at most "
-               "1), not grow it (section 6).",
-    "first_max": "The merged max must be the larger of the two maxima, not m1: otherwise a "
-                 "larger m2 overflows its rescale factor.",
-    "no_max": "Rescaling each state by the exponential of its own max overflows for large "
-              "scores: rescale to the common max (section 6).",
+    "no_guard": N_("Two empty states (chunks masked entirely: m = -inf, l = 0) merge into NaN: "
+                   "exp(-inf - (-inf)) is NaN. Rescale against a safe max, 0 when the merged max "
+                   "is -inf, so that they merge into the empty state (section 6)."),
+    "no_rescale": N_("l1 + l2 and o1 + o2 add terms measured against different maxima. Rescale "
+                     "each state to the common max first (section 6)."),
+    "o_not_rescaled": N_("l is rescaled but o is not: o holds terms measured against the same "
+                         "maxima and needs the same per-row factors (section 6)."),
+    "swapped": N_("The factors are swapped: each state must be rescaled from its own max to the "
+                  "common one (section 6)."),
+    "flipped": N_("The rescale factors point the wrong way: they must shrink each state (at most "
+                  "1), not grow it (section 6)."),
+    "first_max": N_("The merged max must be the larger of the two maxima, not m1: otherwise a "
+                    "larger m2 overflows its rescale factor."),
+    "no_max": N_("Rescaling each state by the exponential of its own max overflows for large "
+                 "scores: rescale to the common max (section 6)."),
 }
 
 
@@ -256,39 +265,43 @@ def check_merge_states(merge_states) -> str:
         if masked:
             for r in range(rows):
                 scores[r, :n if r == 0 else splits[min(r, len(splits)) - 1]] = -np.inf
-        label = (f"case {number}/{len(cases)} ({rows} rows, {n} keys in {len(chunks)} chunks "
-                 f"of {', '.join(str(len(c)) for c in chunks)}, d={d}"
-                 f"{f', scores ~{scale:g}' if scale > 10 else ''}"
-                 f"{', row 0 masked entirely, row r >= 1 its first r chunks' if masked else ''}"
-                 f", seed={seed})")
+        notes = ((_(", scores ~{scale:g}").format(scale=scale) if scale > 10 else "")
+                 + (_(", row 0 masked entirely, row r >= 1 its first r chunks") if masked
+                    else ""))
+        label = _("case {number}/{total} ({rows} rows, {n} keys in {count} chunks of {sizes}, "
+                  "d={d}{notes}, seed={seed})").format(
+            number=number, total=len(cases), rows=rows, n=n, count=len(chunks),
+            sizes=", ".join(str(len(c)) for c in chunks), d=d, notes=notes, seed=seed)
         states = [softmax_state(scores[:, c], values[c]) for c in chunks]
         merged = states[0]
         for step, state in enumerate(states[1:], 1):
-            step_label = label if len(states) == 2 else f"{label}, merge {step}"
+            step_label = label if len(states) == 2 else _("{label}, merge {step}").format(
+                label=label, step=step)
             copies = [np.copy(a) for a in (*merged, *state)]
             with np.errstate(all="ignore"):
                 result = registry.run_student(merge_states, step_label, *merged, *state)
             if any(not np.array_equal(a, b) for a, b in zip((*merged, *state), copies,
                                                               strict=True)):
-                raise registry.WrongAnswer(f"{step_label}: your function modified its inputs "
-                                          "in place.")
+                raise registry.WrongAnswer(_("{step_label}: your function modified its inputs in "
+                                             "place.").format(step_label=step_label))
             if not (isinstance(result, tuple) and len(result) == 3):
-                raise registry.WrongAnswer(f"{step_label}: return the triple (m, l, o).")
+                raise registry.WrongAnswer(_("{step_label}: return the triple (m, l, o).").format(
+                                             step_label=step_label))
             expected = softmax_state(scores[:, np.concatenate(chunks[:step + 1])],
                                      values[np.concatenate(chunks[:step + 1])])
             for name, got, ref in zip(("m", "l", "o"), result, expected, strict=True):
                 try:
-                    registry.compare(got, ref, f"{step_label}, merged {name}", atol=1e-12,
-                                    rtol=1e-9)
+                    registry.compare(got, ref, _("{label}, merged {name}").format(
+                                     label=step_label, name=name), atol=1e-12, rtol=1e-9)
                 except registry.WrongAnswer as err:
-                    hint = ("Hint: both states must be brought to one common max before "
-                            "their sums and outputs add up; the merged state is then a state "
-                            "of the union of the two chunks (section 6).")
+                    hint = (_("Hint: both states must be brought to one common max before their "
+                              "sums and outputs add up; the merged state is then a state of the "
+                              "union of the two chunks (section 6)."))
                     for mistake, why in MERGE_MISTAKES.items():
                         candidate = merge_candidate(merged, state, mistake)
                         if all(registry.same_result(g, c, 1e-9)
                                for g, c in zip(result, candidate, strict=True)):
-                            hint = "Likely mistake: " + why
+                            hint = _("Likely mistake: ") + _(why)
                             break
                     raise registry.WrongAnswer(f"{err}\n{hint}") from None
             merged = tuple(np.asarray(a) for a in result)
@@ -297,5 +310,6 @@ def check_merge_states(merge_states) -> str:
             expected = reference_softmax(scores) @ values
         expected[np.isneginf(scores).all(axis=-1)] = 0.0  # no key at all: the output is 0
         registry.compare(attention, expected,
-                        f"{label}, o / l after the last merge", atol=1e-12, rtol=1e-9)
-    return passed(len(cases), "merge to the state of the whole row")
+                        _("{label}, o / l after the last merge").format(
+                          label=label), atol=1e-12, rtol=1e-9)
+    return passed(len(cases), _("merge to the state of the whole row"))

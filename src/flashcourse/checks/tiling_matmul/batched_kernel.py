@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import runtime
+from ...i18n import _
 from ...models.matmul import cdiv
 from .. import buffers, guards, registry
 from .common import (
@@ -87,36 +88,37 @@ def _batched_diagnosis(kernel, A, B, out_dtype, cfg, actual, expected, atol, lab
                             ("A.T @ B", A64.transpose(0, 2, 1) @ B64),
                             ("(A @ B).T", (A64 @ B64).transpose(0, 2, 1))):
             if registry.same_result(actual, other, atol):
-                return (f"Likely mistake: your kernel computed {name} for each matrix, a "
-                        "transposed index. Check which offsets run down the rows and which "
-                        "across the columns of A, B and C, each with its own strides.")
+                return (_("Likely mistake: your kernel computed {name} for each matrix, a "
+                          "transposed index. Check which offsets run down the rows and which "
+                          "across the columns of A, B and C, each with its own strides.").format(
+                          name=name))
     try:
-        contiguous, _ = _run_batched(kernel, A, B, out_dtype, cfg, label, "contiguous")
+        contiguous, _unused = _run_batched(kernel, A, B, out_dtype, cfg, label, "contiguous")
         if registry.same_result(contiguous, expected, atol):
-            return ("Likely mistake: your kernel is right on contiguous tensors only: it "
-                    "computes a stride from the shape (K, N, M * K, ...) instead of using the "
-                    "one it is given. The grader's tensors have padding after every row and "
-                    "every matrix.")
-        zero, _ = _run_batched(kernel, A, B, out_dtype, cfg, label, "zero")
+            return (_("Likely mistake: your kernel is right on contiguous tensors only: it "
+                      "computes a stride from the shape (K, N, M * K, ...) instead of using the "
+                      "one it is given. The grader's tensors have padding after every row and "
+                      "every matrix."))
+        zero, _unused = _run_batched(kernel, A, B, out_dtype, cfg, label, "zero")
     except registry.WrongAnswer:
         return ""
     if np.isnan(actual).any() and registry.same_result(zero, expected, atol):
         if K % BLOCK_K:
-            return ("Likely mistake: the last K step reads past column K-1 of A and row K-1 "
-                    "of B (K is not a multiple of BLOCK_K). Mask both loads with the K that "
-                    "is left (K - k at step k), with other=0.0.")
-        return ("Likely mistake: a load reads outside A or B. Mask it: rows < M for A, "
-                "columns < N for B, and other=0.0.")
+            return (_("Likely mistake: the last K step reads past column K-1 of A and row K-1 of "
+                      "B (K is not a multiple of BLOCK_K). Mask both loads with the K that is "
+                      "left (K - k at step k), with other=0.0."))
+        return (_("Likely mistake: a load reads outside A or B. Mask it: rows < M for A, columns "
+                  "< N for B, and other=0.0."))
     if out_dtype == "float32":
         simulated = np.stack([fp16_accumulation(A64[z], B64[z], BLOCK_K)
                               for z in range(batch)])
         off_true = np.abs(actual - expected).max()
         if np.abs(actual - simulated).max() < 0.25 * off_true:
-            return ("Likely mistake: the accumulator is fp16. Each addition rounds to 11 "
-                    "significant bits, and over a long K the errors add up: accumulate in "
-                    "fp32 and cast only when storing.")
-    return ("Check the K loop: one tl.dot of the two tiles added to the fp32 accumulator per "
-            "step, then both pointers advanced by BLOCK_K along K, each with its own stride.")
+            return (_("Likely mistake: the accumulator is fp16. Each addition rounds to 11 "
+                      "significant bits, and over a long K the errors add up: accumulate in fp32 "
+                      "and cast only when storing."))
+    return (_("Check the K loop: one tl.dot of the two tiles added to the fp32 accumulator per "
+              "step, then both pointers advanced by BLOCK_K along K, each with its own stride."))
 
 
 def check_batched(kernel) -> str:
@@ -130,8 +132,10 @@ def check_batched(kernel) -> str:
             skipped += 1  # the interpreter's bf16 tl.dot is wrong: bf16 is graded on a GPU
             continue
         cfg = (bm, bn, bk)
-        label = (f"case {number}/{len(cases)} (batch={batch}, M={M}, N={N}, K={K}, "
-                 f"{in_dtype} -> {out_dtype}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk})")
+        label = (_("case {number}/{total} (batch={batch}, M={M}, N={N}, K={K}, {in_dtype} -> "
+                   "{out_dtype}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk})").format(number=number,
+                   total=len(cases), batch=batch, M=M, N=N, K=K, in_dtype=in_dtype,
+                   out_dtype=out_dtype, bm=bm, bn=bn, bk=bk))
         A, B = random_operands((batch, M, K), (batch, K, N), in_dtype, seed, values)
         runtime.check_tensors(A, B, names=("A", "B"), dot=True)
         actual, out = _run_batched(kernel, A, B, out_dtype, cfg, label)
@@ -141,22 +145,15 @@ def check_batched(kernel) -> str:
         dot_tol, rtol = tolerance(in_dtype, out_dtype)
         atol = dot_tol * float((np.abs(A64) @ np.abs(B64)).max())
         allowed = atol + rtol * float(np.abs(expected).max())
-        try:
-            out.verify(label)
-        except registry.WrongAnswer as err:
-            if M % bm or N % bn:
-                raise
-            text = str(err).split(". Mask")[0]
-            raise registry.WrongAnswer(
-                f"{text}. This case has no ragged edge, so it is not a missing mask: check "
-                "C's pointers: C has its own batch stride stride_cz and row stride "
-                "stride_cm.") from None
+        out.verify(label, None if M % bm or N % bn else _(
+            "This case has no ragged edge, so it is not a missing mask: check C's pointers: C "
+            "has its own batch stride stride_cz and row stride stride_cm."))
         written = np.isfinite(actual)
         if batch > 1 and written[0].all() and not written[1:].any():
             raise registry.WrongAnswer(
-                f"{label}: only matrix 0 of C was written. Every program must offset its "
-                "pointers by its batch index (tl.program_id(2)) times the batch stride of "
-                "each tensor: z * stride_az, z * stride_bz and z * stride_cz.")
+                _("{label}: only matrix 0 of C was written. Every program must offset its "
+                  "pointers by its batch index (tl.program_id(2)) times the batch stride of each "
+                  "tensor: z * stride_az, z * stride_bz and z * stride_cz.").format(label=label))
         try:
             registry.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=bm)
         except registry.WrongAnswer as err:
@@ -165,4 +162,5 @@ def check_batched(kernel) -> str:
             raise registry.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
         ran += 1
     extra = summary_notes(skipped)
-    return f"{ran} cases match A[z] @ B[z] (ragged shapes, fp32 and fp16){extra}"
+    return _("{ran} cases match A[z] @ B[z] (ragged shapes, fp32 and fp16){extra}").format(ran=ran,
+             extra=extra)

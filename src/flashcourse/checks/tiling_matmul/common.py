@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import runtime
+from ...i18n import _
 from .. import registry
 
 
@@ -53,7 +54,7 @@ def summary_notes(skipped: int) -> str:
     """The parenthesis after a passed kernel check: bf16 cases left to a GPU, hidden cases."""
     notes = []
     if skipped:
-        notes.append(f"{skipped} bf16 case(s) run only on a GPU")
+        notes.append(_("{skipped} bf16 case(s) run only on a GPU").format(skipped=skipped))
     if not registry.grading_mode():
-        notes.append("graders also run hidden cases")
+        notes.append(_("graders also run hidden cases"))
     return f" ({'; '.join(notes)})" if notes else ""

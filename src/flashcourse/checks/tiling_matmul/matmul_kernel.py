@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import runtime
+from ...i18n import _
 from ...models.matmul import cdiv
 from .. import buffers, guards, registry
 from .common import (
@@ -90,20 +91,20 @@ def _strides_hint(kernel, A, B, out_dtype, cfg, label, expected, atol) -> str:
     """After a store outside the output: say so when the kernel is right on contiguous
     tensors, which means it indexes with a width instead of a stride."""
     try:
-        contiguous, _ = _run_kernel(kernel, A, B, out_dtype, cfg, label, "contiguous")
+        contiguous, _unused = _run_kernel(kernel, A, B, out_dtype, cfg, label, "contiguous")
     except registry.WrongAnswer:
         return ""
     if registry.same_result(contiguous, expected, atol):
-        return ("\nLikely mistake: your kernel is right on contiguous tensors only: it steps "
-                "between rows by the width (K or N) instead of the stride. Use stride_am, "
-                "stride_bk and stride_cm for rows.")
+        return (_("\nLikely mistake: your kernel is right on contiguous tensors only: it steps "
+                  "between rows by the width (K or N) instead of the stride. Use stride_am, "
+                  "stride_bk and stride_cm for rows."))
     return ""
 
 
 def _diagnose(kernel, A, B, out_dtype, cfg, actual, expected, atol, label) -> str:
     """Name the mistake behind a wrong output, rerunning the kernel where that tells more."""
     M, N, K = A.shape[0], B.shape[1], A.shape[1]
-    BLOCK_M, BLOCK_N, BLOCK_K, _ = cfg
+    BLOCK_M, BLOCK_N, BLOCK_K, _unused = cfg
     A64 = A.detach().cpu().double().numpy()
     B64 = B.detach().cpu().double().numpy()
     transposed = {
@@ -113,43 +114,44 @@ def _diagnose(kernel, A, B, out_dtype, cfg, actual, expected, atol, label) -> st
     if M == N == K:
         for name, make in transposed.items():
             if registry.same_result(actual, make(), atol):
-                return (f"Likely mistake: your kernel computed {name}, a transposed index. "
-                        "Check which offsets run down the rows and which across the columns "
-                        "of A, B and C, each with its own strides (the pointer section of the "
-                        "lesson).")
+                return (_("Likely mistake: your kernel computed {name}, a transposed index. Check "
+                          "which offsets run down the rows and which across the columns of A, B "
+                          "and C, each with its own strides (the pointer section of the "
+                          "lesson).").format(name=name))
     try:
-        contiguous, _ = _run_kernel(kernel, A, B, out_dtype, cfg, label, "contiguous")
+        contiguous, _unused = _run_kernel(kernel, A, B, out_dtype, cfg, label, "contiguous")
         if registry.same_result(contiguous, expected, atol):
-            return ("Likely mistake: your kernel is right on contiguous tensors but wrong on the "
-                    "grader's views, whose rows are longer than the tensor is wide. Index with "
-                    "the stride arguments (stride_am, stride_ak, stride_bk, stride_bn, "
-                    "stride_cm, stride_cn), never with K or N.")
-        zero, _ = _run_kernel(kernel, A, B, out_dtype, cfg, label, "zero")
+            return (_("Likely mistake: your kernel is right on contiguous tensors but wrong on "
+                      "the grader's views, whose rows are longer than the tensor is wide. Index "
+                      "with the stride arguments (stride_am, stride_ak, stride_bk, stride_bn, "
+                      "stride_cm, stride_cn), never with K or N."))
+        zero, _unused = _run_kernel(kernel, A, B, out_dtype, cfg, label, "zero")
     except registry.WrongAnswer:
         return ""
     if np.isnan(actual).any():
         if registry.same_result(zero, expected, atol):
             if K % BLOCK_K:
-                return ("Likely mistake: the last K step reads past column K-1 of A and row K-1 "
-                        "of B (K is not a multiple of BLOCK_K). Mask both loads with the K that "
-                        "is left: offs_k < k_left (K - k at step k), with other=0.0.")
-            return ("Likely mistake: a load reads outside A or B. Mask it: rows offs_m < M for "
-                    "A, columns offs_n < N for B, and other=0.0.")
+                return (_("Likely mistake: the last K step reads past column K-1 of A and row K-1 "
+                          "of B (K is not a multiple of BLOCK_K). Mask both loads with the K that "
+                          "is left: offs_k < k_left (K - k at step k), with other=0.0."))
+            return (_("Likely mistake: a load reads outside A or B. Mask it: rows offs_m < M for "
+                      "A, columns offs_n < N for B, and other=0.0."))
         if np.isnan(zero).any():
             row, col = np.argwhere(np.isnan(zero))[0]
-            return (f"Likely mistake: no program wrote output tile (pid_m={row // BLOCK_M}, "
-                    f"pid_n={col // BLOCK_N}). Check that the pid -> (pid_m, pid_n) mapping "
-                    "reaches every tile exactly once (the last group may hold fewer than "
-                    "GROUP_M rows) and that the store covers the whole tile.")
+            return (_("Likely mistake: no program wrote output tile (pid_m={pid_m}, "
+                      "pid_n={pid_n}). Check that the pid -> (pid_m, pid_n) mapping reaches "
+                      "every tile exactly once (the last group may hold fewer than GROUP_M rows) "
+                      "and that the store covers the whole tile.").format(pid_m=row // BLOCK_M,
+                      pid_n=col // BLOCK_N))
     if out_dtype == "float32":
         sim = fp16_accumulation(A64, B64, BLOCK_K)
         off_true = np.abs(actual - expected).max()
         if np.abs(actual - sim).max() < 0.25 * off_true:
-            return ("Likely mistake: the accumulator is fp16. Each addition rounds to 11 "
-                    "significant bits, and over a long K the errors add up: accumulate in "
-                    "fp32 and cast only when storing.")
-    return ("Check the K loop: one product of the two tiles added to the accumulator per "
-            "step, then both pointers advanced by one K block, each along its own stride.")
+            return (_("Likely mistake: the accumulator is fp16. Each addition rounds to 11 "
+                      "significant bits, and over a long K the errors add up: accumulate in fp32 "
+                      "and cast only when storing."))
+    return (_("Check the K loop: one product of the two tiles added to the accumulator per step, "
+              "then both pointers advanced by one K block, each along its own stride."))
 
 
 def check_kernel(kernel) -> str:
@@ -165,8 +167,10 @@ def check_kernel(kernel) -> str:
             skipped += 1  # the interpreter's bf16 tl.dot is wrong: bf16 is graded on a GPU
             continue
         cfg = (bm, bn, bk, group)
-        label = (f"case {number}/{len(cases)} (M={M}, N={N}, K={K}, {in_dtype} -> {out_dtype}, "
-                 f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={group})")
+        label = (_("case {number}/{total} (M={M}, N={N}, K={K}, {in_dtype} -> {out_dtype}, "
+                   "BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={group})").format(
+                   number=number, total=len(cases), M=M, N=N, K=K, in_dtype=in_dtype,
+                   out_dtype=out_dtype, bm=bm, bn=bn, bk=bk, group=group))
         A, B = random_operands((M, K), (K, N), in_dtype, seed, values)
         runtime.check_tensors(A, B, names=("A", "B"), dot=True)
         actual, out = _run_kernel(kernel, A, B, out_dtype, cfg, label)
@@ -185,11 +189,13 @@ def check_kernel(kernel) -> str:
             registry.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=bm)
         except registry.WrongAnswer as err:
             row, col = _worst(actual, expected)
-            where = (f"The worst element, row {row}, column {col}, is in output tile "
-                     f"(pid_m={row // bm}, pid_n={col // bn}).")
+            where = (_("The worst element, row {row}, column {col}, is in output tile "
+                       "(pid_m={pid_m}, pid_n={pid_n}).").format(row=row, col=col,
+                       pid_m=row // bm, pid_n=col // bn))
             hint = _diagnose(kernel, A, B, out_dtype, cfg, actual, expected,
                              atol + rtol * float(np.abs(expected).max()), label)
             raise registry.WrongAnswer(f"{err}\n{where}\n{hint}".rstrip()) from None
         ran += 1
     extra = summary_notes(skipped)
-    return f"{ran} cases match A @ B (ragged shapes, fp32 and fp16){extra}"
+    return _("{ran} cases match A @ B (ragged shapes, fp32 and fp16){extra}").format(ran=ran,
+             extra=extra)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...blanks import BlankNotFilled, is_blank
+from ...i18n import _
 from ...models.matmul import cdiv, launch_order, tiled_read_bytes
 from .. import registry
 
@@ -37,58 +38,65 @@ def _byte_mistakes(M, N, K, BM, BN, BK, itemsize):
     a_part = M * K * cdiv(N, BN) * itemsize
     steps = cdiv(M, BM) * cdiv(N, BN) * cdiv(K, BK)
     return [
-        (reads // itemsize, "You counted elements, not bytes: multiply by the item size "
-                            "(a.nbytes does it for you)."),
-        (a_part, "Only the A tiles are counted: every K step loads one tile of A and one of B."),
-        (reads - a_part, "Only the B tiles are counted: every K step loads one tile of A and one "
-                         "of B."),
+        (reads // itemsize, _("You counted elements, not bytes: multiply by the item size "
+                              "(a.nbytes does it for you).")),
+        (a_part, _("Only the A tiles are counted: every K step loads one tile of A and one of "
+                   "B.")),
+        (reads - a_part, _("Only the B tiles are counted: every K step loads one tile of A and "
+                           "one of B.")),
         (steps * (BM * BK + BK * BN) * itemsize,
-         "You counted every tile as full-size, but edge tiles are smaller when the shape is not "
-         "a multiple of the tile: count the bytes of the tiles actually loaded (section 3)."),
-        (reads + M * N * itemsize, "Count only the reads of A and B, not the output C."),
+         _("You counted every tile as full-size, but edge tiles are smaller when the shape is not "
+           "a multiple of the tile: count the bytes of the tiles actually loaded (section 3).")),
+        (reads + M * N * itemsize, _("Count only the reads of A and B, not the output C.")),
         ((M * K * cdiv(N, BM) + K * N * cdiv(M, BN)) * itemsize,
-         "A is re-read once per column block of C (cdiv(N, BN) times) and B once per row block "
-         "(cdiv(M, BM) times): the roles of BM and BN are swapped."),
+         _("A is re-read once per column block of C (cdiv(N, BN) times) and B once per row block "
+           "(cdiv(M, BM) times): the roles of BM and BN are swapped.")),
         (M * K * itemsize + K * N * itemsize,
-         "Each matrix counted once: that is the ideal with infinite on-chip memory, but a tiled "
-         "kernel loads every tile again for each output tile that needs it."),
+         _("Each matrix counted once: that is the ideal with infinite on-chip memory, but a tiled "
+           "kernel loads every tile again for each output tile that needs it.")),
     ]
 
 
 def check_blocked(blocked_matmul) -> str:
     if not callable(blocked_matmul):
-        raise registry.WrongAnswer("Pass the function itself: check(..., blocked_matmul).")
+        raise registry.WrongAnswer(_("Pass the function itself: check(..., blocked_matmul)."))
     cases = registry.with_hidden(BLOCKED_CASES, BLOCKED_HIDDEN)
     for number, (M, N, K, BM, BN, BK, dtype, seed) in enumerate(cases, 1):
         A, B = _blocked_inputs(M, N, K, dtype, seed)
-        label = (f"case {number}/{len(cases)} (M={M}, N={N}, K={K}, BM={BM}, BN={BN}, "
-                 f"BK={BK}, {dtype})")
+        label = (_("case {number}/{total} (M={M}, N={N}, K={K}, BM={BM}, BN={BN}, BK={BK}, "
+                   "{dtype})").format(number=number, total=len(cases), M=M, N=N, K=K, BM=BM, BN=BN,
+                   BK=BK, dtype=dtype))
         result = registry.run_student(blocked_matmul, label, A.copy(), B.copy(), BM, BN, BK)
         if not isinstance(result, tuple) or len(result) != 2:
-            raise registry.WrongAnswer(f"{label}: return a pair (C, bytes_read), got "
-                                      f"{type(result).__name__}.")
+            raise registry.WrongAnswer(_("{label}: return a pair (C, bytes_read), got "
+                                         "{type_name}.").format(label=label,
+                                         type_name=type(result).__name__))
         C, bytes_read = result
         expected = A.astype(np.float64) @ B.astype(np.float64)
         scale = float((np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))).max())
         tol = 1e-5 if dtype == "float32" else 1e-12
-        registry.compare(C, expected, f"{label}, the product C", atol=tol * scale,
-                        tile_rows=BM, hint="Each output tile is the sum, over the K steps, of the "
-                        "product of the A tile in its rows and the B tile in its columns, "
-                        "both cut at that step's K range (section 3).")
+        registry.compare(C, expected, _("{label}, the product C").format(label=label),
+                         atol=tol * scale,
+                        tile_rows=BM, hint=_("Each output tile is the sum, over the K steps, of "
+                                             "the product of the A tile in its rows and the B "
+                                             "tile in its columns, both cut at that step's K "
+                                             "range (section 3)."))
         itemsize = np.dtype(dtype).itemsize
         reads = tiled_read_bytes(M, N, K, BM, BN, itemsize)
         if is_blank(bytes_read):
-            raise BlankNotFilled(f"Fill in the blank: {label} returned ______ as bytes_read.")
+            raise BlankNotFilled(_("Fill in the blank: {label} returned ______ as "
+                                   "bytes_read.").format(label=label))
         if not isinstance(bytes_read, (int, np.integer)) or bytes_read != reads:
             hint = next((why for wrong, why in _byte_mistakes(M, N, K, BM, BN, BK, itemsize)
                          if wrong == bytes_read and wrong != reads),
-                        "Count the bytes of every A tile and B tile that the K loop loads, "
-                        "for every output tile.")
+                        _("Count the bytes of every A tile and B tile that the K loop loads, for "
+                          "every output tile."))
             raise registry.WrongAnswer(
-                f"{label}: bytes_read = {bytes_read!r} is not what this blocked product reads "
-                f"from HBM. {hint}")
+                _("{label}: bytes_read = {bytes_read!r} is not what this blocked product reads "
+                  "from HBM. {hint}").format(label=label, bytes_read=bytes_read, hint=hint))
     hidden = registry.hidden_note()
-    return f"{len(cases)} cases: products and byte counts match the formula{hidden}"
+    return _("{total} cases: products and byte counts match the formula{hidden}").format(
+             total=len(cases), hidden=hidden)
 
 
 # ---------------------------------------------------------------- grouped launch order
@@ -99,15 +107,17 @@ ORDER_CASES = [(6, 6, 2), (7, 5, 3), (4, 9, 4), (5, 3, 8), (3, 4, 1), (10, 2, 4)
 
 def check_order(grouped_order_fn) -> str:
     if not callable(grouped_order_fn):
-        raise registry.WrongAnswer("Pass the function itself: check(..., grouped_order).")
+        raise registry.WrongAnswer(_("Pass the function itself: check(..., grouped_order)."))
     for number, (pm, pn, group) in enumerate(ORDER_CASES, 1):
-        label = (f"case {number}/{len(ORDER_CASES)} (num_pid_m={pm}, num_pid_n={pn}, "
-                 f"GROUP_M={group})")
+        label = (_("case {number}/{total} (num_pid_m={pm}, num_pid_n={pn}, "
+                   "GROUP_M={group})").format(number=number, total=len(ORDER_CASES), pm=pm, pn=pn,
+                   group=group))
         got = []
         for pid in range(pm * pn):
             tile = registry.run_student(grouped_order_fn, label, pid, pm, pn, group)
             if is_blank(tile) or any(is_blank(t) for t in tuple(tile)):
-                raise BlankNotFilled(f"Fill in the blank: {label} returned ______.")
+                raise BlankNotFilled(_("Fill in the blank: {label} returned ______.").format(
+                                       label=label))
             got.append((int(tile[0]), int(tile[1])))
         want = launch_order(pm, pn, group)
         if got == want:
@@ -115,20 +125,24 @@ def check_order(grouped_order_fn) -> str:
         missing = sorted(set(want) - set(got))
         twice = sorted({t for t in got if got.count(t) > 1})
         if missing or twice:
-            hint = (f"tile {missing[0]} is never computed" if missing else "")
+            hint = (_("tile {missing} is never computed").format(
+                      missing=missing[0]) if missing else "")
             hint += ("; " if missing and twice else "") + \
-                (f"tile {twice[0]} is computed twice" if twice else "")
-            extra = (" The last group may hold fewer than GROUP_M rows of tiles: the "
-                     "count of rows in a group must be the rows that are left there, for the "
-                     "row and for the column of a program (section 5)." if pm % group else "")
-            raise registry.WrongAnswer(f"{label}: every tile must be computed by exactly one "
-                                      f"program, but {hint}.{extra}")
+                (_("tile {twice} is computed twice").format(twice=twice[0]) if twice else "")
+            extra = (_(" The last group may hold fewer than GROUP_M rows of tiles: the count of "
+                       "rows in a group must be the rows that are left there, for the row and for "
+                       "the column of a program (section 5).") if pm % group else "")
+            raise registry.WrongAnswer(_("{label}: every tile must be computed by exactly one "
+                                         "program, but {hint}.{extra}").format(label=label,
+                                         hint=hint, extra=extra))
         pid = next(p for p, (g, w) in enumerate(zip(got, want, strict=True)) if g != w)
         row_major = [(p // pn, p % pn) for p in range(pm * pn)]
-        hint = ("This is row-major order, one tile row after the other: walk down a group of "
-                "GROUP_M rows first, then move one column right." if got == row_major else
-                "Within a group, consecutive programs go down the group's rows first, then "
-                "one column right.")
-        raise registry.WrongAnswer(f"{label}: program {pid} computes tile {got[pid]}, which is "
-                                  f"not its tile in grouped order. {hint}")
-    return f"{len(ORDER_CASES)} grids: every program maps to its tile in grouped order"
+        hint = (_("This is row-major order, one tile row after the other: walk down a group of "
+                  "GROUP_M rows first, then move one column right.") if got == row_major else
+                _("Within a group, consecutive programs go down the group's rows first, then one "
+                  "column right."))
+        raise registry.WrongAnswer(_("{label}: program {pid} computes tile {got}, which is not "
+                                     "its tile in grouped order. {hint}").format(label=label,
+                                     pid=pid, got=got[pid], hint=hint))
+    return _("{total} grids: every program maps to its tile in grouped order").format(
+             total=len(ORDER_CASES))
