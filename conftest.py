@@ -47,3 +47,23 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_sessionfinish(session, exitstatus):
     if _over_budget() and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# Rough seconds of the heaviest test modules on a 2-core machine (their module fixtures grade
+# or render for minutes). `./course test` deals whole modules to its workers in collection order
+# (--dist loadscope): the heaviest go first, so that no worker is left with one of them at the end
+# while the others idle. Only the order changes; no test depends on these numbers.
+HEAVY_MODULES_S = {
+    "tests/test_grade.py": 330, "tests/test_release.py": 210, "tests/test_book.py": 190,
+    "tests/test_release_answers.py": 130, "tests/test_pytest_plugin.py": 95,
+    "tests/test_perf.py": 90, "tests/test_exercises.py": 90, "tests/test_i18n.py": 60,
+    "tests/test_grade_shards.py": 45, "tests/test_translation.py": 40,
+    "tests/test_ci_recipes.py": 35, "tests/test_browser.py": 35,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    def weight(item):
+        return -HEAVY_MODULES_S.get(item.nodeid.split("::")[0], 0)
+
+    items.sort(key=weight)  # stable: the order within a module and among the rest stays

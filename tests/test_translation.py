@@ -98,6 +98,7 @@ def test_units_and_keys():
         ("item", "- an item of a list"), ("item", "- another item"),
         ("table", "| what | value |\n|---|---|\n| rows | 3 |"),
         ("comment", "Compute the total of the row."),
+        ("blank-note", "the sum of the row"),  # the exercise keeps it as its comment
         ("trailing", "a trailing comment in words"),
         ("paragraph", "The last paragraph."),
     ], kinds
@@ -153,7 +154,7 @@ def test_the_translated_source_replaces_prose_and_comments_only(tmp_path):
     assert 'title: "中文：Lesson 1: A demo"' in text
     assert "# 中文：Compute the total of the row." in text
     assert "x = 3  # 中文：a trailing comment in words" in text
-    assert "total = 1 + 2  # BLANK: the sum of the row" in text  # the generator's mark stays
+    assert "total = 1 + 2  # BLANK: 中文：the sum of the row" in text  # the mark stays
     assert 'check("demo/total", total)  # grading cells are shared word for word' in text
     assert "$$\na = b\n$$" in text
     book = translation.translated_source(source, "zh", root=tmp_path, anchors=True)
@@ -224,7 +225,7 @@ def test_translate_command_marks_stale_and_lists_whats_left(tmp_path):
     command = [sys.executable, "-m", "flashcourse", "translate", "zh", "--root", str(tmp_path)]
     first = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0 and "wrote lessons/zh/01-demo.toml" in first.stdout
-    assert "11 unit(s) left to translate into zh" in first.stdout
+    assert "12 unit(s) left to translate into zh" in first.stdout
     _fill(tmp_path, source)
     source.write_text(DEMO.replace("The last paragraph.", "The final paragraph."), "utf-8")
     check = subprocess.run([*command, "--check"], capture_output=True, text=True, timeout=120)

@@ -90,11 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"out of date: the class edition's examples of {stem}  "
               "(run: python -m flashcourse build --examples)")
         stale.append(stem)
-    from .authoring import catalogs
+    from .authoring import catalogs, translation
 
     for problem in catalogs.missing_translations(args.root):  # the translator's work left
         print(f"untranslated: {problem}")
         stale.append(problem)
+    for lang in translation.TRANSLATED:  # the lessons' text: missing or stale paragraphs
+        for problem in translation.problems(args.root, lang):
+            print(f"untranslated: {problem}")
+            stale.append(problem)
     return 1 if stale else 0
 
 

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch, Rectangle
 
-from ..kernels import attention
+from ..models.matmul import cdiv
 
 HBM_COLOR = "#deebf7"
 SRAM_COLOR = "#fdd0a2"
@@ -103,10 +103,10 @@ def tile_kinds(n: int, block_m: int, block_n: int) -> list[list[str]]:
     forward: query block i visits the key blocks covering columns 0 .. min((i+1) BLOCK_M, N) - 1
     (as `attention.causal_tiles` counts them); a visited tile is masked where one of its keys
     lies right of one of its queries (the diagonal)."""
-    rows, cols = attention.cdiv(n, block_m), attention.cdiv(n, block_n)
+    rows, cols = cdiv(n, block_m), cdiv(n, block_n)
     kinds = []
     for i in range(rows):
-        visits = attention.cdiv(min((i + 1) * block_m, n), block_n)
+        visits = cdiv(min((i + 1) * block_m, n), block_n)
         row = []
         for j in range(cols):
             if j >= visits:
@@ -129,7 +129,9 @@ def causal_tile_map(n: int = 1024, block_m: int = 128, block_n: int = 64):
     kernel does with it; the legend counts the tiles of each kind."""
     kinds = tile_kinds(n, block_m, block_n)
     counts = {kind: sum(row.count(kind) for row in kinds) for kind in TILE_COLORS}
-    visited, skipped = attention.causal_tiles(n, block_m, block_n)
+    from ..kernels.attention import causal_tiles  # torch loads only when a figure needs it
+
+    visited, skipped = causal_tiles(n, block_m, block_n)
     assert (counts["computed"] + counts["masked"], counts["skipped"]) == (visited, skipped)
     rows, cols = len(kinds), len(kinds[0])
     fig, ax = plt.subplots(figsize=(5.5, 5.5 * rows / cols + 1.2))
