@@ -143,3 +143,9 @@ def _(message: str) -> str:
 def N_(message: str) -> str:
     """Marks a module-level message for extraction; translate it with `_()` where it is shown."""
     return message
+
+
+def filled(message: str, sections: dict[str, str], **fields) -> str:
+    """`message` in the current language with the sections it names ({section_...}, messages
+    themselves: a lesson check's table names its sections so) and `fields` filled in."""
+    return _(message).format(**{name: _(text) for name, text in sections.items()}, **fields)

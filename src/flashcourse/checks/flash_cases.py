@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from .. import runtime
+from .. import i18n, runtime
 from ..i18n import N_, _
 from ..kernels import attention
 from . import guards, registry
@@ -79,7 +79,7 @@ def case_label(case: Case, number: int, total: int) -> str:
 def shown(message: str, **fields) -> str:
     """A message of the tables of lessons 6 and 7 in the current language, with the section
     it names ({forward_section}) and `fields` filled in."""
-    return _(message).format(forward_section=_(FORWARD_SECTION), **fields)
+    return i18n.filled(message, {"forward_section": FORWARD_SECTION}, **fields)
 
 
 def pad_of(case: Case) -> int:

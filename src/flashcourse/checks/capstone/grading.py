@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from ... import runtime
+from ... import i18n, runtime
 from ...i18n import N_, _
 from ...kernels import capstone as cap
 from .. import buffers, recording, registry
@@ -286,7 +286,7 @@ FORWARD_GENERIC = (
 
 def shown(message: str) -> str:
     """A message of this module's tables in the current language, its sections filled in."""
-    return _(message).format(**{name: _(section) for name, section in SECTIONS.items()})
+    return i18n.filled(message, SECTIONS)
 
 
 def diagnose_forward(out: np.ndarray, inputs: Inputs, case: Case) -> str:

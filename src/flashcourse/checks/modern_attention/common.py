@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from ... import runtime
+from ... import i18n, runtime
 from ...i18n import N_, _
 from ...kernels import modern_attention as ma
 from .. import guards, registry
@@ -29,8 +29,7 @@ SECTIONS = {"section_masks": SECTION_MASKS, "section_sparse": SECTION_SPARSE,
 def shown(message: str, **fields) -> str:
     """A message of lesson 9's tables in the current language, with the sections it names
     ({section_masks}, ...) and `fields` filled in."""
-    return _(message).format(**{name: _(section) for name, section in SECTIONS.items()},
-                             **fields)
+    return i18n.filled(message, SECTIONS, **fields)
 
 
 def device() -> str:

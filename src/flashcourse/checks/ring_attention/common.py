@@ -5,6 +5,7 @@ rank's padded shard, whole-sequence arrays gathered from the ranks' rows, and th
 from __future__ import annotations
 
 from ... import distributed as ring
+from ... import i18n
 from ...distributed.tries import (  # noqa: F401  (the checks build their cases with these)
     SCORE_SCALE,
     case_arrays,
@@ -66,7 +67,7 @@ def describe(n: int, world: int, causal: bool | None = None, zigzag: bool | None
 def shown(message: str) -> str:
     """A message of lesson 10's tables in the current language, the sections it names
     ({section_merge}, ...) filled in."""
-    return _(message).format(**{name: _(section) for name, section in SECTIONS.items()})
+    return i18n.filled(message, SECTIONS)
 
 
 def compare_attention(o, lse, case: dict, causal: bool, label: str) -> None:
