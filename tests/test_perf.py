@@ -85,7 +85,7 @@ def test_tma_steps_fall_back_to_pointers_for_unaligned_strides():
     # a row stride of 17 floats is no multiple of 16 bytes: no descriptor can describe it
     base = torch.randn(3, 2, 2, 45, 17, generator=torch.Generator().manual_seed(3))
     q, k, v = (base[i, ..., :16] for i in range(3))
-    assert not host._tma_ok(q, k, v) and host._tma_ok(*(x.contiguous() for x in (q, k, v)))
+    assert not host.tma_ok(q, k, v) and host.tma_ok(*(x.contiguous() for x in (q, k, v)))
     for causal, step in ((False, 5), (True, 5), (False, 7), (True, 7)):
         out, lse = host.forward(q, k, v, causal, step=step)
         ref, ref_lse = verify.reference_fp32(q, k, v, causal)

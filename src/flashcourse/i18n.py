@@ -26,6 +26,7 @@ from pathlib import Path
 
 LANGUAGES = ("en", "zh")
 SOURCE_LANGUAGE = "en"  # the language the messages are written in, in the code
+TRANSLATED = tuple(lang for lang in LANGUAGES if lang != SOURCE_LANGUAGE)  # with catalogs
 LANG_ENV = "FLASHCOURSE_LANG"
 NOTEBOOK_ENV = "JPY_SESSION_NAME"  # jupyter-server: the path of the kernel's notebook
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"

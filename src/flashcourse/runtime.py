@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from . import i18n
-from .checks.errors import CourseInputError  # noqa: F401  (raised here; fc.CourseInputError)
+from .checks.errors import CourseInputError  # raised here; fc.CourseInputError
 from .i18n import N_, _
 
 FORCE_INTERPRETER_ENV = "FLASHCOURSE_INTERPRET"
@@ -40,6 +40,12 @@ class Runtime:
 
 _current: Runtime | None = None
 _just_announced: Runtime | None = None  # printed by setup(); its display would repeat it
+
+
+def require(condition: bool, message: str) -> None:
+    """A launcher's input check: CourseInputError(message) unless `condition` holds."""
+    if not condition:
+        raise CourseInputError(message)
 
 
 def truthy(value: str | None) -> bool:

@@ -299,7 +299,7 @@ def compiled_path(root: Path, lang: str) -> Path:
 
 
 def translated_languages() -> list[str]:
-    return [lang for lang in i18n.LANGUAGES if lang != i18n.SOURCE_LANGUAGE]
+    return list(i18n.TRANSLATED)
 
 
 def _has_catalogs(root: Path) -> bool:

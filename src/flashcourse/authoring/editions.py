@@ -34,7 +34,7 @@ from .. import i18n
 from ..i18n import _
 from . import translation
 
-LANGUAGES = (i18n.SOURCE_LANGUAGE, *translation.TRANSLATED)
+LANGUAGES = i18n.LANGUAGES  # the English first, then each translation
 # each language's name as its readers write it: the text of the switch to it
 LANGUAGE_NAMES = {"en": "English", "zh": "中文"}
 BOOK_OUTPUT = {"en": Path("_book"), "zh": Path("_book") / "zh"}  # where Quarto renders each
@@ -46,15 +46,7 @@ RELATIVE_TARGET = re.compile(rf"\]\((?P<target>\.\./[^)\s]*)\)(?!\{{\.{SWITCH_CL
 OJS_DATA = re.compile(r'FileAttachment\("data/')  # the diagrams' tables, in book/data/
 
 
-class EditionError(ValueError):
-    """A language the course has no edition in; the message names the choices."""
-
-
-def check_language(lang: str) -> str:
-    if lang not in LANGUAGES:
-        raise EditionError(f"no edition in {lang!r}: the course's editions are "
-                           f"{', '.join(LANGUAGES)}")
-    return lang
+check_language = i18n.validate  # a language the course has no edition in: a clear error
 
 
 def folder(output_dir: str, lang: str) -> Path:

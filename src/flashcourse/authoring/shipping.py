@@ -20,7 +20,7 @@ INSTRUCTOR_ONLY = (
     "authoring/student_edition",  # the release's own files, copied to the top of the edition
     "checks/self_checks",  # the questions' answers
     "checks/tripwires.py",  # the grader's, in its sandbox
-    *(f"locale/{lang}/checks.po" for lang in i18n.LANGUAGES),  # the lesson checks' messages name
+    *(f"locale/{lang}/checks.po" for lang in i18n.TRANSLATED),  # the lesson checks' messages name
     # their mistakes and hidden cases; the edition's .mo is compiled from core.po alone
     *(f"checks/{module}" for module in LESSON_MODULES.values()),  # the references, the
     *(f"checks/{module}.py" for module in LESSON_MODULES.values()),  # hidden cases

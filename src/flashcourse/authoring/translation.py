@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from pathlib import Path
 
+from .. import i18n
 from ..checks.self_check_files import tomllib
 from . import learning_path
 
-TRANSLATED = ("zh",)  # the languages with an edition beside the English
+TRANSLATED = i18n.TRANSLATED  # the languages with an edition beside the English
 TRANSLATIONS_DIR = "lessons"  # lessons/<lang>/<source stem>.toml
 BOOK_INDEX = "index.qmd"
 FRONT_MATTER_KEYS = ("title", "skills", "time")

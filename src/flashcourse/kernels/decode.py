@@ -32,7 +32,9 @@ import triton.language as tl
 from .. import runtime
 from ..models.matmul import cdiv
 from . import LOG2E, tiles
-from .modern_attention import MIN_DOT_ROWS, _require, _scale, group_rows
+from .modern_attention import MIN_DOT_ROWS, _scale, check_paged_cache, group_rows
+
+_require = runtime.require
 
 MAX_DECODE_HEAD_DIM = 256
 
@@ -174,33 +176,15 @@ def _check_inputs(q, k_pages, v_pages, page_table, lengths, max_len) -> None:
     """Clear errors for the mistakes a caller makes with a paged decoding step."""
     runtime.check_tensors(q, k_pages, v_pages, page_table, lengths,
                           names=("q", "k_pages", "v_pages", "page_table", "lengths"), dot=True)
-    _require(q.dim() == 3, f"q must be (B, H, D), one new token per sequence; got shape "
-             f"{tuple(q.shape)}.")
-    B, H, D = q.shape
+    check_paged_cache(q, k_pages, v_pages, page_table, lengths)
+    D = q.shape[2]
     _require(1 <= D <= MAX_DECODE_HEAD_DIM,
              f"head dim {D} is not supported: the decoding kernel takes 1 to "
              f"{MAX_DECODE_HEAD_DIM}.")
-    _require(k_pages.dim() == 4 and k_pages.shape[3] == D,
-             f"k_pages must be (num_pages, PAGE_SIZE, H_KV, D) with D = {D}; got shape "
-             f"{tuple(k_pages.shape)}.")
-    _require(v_pages.shape == k_pages.shape and v_pages.stride() == k_pages.stride(),
-             "v_pages must have the shape and the strides of k_pages.")
+    _require(v_pages.stride() == k_pages.stride(), "v_pages must have the strides of k_pages.")
     _require(k_pages.dtype == q.dtype == v_pages.dtype,
              f"q, k_pages and v_pages must share one dtype; got {q.dtype}, {k_pages.dtype}, "
              f"{v_pages.dtype}.")
-    _require(q.stride(2) == 1 and k_pages.stride(3) == 1,
-             "the last axis (the head dim) of q and of the pages must be contiguous.")
-    H_KV = k_pages.shape[2]
-    _require(H % H_KV == 0, f"H={H} query heads must be a multiple of the H_KV={H_KV} "
-             "key/value heads.")
-    runtime.check_block_size("PAGE_SIZE", k_pages.shape[1])
-    _require(page_table.dtype == torch.int32 and page_table.dim() == 2
-             and page_table.shape[0] == B and page_table.stride(1) == 1,
-             f"page_table must be a (B, max_pages) = ({B}, ...) int32 tensor with contiguous "
-             f"rows; got {page_table.dtype} of shape {tuple(page_table.shape)}.")
-    _require(lengths.dtype == torch.int32 and tuple(lengths.shape) == (B,),
-             f"lengths must be a (B,) = ({B},) int32 tensor; got {lengths.dtype} of shape "
-             f"{tuple(lengths.shape)}.")
     room = page_table.shape[1] * k_pages.shape[1]
     _require(isinstance(max_len, int) and 0 <= max_len <= room,
              f"max_len={max_len!r} must be an int from 0 to the {room} keys the page table "

@@ -81,7 +81,7 @@ def check_reference_qkv(q, k, v) -> None:
 # ---------------------------------------------------------------- forward
 
 
-def _tma_ok(*tensors) -> bool:
+def tma_ok(*tensors) -> bool:
     """TMA needs a unit last stride, 16-byte aligned base and 16-byte multiples as the other
     strides."""
     for x in tensors:
@@ -93,7 +93,7 @@ def _tma_ok(*tensors) -> bool:
     return True
 
 
-def _descriptors(q, k, v, o, block_m: int, block_n: int) -> list:
+def tensor_descriptors(q, k, v, o, block_m: int, block_n: int) -> list:
     """(B, H, N, D) descriptors of q, k, v, o whose blocks are one head's row tiles."""
     d = q.shape[-1]
     return [TensorDescriptor.from_tensor(x, [1, 1, rows, d])
@@ -180,20 +180,20 @@ def _launch_forward(q, k, v, o, *, lse, causal, sm_scale, step, config, autotune
         kernel[(triton.cdiv(N, bm), B * H)](*args, HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn,
                                             CAUSAL=causal, num_warps=warps, num_stages=stages)
         return
-    use_tma = step.tma and _tma_ok(q, k, v, o)
+    use_tma = step.tma and tma_ok(q, k, v, o)
     interpreter = runtime.current().interpreter
     if step.halves and (interpreter or tiles.HALVES[D <= 64]):
         if bm < 32 and not interpreter:
             raise CourseInputError(f"step 7 splits BLOCK_M={bm} into two halves of at least 16 "
                                    "rows (the smallest tl.dot): use BLOCK_M >= 32.")
         if use_tma:
-            args[:4] = _descriptors(q, k, v, o, bm // 2, bn)
+            args[:4] = tensor_descriptors(q, k, v, o, bm // 2, bn)
         attn_fwd_halves_kernel[(triton.cdiv(N, bm), B * H)](
             *args, HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, USE_TMA=use_tma,
             num_warps=warps, num_stages=stages)
         return
     if use_tma:  # the kernel reads the tensors through these; strides stay as arguments
-        args[:4] = _descriptors(q, k, v, o, bm, bn)
+        args[:4] = tensor_descriptors(q, k, v, o, bm, bn)
     switches = dict(HEAD_D=D, CAUSAL=causal, USE_EXP2=step.use_exp2, SPLIT=step.split,
                     USE_TMA=use_tma, WARP_SPEC=step.warp_spec)
     if autotune and not interpreter and config is None and step.number in tiles.AUTOTUNE_STEPS:

@@ -233,14 +233,13 @@ def split_count(n_max: int, split_size: int) -> int:
     return max(1, cdiv(n_max, split_size))
 
 
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise runtime.CourseInputError(message)
+_require = runtime.require
 
 
-def _check_decode_inputs(q, k_pages, v_pages, page_table, lengths, m, l, o, split_size,
-                         block_n) -> None:
-    """Clear errors for the mistakes a caller makes with the paged split-KV launcher."""
+def check_paged_cache(q, k_pages, v_pages, page_table, lengths) -> None:
+    """Clear errors for the mistakes a caller makes with one query per sequence and a paged
+    cache: the shapes, the contiguous axes, the heads, the page table and the lengths (the
+    split-KV launcher here and the reference decoding step, decode.py)."""
     _require(q.dim() == 3, f"q must be (B, H, D), one new token per sequence; got shape "
              f"{tuple(q.shape)}.")
     B, H, D = q.shape
@@ -262,8 +261,15 @@ def _check_decode_inputs(q, k_pages, v_pages, page_table, lengths, m, l, o, spli
     _require(lengths.dtype == torch.int32 and tuple(lengths.shape) == (B,),
              f"lengths must be a (B,) = ({B},) int32 tensor; got {lengths.dtype} of shape "
              f"{tuple(lengths.shape)}.")
-    runtime.check_block_size("BLOCK_N", block_n)
     runtime.check_block_size("PAGE_SIZE", k_pages.shape[1])
+
+
+def _check_decode_inputs(q, k_pages, v_pages, page_table, lengths, m, l, o, split_size,
+                         block_n) -> None:
+    """Clear errors for the mistakes a caller makes with the paged split-KV launcher."""
+    check_paged_cache(q, k_pages, v_pages, page_table, lengths)
+    B, H, D = q.shape
+    runtime.check_block_size("BLOCK_N", block_n)
     _require(split_size >= block_n and split_size % block_n == 0,
              f"split_size={split_size} must be a positive multiple of BLOCK_N={block_n}.")
     S = m.shape[-1]

@@ -34,10 +34,15 @@ import triton.language as tl
 
 from .. import runtime
 from ..models.matmul import cdiv
-from ..runtime import CourseInputError
 from . import LOG2E, tiles
 from .common import key_value_sources, load_query_rows, load_rows, softmax_update, store_rows
-from .host import _descriptors, _tma_ok, check_reference_qkv, kernel_head_dim, run_at_kernel_width
+from .host import (
+    check_reference_qkv,
+    kernel_head_dim,
+    run_at_kernel_width,
+    tensor_descriptors,
+    tma_ok,
+)
 from .ladder import tma_supported
 from .modern_attention import EMPTY, FULL, PARTIAL, UNLIMITED, block_lists, classify_rule
 
@@ -169,9 +174,7 @@ class SparsePlan:
     tile_counts: dict  # FULL, PARTIAL and EMPTY tiles of the block map
 
 
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise CourseInputError(message)
+_require = runtime.require
 
 
 def _check_window(name: str, value) -> int:
@@ -263,10 +266,10 @@ def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma):
     """sparse_forward's launch at a kernel head dim (q.shape[-1] a power of two)."""
     B, H, N, D = q.shape
     block_m, block_n, warps, stages = plan.config
-    tma = use_tma and tma_supported() and _tma_ok(q, k, v, o)
+    tma = use_tma and tma_supported() and tma_ok(q, k, v, o)
     args = [q, k, v, o]
     if tma:
-        args = _descriptors(q, k, v, o, block_m, block_n)
+        args = tensor_descriptors(q, k, v, o, block_m, block_n)
     full_counts, full_index, part_counts, part_index = plan.lists
     docs = plan.docs if plan.docs is not None else plan.order  # unused without documents
     sparse_forward_kernel[(cdiv(N, block_m), B * H)](
