@@ -5,21 +5,25 @@ For every exercise cell of every lesson, the answer of each `# BLANK` line and e
 appear, whitespace removed, in what a student reads: the lesson's prose in the exercise
 notebook, the comments and docstrings of its code cells, the levels `fc.hint` shows, the
 self-check file's questions and hints, and every message the checks can print (each string
-literal under `checks/` that is not a docstring). A hit is dictation: the text hands over the
-line instead of teaching it.
+literal under `checks/` that is not a docstring), and the same in each translated edition (its
+exercise notebooks, its hint levels, its catalogs' messages). A hit is dictation: the text hands
+over the line instead of teaching it.
 """
 
 from __future__ import annotations
 
 import ast
 import io
+import json
 import re
 import tokenize
 from pathlib import Path
 
+import nbformat
 import pytest
 
-from flashcourse.authoring import build
+from flashcourse.authoring import build, catalogs
+from flashcourse.i18n import TRANSLATED
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = ROOT / "src" / "flashcourse" / "checks"
@@ -107,7 +111,40 @@ def student_texts(lesson_path: Path) -> list[tuple[str, str]]:
     toml = SELF_CHECKS / f"{lesson.slug}.toml"
     if toml.exists():
         texts.append((str(toml.relative_to(ROOT)), toml.read_text(encoding="utf-8")))
+    if lesson_path.parent == ROOT / build.LESSONS_DIR:  # a course lesson: its editions too
+        texts += translated_texts(lesson.slug)
     return texts
+
+
+def translated_texts(slug: str) -> list[tuple[str, str]]:
+    """What each translated edition shows beside the code: its exercise notebook's prose and
+    comments and its hint levels (as generated and committed)."""
+    texts = []
+    for lang in TRANSLATED:
+        path = ROOT / "exercises" / lang / f"{slug}.ipynb"
+        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            where = f"{path.relative_to(ROOT)} cell {cell.get('id', index)}"
+            if cell.cell_type == "markdown":
+                texts.append((where, cell.source))
+            else:
+                texts += [(where, text) for text in _comments_and_docstrings(cell.source)]
+        hints = ROOT / "src" / "flashcourse" / "hints" / lang / f"{slug}.json"
+        if hints.exists():
+            for exercise, levels in json.loads(hints.read_text(encoding="utf-8"))[
+                    "exercises"].items():
+                texts += [(f"{lang} hint {n} of {exercise}", text)
+                          for n, text in enumerate(levels, start=1)]
+    return texts
+
+
+def catalog_messages() -> list[tuple[str, str]]:
+    """(catalog, text) of every translated message a check can print."""
+    found = []
+    for lang in TRANSLATED:
+        for path in sorted((ROOT / "src" / "flashcourse" / "locale" / lang).glob("*.po")):
+            entries = catalogs.parse_po(path.read_text(encoding="utf-8"), path.name)
+            found += [(str(path.relative_to(ROOT)), e.msgstr) for e in entries if e.msgstr]
+    return found
 
 
 def _docstring_nodes(tree: ast.AST) -> set[int]:
@@ -159,7 +196,7 @@ def dictated(lesson_path: Path, messages: list[tuple[str, str]]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def messages():
-    return check_messages()
+    return check_messages() + catalog_messages()
 
 
 @pytest.mark.parametrize("lesson_path", LESSONS, ids=[path.stem for path in LESSONS])
