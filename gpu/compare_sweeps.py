@@ -23,7 +23,7 @@ COLUMNS = ("date", "gpu", "torch", "triton", "mode", "dtype", "d", "N", "causal"
 def rows_of(folder: Path) -> list[dict]:
     rows = []
     for mode in ("fwd", "fwdbwd"):
-        path = folder / f"07-attention-{mode}.csv"
+        path = folder / f"08-attention-{mode}.csv"
         if not path.is_file():
             raise SystemExit(f"{path}: missing; run the harness with --out {folder} first.")
         with path.open() as handle:

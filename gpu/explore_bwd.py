@@ -1,14 +1,16 @@
 """Tile configs of the reference backward (lesson 8) against cuDNN's backward, on a CUDA GPU.
 
     python gpu/explore_bwd.py [--out DIR] [--n 4096] [--d 64,128] [--repeats 3]
-                              [--kernels dkdv,dq,fused,pair]
+                              [--kernels dkdv,dq,fused,pair,pair+tma,fused+tma,pair+tma+ws]
 
 For d = 64 and 128, causal and not (fp16, B * N = 32k tokens), times the whole backward
 (delta pre-pass, dK/dV kernel, dQ kernel) while one kernel's config varies over a candidate
 list and the other keeps its tiles.LADDER_BACKWARD entry; and the fused variant ("fused",
 host.backward(fused_dq=True): the dK/dV kernel also adds dQ up with fp32 atomics, so P and dP
 are computed once, as FlashAttention-2's CUDA backward and FA3 do); "pair" changes both
-kernels' configs at once (PAIRS, beside the table's pair). cuDNN's backward (autograd
+kernels' configs at once (PAIRS, beside the table's pair). A list name alone reads and writes
+through pointers; "+tma" adds tensor descriptors (with "fused", dQ is added up by one TMA
+reduction per tile), "+ws" warp-specialised loops. cuDNN's backward (autograd
 of SDPA pinned to cuDNN, forward excluded) is timed round-robin with them. Every config is
 compiled first in parallel worker processes (Triton's cache is shared), and its dq, dk, dv are
 checked against the fp32 reference before timing, on the timing case and on ragged, batched,
@@ -46,19 +48,34 @@ CANDIDATES = {
            (64, 64, 4, 2)],
     # one kernel; BLOCK_N a multiple of BLOCK_M as for dK/dV
     "fused": [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 2), (32, 128, 4, 3),
-              (64, 64, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3), (128, 128, 8, 2)],
+              (64, 64, 4, 2), (64, 64, 4, 3), (32, 64, 4, 3), (128, 128, 8, 2),
+              (64, 64, 4, 4), (64, 64, 8, 2), (64, 64, 8, 3)],
 }
 # Both kernels' configs changed at once ("pair"), keyed on head dim <= 64: the best single
-# changes in 08-explore-bwd.csv (N = 1k and 4k) together, timed beside the table's own pair.
-# The winners (Triton 3.9, N = 1k-16k) are tiles.LADDER_BACKWARD now; configs_for skips the
-# one equal to the table's.
+# changes in 08-explore-bwd.csv (N = 1k and 4k) together, timed beside the table's own pair
+# (the winners of the first three, Triton 3.9, N = 1k-16k, became tiles.LADDER_BACKWARD); the
+# last three: the best single changes with tensor descriptors (Triton 3.6, N = 4k).
+# configs_for skips the one equal to the table's.
 PAIRS = {
     True: [((32, 128, 4, 4), (128, 64, 8, 3)), ((32, 128, 4, 4), (128, 64, 4, 3)),
-           ((32, 128, 4, 3), (128, 64, 8, 3))],
+           ((32, 128, 4, 3), (128, 64, 8, 3)), ((64, 64, 4, 3), (128, 64, 4, 3)),
+           ((64, 64, 4, 3), (128, 64, 8, 3)), ((32, 64, 4, 3), (128, 64, 8, 3))],
     False: [((32, 64, 4, 3), (128, 64, 8, 3)), ((64, 64, 4, 2), (128, 64, 8, 3)),
-            ((64, 128, 8, 3), (128, 64, 8, 3))],
+            ((64, 128, 8, 3), (128, 64, 8, 3)), ((64, 64, 4, 2), (128, 32, 8, 3)),
+            ((64, 64, 4, 3), (128, 64, 8, 3)), ((64, 64, 4, 3), (128, 32, 8, 3))],
 }
-KERNELS = (*CANDIDATES, "pair")
+LISTS = (*CANDIDATES, "pair")
+OPTIONS = {"tma": "tma", "ws": "warp_spec"}  # a kernel name's "+" suffixes: host.backward's
+
+
+def parse_kernel(name: str) -> tuple[str, dict]:
+    """("dkdv+tma" ->) the candidate list and host.backward's keyword switches."""
+    base, *suffixes = name.split("+")
+    if base not in LISTS or not set(suffixes) <= set(OPTIONS):
+        raise ValueError(f"unknown kernel list {name!r}: a list of {', '.join(LISTS)}, then "
+                         f"any of {', '.join('+' + o for o in OPTIONS)}")
+    switches = {"tma": False} | {OPTIONS[suffix]: True for suffix in suffixes}
+    return base, switches
 CASES = [(64, False), (64, True), (128, False), (128, True)]
 
 
@@ -66,6 +83,7 @@ def configs_for(kernel: str, d: int):
     """The specs timed for one kernel: (dK/dV config, dQ config) pairs with the candidate in
     one slot and the table's in the other; for "pair", the table's pair and PAIRS; or the
     fused kernel's configs."""
+    kernel, _ = parse_kernel(kernel)
     kv_cfg, q_cfg = tiles.LADDER_BACKWARD[d <= 64]
     if kernel == "pair":
         return [(kv_cfg, q_cfg), *(p for p in PAIRS[d <= 64] if p != (kv_cfg, q_cfg))]
@@ -78,6 +96,7 @@ def configs_for(kernel: str, d: int):
 
 def config_name(kernel: str, spec) -> str:
     """The config column: the varied kernel's config, both ("dkdv+dq") for a pair."""
+    kernel, _ = parse_kernel(kernel)
     if kernel == "pair":
         return "+".join("x".join(map(str, cfg)) for cfg in spec)
     cfg = {"dkdv": spec[0], "dq": spec[1]}.get(kernel, spec)
@@ -86,9 +105,11 @@ def config_name(kernel: str, spec) -> str:
 
 def backward_for(kernel: str, spec):
     """run_backward(q, k, v, o, lse, do, causal, sm_scale) -> (dq, dk, dv) for one spec."""
+    kernel, switches = parse_kernel(kernel)
     if kernel == "fused":
-        return functools.partial(host.backward, configs=(spec, None), fused_dq=True)
-    return functools.partial(host.backward, configs=spec)
+        return functools.partial(host.backward, configs=(spec, None), fused_dq=True,
+                                 **switches)
+    return functools.partial(host.backward, configs=spec, **switches)
 
 
 RAGGED = ((2, 3, 333), (3, 2, 257))  # (B, H, N) of the ragged checks, beside the timing case
@@ -128,13 +149,17 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=14)
     parser.add_argument("--d", default="64,128", help="head dims to explore")
     parser.add_argument("--kernels", default=",".join(CANDIDATES),
-                        help="which candidate lists to time: dkdv, dq, fused, pair")
+                        help="which candidate lists to time: dkdv, dq, fused, pair, each "
+                        "with +tma and +ws suffixes if wanted")
     args = parser.parse_args()
     kernels = [name for name in args.kernels.split(",") if name]
     head_dims = {int(d) for d in args.d.split(",") if d}
     chosen = [(d, causal) for d, causal in CASES if d in head_dims]
-    if not set(kernels) <= set(KERNELS):
-        raise SystemExit(f"--kernels: choose from {', '.join(KERNELS)}")
+    try:
+        for name in kernels:
+            parse_kernel(name)
+    except ValueError as err:
+        raise SystemExit(f"--kernels: {err}") from None
     if not torch.cuda.is_available():
         print("gpu/explore_bwd.py times kernels on a CUDA GPU; there is none here.")
         return 0
@@ -215,7 +240,7 @@ def main() -> int:
         print(f"d={d} causal={causal} N={args.n}: cuDNN backward {cudnn_ms:.3f} ms "
               f"(spread {harness.spread_pct(cudnn_times)}%)", flush=True)
         for row in case_rows:
-            print(f"  {row['kernel']:4s} {row['config']:12s} {row['backward_ms']!s:>8s} ms "
+            print(f"  {row['kernel']:11s} {row['config']:12s} {row['backward_ms']!s:>8s} ms "
                   f"cudnn x{row['vs_cudnn_bwd']!s:6s} spread {row['spread_pct']!s:>5s}% "
                   f"{row['status'][:90]}", flush=True)
         torch.cuda.empty_cache()

@@ -676,6 +676,38 @@ def test_fused_dq_backward_matches_autograd():
         assert verify.gradient_problems(grads, ref_grads, 1e-4) == [], causal
 
 
+@pytest.mark.parametrize("tma, fused, warp_spec", [
+    (False, False, False), (True, False, False), (True, True, False), (True, False, True)])
+def test_backward_variants_match_autograd(tma, fused, warp_spec):
+    # host.backward's switches: pointer loads or tensor descriptors, dQ by its own kernel or
+    # fused into dK/dV, warp-specialised loops; ragged N, B and H > 1, a transposed view
+    # (any strides: tma=None picks what they allow), a large-logit scale, both masks
+    gen = torch.Generator().manual_seed(8)
+    shapes = [((2, 3, 37, 16), 0.3, "bhnd"), ((1, 2, 50, 32), 2.0, "bnhd")]
+    for (B, H, N, D), scale, layout in shapes:
+        q, k, v, do = (torch.randn(B, N, H, D, generator=gen) * 2 for _ in range(4))
+        if layout == "bhnd":
+            q, k, v, do = (x.transpose(1, 2).contiguous() for x in (q, k, v, do))
+        else:
+            q, k, v, do = (x.transpose(1, 2) for x in (q, k, v, do))
+        for causal in (False, True):
+            o, lse = host.forward(q, k, v, causal, scale)
+            grads = host.backward(q, k, v, o, lse, do, causal, scale, fused_dq=fused,
+                                  tma=None if layout == "bnhd" else tma,
+                                  warp_spec=warp_spec)
+            rq, rk, rv = (x.clone().requires_grad_(True) for x in (q, k, v))
+            ref, _ = verify.reference_fp32(rq, rk, rv, causal, scale)
+            ref_grads = torch.autograd.grad(ref, (rq, rk, rv), do)
+            assert verify.gradient_problems(grads, ref_grads, 1e-4) == [], (B, causal)
+
+
+def test_backward_refuses_descriptors_on_strides_they_cannot_take():
+    q = torch.randn(1, 2, 5, 32)[..., ::2]  # every second column: a last stride of 2
+    o, lse = host.forward(q, q, q, False)
+    with pytest.raises(fc.CourseInputError, match="tensor descriptors need"):
+        host.backward(q, q, q, o, lse, q, False, tma=True)
+
+
 def test_time_ladder_times_steps_round_robin_and_keeps_going_past_a_failure(monkeypatch):
     from flashcourse.bench import harness
     from flashcourse.bench.cases import Case
@@ -791,16 +823,20 @@ def test_backward_explorer_warms_configs_and_reports_failures(root, monkeypatch)
     explore = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(explore)
     monkeypatch.setattr(explore, "RAGGED", ((2, 2, 37),))  # small: the interpreter is slow
-    good = (16, True, 40, "fused", (16, 16, 4, 1))
+    good = (16, True, 40, "fused+tma", (16, 16, 4, 1))
     bad = (16, False, 40, "dkdv", ((16, 12, 4, 1), (16, 16, 4, 1)))  # 12: no power of two
     failures = explore.warm([good, bad])
     assert list(failures) == [bad], failures
     pairs = explore.configs_for("pair", 128)
-    assert pairs[0] == explore.tiles.LADDER_BACKWARD[False] and len(pairs) == 3  # table first
+    assert pairs[0] == explore.tiles.LADDER_BACKWARD[False] and len(pairs) == 6  # table first
     assert len(set(pairs)) == len(pairs)  # the table's own pair is not timed twice
     assert explore.config_name("pair", pairs[1]) == "32x64x4x3+128x64x8x3"
     assert explore.config_name("dq", pairs[1]) == "128x64x8x3"
     assert "power of 2" in failures[bad] or "arange" in failures[bad], failures[bad]
+    assert explore.parse_kernel("pair+tma+ws") == ("pair", {"tma": True, "warp_spec": True})
+    assert explore.parse_kernel("dq") == ("dq", {"tma": False})  # the pointer loads
+    with pytest.raises(ValueError, match="unknown kernel list 'pair\\+tmaa'"):
+        explore.parse_kernel("pair+tmaa")
 
 
 def test_explored_forward_variants_match_attention(root):

@@ -50,6 +50,33 @@ def load_rows(src, b, h, start, offs, offs_d,  # where: a head's rows, or a desc
 
 
 @triton.jit
+def head_source(X, b, h, stride_b, stride_h,  # pointer or descriptor, head, strides
+                USE_TMA: tl.constexpr):  # meta-parameters
+    """What load_rows and store_tile read and write head (b, h) of X through: the descriptor
+    itself, or the head's first row."""
+    if USE_TMA:
+        src = X
+    else:
+        src = X + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+    return src
+
+
+@triton.jit
+def store_tile(dst, tile, b, h, start, offs, offs_d,  # where (head_source's), what, rows
+               stride_n, stride_d,  # strides of dst (unused with USE_TMA)
+               N,  # sizes
+               ROWS: tl.constexpr, HEAD_D: tl.constexpr,  # meta-parameters
+               USE_TMA: tl.constexpr):
+    """Store a (ROWS, HEAD_D) tile as rows start..start+ROWS of head (b, h), converted to the
+    tensor's dtype; rows >= N are not written."""
+    if USE_TMA:  # rows >= N fall outside the descriptor's shape and are dropped
+        dst.store([b, h, start, 0], tile.to(dst.dtype).reshape(1, 1, ROWS, HEAD_D))
+    else:
+        ptrs = dst + (start + offs)[:, None] * stride_n + offs_d[None, :] * stride_d
+        tl.store(ptrs, tile.to(dst.dtype.element_ty), mask=(start + offs)[:, None] < N)
+
+
+@triton.jit
 def softmax_update(s, acc, l_i, m_i, v,  # scores (BLOCK_M, BLOCK_N), running state, values
                    offs_m, offs_n,  # query rows and keys of s
                    N, qk_scale,  # sizes and scale
@@ -97,13 +124,8 @@ def key_value_sources(K, V, b, h,  # pointers or descriptors, head
                       USE_TMA: tl.constexpr):  # meta-parameters
     """What load_rows reads K and V of head (b, h) from: the descriptors, or the head's first
     row."""
-    if USE_TMA:
-        k_src = K
-        v_src = V
-    else:
-        k_src = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
-        v_src = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
-    return k_src, v_src
+    return (head_source(K, b, h, stride_kb, stride_kh, USE_TMA=USE_TMA),
+            head_source(V, b, h, stride_vb, stride_vh, USE_TMA=USE_TMA))
 
 
 @triton.jit
@@ -136,11 +158,8 @@ def store_rows(O, LSE, acc, l_i, m_i,  # outputs (pointers or O's descriptor), r
     else:
         lse = m_i + tl.log(l_i)
     offs_m = start + tl.arange(0, ROWS)
-    rows = offs_m < N
-    if USE_TMA:  # rows >= N fall outside the descriptor's shape and are dropped
-        O.store([b, h, start, 0], acc.to(O.dtype).reshape(1, 1, ROWS, HEAD_D))
-    else:
-        tl.store(head_rows(O, b.to(tl.int64), h.to(tl.int64), stride_ob, stride_oh, stride_on,
-                           stride_od, offs_m, offs_d), acc.to(O.dtype.element_ty),
-                 mask=rows[:, None])
-    tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=rows)
+    store_tile(head_source(O, b, h, stride_ob, stride_oh, USE_TMA=USE_TMA), acc, b, h, start,
+               tl.arange(0, ROWS), offs_d, stride_on, stride_od, N, ROWS=ROWS, HEAD_D=HEAD_D,
+               USE_TMA=USE_TMA)
+    tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
+

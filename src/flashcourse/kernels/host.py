@@ -25,7 +25,15 @@ from ..runtime import CourseInputError
 from . import attention, tiles
 from .backward import attn_bwd_delta_kernel, attn_bwd_dkdv_kernel, attn_bwd_dq_kernel
 from .forward import attn_fwd_halves_kernel, attn_fwd_kernel
-from .ladder import STEPS, Step, TensorDescriptor, as_step, config_for, step_supported
+from .ladder import (
+    STEPS,
+    Step,
+    TensorDescriptor,
+    as_step,
+    config_for,
+    step_supported,
+    tma_supported,
+)
 
 # ---------------------------------------------------------------- head dims
 
@@ -227,31 +235,53 @@ def backward_configs(d: int):
 
 
 def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
-             configs=None, fused_dq: bool = False):
+             configs=None, fused_dq: bool = False, tma: bool | None = None,
+             warp_spec: bool = False):
     """dq, dk, dv of attention, given the forward's output and logsumexp.
 
-    configs: (dK/dV config, dQ config). fused_dq=True (an experiment, timed by
-    gpu/explore_bwd.py): the dK/dV kernel adds dQ up in an fp32 buffer with atomics and no dQ
-    kernel runs (its config is ignored). Any head dim from 1 to MAX_HEAD_DIM, as forward.
+    configs: (dK/dV config, dQ config). tma: read and write through tensor descriptors (None:
+    wherever this Triton, GPU and the tensors' strides allow it; False: pointer loads).
+    fused_dq=True (an experiment, timed by gpu/explore_bwd.py): the dK/dV kernel adds dQ up in
+    an fp32 buffer, with atomics or, with tensor descriptors on a GPU, one TMA reduction per
+    tile, and no dQ kernel runs (its config is ignored). warp_spec=True (an experiment):
+    both kernels' unmasked loops are warp-specialised. Any head dim from 1 to MAX_HEAD_DIM, as
+    forward.
     """
     D = q.shape[-1]
     kernel_head_dim(D)  # refuses a head dim out of range before 1 / sqrt(D) fails
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    if tma and not tma_supported():
+        raise CourseInputError("backward(tma=True) needs tensor descriptors: this Triton or "
+                               "GPU has none; leave tma at None to use them where they work.")
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     launch = functools.partial(_launch_backward, lse=lse, causal=causal, sm_scale=sm_scale,
-                               configs=configs, fused_dq=fused_dq)
+                               configs=configs, fused_dq=fused_dq, tma=tma,
+                               warp_spec=warp_spec)
     run_at_kernel_width(launch, (q, k, v, o, do), (dq, dk, dv))
     return dq, dk, dv
 
 
-def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, configs, fused_dq):
-    """backward's three kernel launches, at a kernel head dim (q.shape[-1] a power of two)."""
+def _descriptors(*tensors_and_rows) -> list:
+    """(B, H, N, D) descriptors, one per (tensor, rows): blocks of `rows` rows of one head."""
+    return [TensorDescriptor.from_tensor(x, [1, 1, rows, x.shape[-1]])
+            for x, rows in tensors_and_rows]
+
+
+def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, configs, fused_dq,
+                     tma, warp_spec):
+    """backward's kernel launches, at a kernel head dim (q.shape[-1] a power of two)."""
     B, H, N, D = q.shape
     delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
     interpreter = runtime.current().interpreter
     block = tiles.INTERPRETER[0] if interpreter else tiles.DELTA_BLOCK_M
     attn_bwd_delta_kernel[(triton.cdiv(N, block), B * H)](
         o, do, delta, *_strides(o), *_strides(do), H, N, HEAD_D=D, BLOCK_M=block)
+    if tma is None:
+        tma = tma_supported() and tma_ok(q, k, v, do, dq, dk, dv)
+    elif tma and not tma_ok(q, k, v, do, dq, dk, dv):
+        raise CourseInputError("backward(tma=True): tensor descriptors need a unit last stride "
+                               "and 16-byte aligned rows; pass contiguous tensors or tma=None.")
+    bulk = fused_dq and tma and not interpreter  # the interpreter has no TMA reduction
     attempts = [configs] if configs else [backward_configs(D), tiles.LADDER_BACKWARD_FALLBACK]
     for number, (kv_cfg, q_cfg) in enumerate(attempts):
         try:
@@ -259,19 +289,29 @@ def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, confi
             dq_acc = torch.zeros((B, H, N, D), dtype=torch.float32, device=q.device) \
                 if fused_dq else delta
             bm, bn, warps, stages = kv_cfg
+            tensors = [q, k, v, do, dk, dv, dq_acc]
+            if tma:
+                tensors[:6] = _descriptors((q, bm), (k, bn), (v, bn), (do, bm), (dk, bn),
+                                           (dv, bn))
+            if bulk:
+                tensors[6], = _descriptors((dq_acc, bm))
             attn_bwd_dkdv_kernel[(triton.cdiv(N, bn), B * H)](
-                q, k, v, do, lse, delta, dk, dv, dq_acc, sm_scale, *_strides(q),
-                *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv), H, N,
-                HEAD_D=D, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, FUSED_DQ=fused_dq,
-                num_warps=warps, num_stages=stages)
+                *tensors[:4], lse, delta, *tensors[4:], sm_scale, *_strides(q), *_strides(k),
+                *_strides(v), *_strides(do), *_strides(dk), *_strides(dv), H, N, HEAD_D=D,
+                BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, FUSED_DQ=fused_dq, USE_TMA=tma,
+                DQ_BULK=bulk, WARP_SPEC=warp_spec, num_warps=warps, num_stages=stages)
             if fused_dq:
                 dq.copy_(dq_acc)
                 break
             bm, bn, warps, stages = q_cfg
+            tensors = [q, k, v, do, dq]
+            if tma:
+                tensors = _descriptors((q, bm), (k, bn), (v, bn), (do, bm), (dq, bm))
             attn_bwd_dq_kernel[(triton.cdiv(N, bm), B * H)](
-                q, k, v, do, lse, delta, dq, sm_scale, *_strides(q), *_strides(k),
+                *tensors[:4], lse, delta, tensors[4], sm_scale, *_strides(q), *_strides(k),
                 *_strides(v), *_strides(do), *_strides(dq), H, N, HEAD_D=D, BLOCK_M=bm,
-                BLOCK_N=bn, CAUSAL=causal, num_warps=warps, num_stages=stages)
+                BLOCK_N=bn, CAUSAL=causal, USE_TMA=tma, WARP_SPEC=warp_spec,
+                num_warps=warps, num_stages=stages)
             break
         except triton.runtime.errors.OutOfResources:  # too much shared memory: smaller tiles
             if number == len(attempts) - 1:

@@ -40,12 +40,13 @@ TUNED_WIDE = (128, 64, 8, 2)
 
 # Backward, keyed on head dim <= 64: (dK/dV config, dQ config). Measured as pairs on an H200
 # with Triton 3.9 (gpu/explore_bwd.py --kernels pair, fp16, N = 1k, 4k and 16k, round-robin beside
-# cuDNN): at d = 128 these ran 1.07-1.24x the earlier ((64, 128, 8, 2), (128, 64, 8, 2)); at
-# d = 64, 1.06-1.10x the earlier ((32, 128, 4, 3), (128, 32, 4, 3)) without a mask and
-# 0.98-1.02x with the causal one (assets/results/08-explore-bwd.csv). The dK/dV kernel keeps a
-# key block resident and walks query blocks, the dQ kernel the other way round.
+# cuDNN): at d = 128 these ran 1.07-1.24x the earlier ((64, 128, 8, 2), (128, 64, 8, 2)). At
+# d = 64 the dK/dV config is the best single change with tensor descriptors (Triton 3.6, N = 4k,
+# --kernels dkdv+tma: 0.86x and 0.89x cuDNN's backward without and with the mask, against 0.78x
+# and 0.84x for the earlier (32, 128, 4, 4); assets/results/08-explore-bwd.csv). The dK/dV kernel
+# keeps a key block resident and walks query blocks, the dQ kernel the other way round.
 LADDER_BACKWARD = {
-    True: ((32, 128, 4, 4), (128, 64, 4, 3)),
+    True: ((64, 64, 4, 3), (128, 64, 4, 3)),
     False: ((64, 64, 4, 2), (128, 64, 8, 3)),
 }
 # Head dim 256 (and the head dims padded to it): the fastest of four dK/dV configs with dQ at
