@@ -12,7 +12,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import LOG2E, head_rows, head_source, load_rows, store_tile
+from .common import (
+    LOG2E,
+    head_rows,
+    head_source,
+    key_value_sources,
+    load_rows,
+    load_tile,
+    store_tile,
+)
 
 
 @triton.jit
@@ -106,13 +114,10 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, sm_scale,  # t
     h = bh % H
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_D)
-    offs = tl.arange(0, BLOCK_N)
-    k_src = head_source(K, b, h, stride_kb, stride_kh, USE_TMA=USE_TMA)
-    v_src = head_source(V, b, h, stride_vb, stride_vh, USE_TMA=USE_TMA)
-    k = load_rows(k_src, b, h, start_n, offs, offs_d, stride_kn, stride_kd, N, MASK_ROWS=True,
-                  USE_TMA=USE_TMA)  # (BLOCK_N, HEAD_D), resident for the whole loop
-    v = load_rows(v_src, b, h, start_n, offs, offs_d, stride_vn, stride_vd, N, MASK_ROWS=True,
-                  USE_TMA=USE_TMA)
+    k = load_tile(K, b, h, start_n, offs_d, stride_kb, stride_kh, stride_kn, stride_kd, N,
+                  ROWS=BLOCK_N, USE_TMA=USE_TMA)  # (BLOCK_N, HEAD_D), resident for the loop
+    v = load_tile(V, b, h, start_n, offs_d, stride_vb, stride_vh, stride_vn, stride_vd, N,
+                  ROWS=BLOCK_N, USE_TMA=USE_TMA)
     q_src = head_source(Q, b, h, stride_qb, stride_qh, USE_TMA=USE_TMA)
     do_src = head_source(DO, b, h, stride_dob, stride_doh, USE_TMA=USE_TMA)
     lse_base = LSE + bh.to(tl.int64) * N
@@ -140,12 +145,10 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, sm_scale,  # t
                                  BLOCK_M=BLOCK_M, MASKED=False, FUSED_DQ=FUSED_DQ,
                                  USE_TMA=USE_TMA, DQ_BULK=DQ_BULK, WARP_SPEC=WARP_SPEC)
     dk = dk * sm_scale  # S = sm_scale * Q K^T: the scale comes back once in dK
-    store_tile(head_source(DK, b, h, stride_dkb, stride_dkh, USE_TMA=USE_TMA), dk, b, h,
-               start_n, offs, offs_d, stride_dkn, stride_dkd, N, ROWS=BLOCK_N, HEAD_D=HEAD_D,
-               USE_TMA=USE_TMA)
-    store_tile(head_source(DV, b, h, stride_dvb, stride_dvh, USE_TMA=USE_TMA), dv, b, h,
-               start_n, offs, offs_d, stride_dvn, stride_dvd, N, ROWS=BLOCK_N, HEAD_D=HEAD_D,
-               USE_TMA=USE_TMA)
+    store_tile(DK, dk, b, h, start_n, offs_d, stride_dkb, stride_dkh, stride_dkn, stride_dkd, N,
+               ROWS=BLOCK_N, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
+    store_tile(DV, dv, b, h, start_n, offs_d, stride_dvb, stride_dvh, stride_dvn, stride_dvd, N,
+               ROWS=BLOCK_N, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
 
 
 @triton.jit
@@ -196,19 +199,17 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,  # tensors, scale
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
-    offs = tl.arange(0, BLOCK_M)
-    offs_m = start_m + offs
+    offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     rows = offs_m < N
-    q = load_rows(head_source(Q, b, h, stride_qb, stride_qh, USE_TMA=USE_TMA), b, h, start_m,
-                  offs, offs_d, stride_qn, stride_qd, N, MASK_ROWS=True, USE_TMA=USE_TMA)
-    do = load_rows(head_source(DO, b, h, stride_dob, stride_doh, USE_TMA=USE_TMA), b, h,
-                   start_m, offs, offs_d, stride_don, stride_dod, N, MASK_ROWS=True,
-                   USE_TMA=USE_TMA)
+    q = load_tile(Q, b, h, start_m, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
+                  ROWS=BLOCK_M, USE_TMA=USE_TMA)
+    do = load_tile(DO, b, h, start_m, offs_d, stride_dob, stride_doh, stride_don, stride_dod, N,
+                   ROWS=BLOCK_M, USE_TMA=USE_TMA)
     lse2 = tl.load(LSE + bh.to(tl.int64) * N + offs_m, mask=rows, other=0.0) * LOG2E
     delta = tl.load(DELTA + bh.to(tl.int64) * N + offs_m, mask=rows, other=0.0)
-    k_src = head_source(K, b, h, stride_kb, stride_kh, USE_TMA=USE_TMA)
-    v_src = head_source(V, b, h, stride_vb, stride_vh, USE_TMA=USE_TMA)
+    k_src, v_src = key_value_sources(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh,
+                                     USE_TMA=USE_TMA)
     qk_scale = sm_scale * LOG2E
     dq = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
     if CAUSAL:  # keys left of the block need no mask; the diagonal keys do
@@ -225,6 +226,5 @@ def attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,  # tensors, scale
                                stride_kd, stride_vn, stride_vd, offs_m, offs_d, 0, N, N,
                                qk_scale, BLOCK_N=BLOCK_N, MASKED=False, USE_TMA=USE_TMA,
                                WARP_SPEC=WARP_SPEC)
-    store_tile(head_source(DQ, b, h, stride_dqb, stride_dqh, USE_TMA=USE_TMA), dq * sm_scale,
-               b, h, start_m, offs, offs_d, stride_dqn, stride_dqd, N, ROWS=BLOCK_M,
-               HEAD_D=HEAD_D, USE_TMA=USE_TMA)
+    store_tile(DQ, dq * sm_scale, b, h, start_m, offs_d, stride_dqb, stride_dqh, stride_dqn,
+               stride_dqd, N, ROWS=BLOCK_M, HEAD_D=HEAD_D, USE_TMA=USE_TMA)

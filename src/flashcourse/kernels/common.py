@@ -52,8 +52,8 @@ def load_rows(src, b, h, start, offs, offs_d,  # where: a head's rows, or a desc
 @triton.jit
 def head_source(X, b, h, stride_b, stride_h,  # pointer or descriptor, head, strides
                 USE_TMA: tl.constexpr):  # meta-parameters
-    """What load_rows and store_tile read and write head (b, h) of X through: the descriptor
-    itself, or the head's first row."""
+    """What load_rows reads head (b, h) of X through: the descriptor itself, or the head's
+    first row."""
     if USE_TMA:
         src = X
     else:
@@ -62,18 +62,20 @@ def head_source(X, b, h, stride_b, stride_h,  # pointer or descriptor, head, str
 
 
 @triton.jit
-def store_tile(dst, tile, b, h, start, offs, offs_d,  # where (head_source's), what, rows
-               stride_n, stride_d,  # strides of dst (unused with USE_TMA)
+def store_tile(X, tile, b, h, start, offs_d,  # pointer or descriptor, what, head, first row
+               stride_b, stride_h, stride_n, stride_d,  # strides (unused with USE_TMA)
                N,  # sizes
                ROWS: tl.constexpr, HEAD_D: tl.constexpr,  # meta-parameters
                USE_TMA: tl.constexpr):
     """Store a (ROWS, HEAD_D) tile as rows start..start+ROWS of head (b, h), converted to the
     tensor's dtype; rows >= N are not written."""
+    dst = head_source(X, b, h, stride_b, stride_h, USE_TMA=USE_TMA)
     if USE_TMA:  # rows >= N fall outside the descriptor's shape and are dropped
         dst.store([b, h, start, 0], tile.to(dst.dtype).reshape(1, 1, ROWS, HEAD_D))
     else:
-        ptrs = dst + (start + offs)[:, None] * stride_n + offs_d[None, :] * stride_d
-        tl.store(ptrs, tile.to(dst.dtype.element_ty), mask=(start + offs)[:, None] < N)
+        rows = start + tl.arange(0, ROWS)
+        ptrs = dst + rows[:, None] * stride_n + offs_d[None, :] * stride_d
+        tl.store(ptrs, tile.to(dst.dtype.element_ty), mask=rows[:, None] < N)
 
 
 @triton.jit
@@ -104,18 +106,15 @@ def softmax_update(s, acc, l_i, m_i, v,  # scores (BLOCK_M, BLOCK_N), running st
 
 
 @triton.jit
-def load_query_rows(Q, b, h, start, offs_d,  # pointer or descriptor, head, first row
-                    stride_qb, stride_qh, stride_qn, stride_qd,  # strides
-                    N,  # sizes
-                    ROWS: tl.constexpr, USE_TMA: tl.constexpr):  # meta-parameters
-    """Query rows start..start+ROWS of head (b, h), (ROWS, HEAD_D); rows >= N read as 0."""
-    offs = tl.arange(0, ROWS)
-    if USE_TMA:  # the copy engine moves whole tiles; the descriptor carries shape and strides
-        q = load_rows(Q, b, h, start, offs, offs_d, 0, 0, N, MASK_ROWS=True, USE_TMA=True)
-    else:
-        q = load_rows(Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh, b, h, start,
-                      offs, offs_d, stride_qn, stride_qd, N, MASK_ROWS=True, USE_TMA=False)
-    return q
+def load_tile(X, b, h, start, offs_d,  # pointer or descriptor, head, first row
+              stride_b, stride_h, stride_n, stride_d,  # strides (unused with USE_TMA)
+              N,  # sizes
+              ROWS: tl.constexpr, USE_TMA: tl.constexpr):  # meta-parameters
+    """Rows start..start+ROWS of head (b, h) of X, (ROWS, HEAD_D); rows >= N read as 0. With
+    USE_TMA the copy engine moves the whole tile: the descriptor carries shape and strides."""
+    return load_rows(head_source(X, b, h, stride_b, stride_h, USE_TMA=USE_TMA), b, h, start,
+                     tl.arange(0, ROWS), offs_d, stride_n, stride_d, N, MASK_ROWS=True,
+                     USE_TMA=USE_TMA)
 
 
 @triton.jit
@@ -157,9 +156,8 @@ def store_rows(O, LSE, acc, l_i, m_i,  # outputs (pointers or O's descriptor), r
         lse = (m_i + tl.log2(l_i)) * LN2  # back to natural log for backward
     else:
         lse = m_i + tl.log(l_i)
+    store_tile(O, acc, b, h, start, offs_d, stride_ob, stride_oh, stride_on, stride_od, N,
+               ROWS=ROWS, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
     offs_m = start + tl.arange(0, ROWS)
-    store_tile(head_source(O, b, h, stride_ob, stride_oh, USE_TMA=USE_TMA), acc, b, h, start,
-               tl.arange(0, ROWS), offs_d, stride_on, stride_od, N, ROWS=ROWS, HEAD_D=HEAD_D,
-               USE_TMA=USE_TMA)
     tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
 

@@ -16,8 +16,8 @@ from .common import (
     LOG2E,
     key_ranges,
     key_value_sources,
-    load_query_rows,
     load_rows,
+    load_tile,
     softmax_update,
     store_rows,
 )
@@ -101,8 +101,8 @@ def attn_fwd_kernel(Q, K, V, O, LSE, sm_scale,  # pointers (or descriptors), sca
     start = start_m * BLOCK_M
     offs_m = start + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
-    q = load_query_rows(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
-                        ROWS=BLOCK_M, USE_TMA=USE_TMA)  # (BLOCK_M, HEAD_D), kept for the loop
+    q = load_tile(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
+                  ROWS=BLOCK_M, USE_TMA=USE_TMA)  # (BLOCK_M, HEAD_D), kept for the loop
     k_src, v_src = key_value_sources(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh,
                                      USE_TMA=USE_TMA)
     if USE_EXP2:
@@ -164,10 +164,10 @@ def attn_fwd_halves_kernel(Q, K, V, O, LSE, sm_scale,  # pointers (or descriptor
     offs_m0 = start + tl.arange(0, HALF)
     offs_m1 = offs_m0 + HALF
     offs_d = tl.arange(0, HEAD_D)
-    q0 = load_query_rows(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
-                         ROWS=HALF, USE_TMA=USE_TMA)
-    q1 = load_query_rows(Q, b, h, start + HALF, offs_d, stride_qb, stride_qh, stride_qn,
-                         stride_qd, N, ROWS=HALF, USE_TMA=USE_TMA)
+    q0 = load_tile(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
+                   ROWS=HALF, USE_TMA=USE_TMA)
+    q1 = load_tile(Q, b, h, start + HALF, offs_d, stride_qb, stride_qh, stride_qn,
+                   stride_qd, N, ROWS=HALF, USE_TMA=USE_TMA)
     k_src, v_src = key_value_sources(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh,
                                      USE_TMA=USE_TMA)
     qk_scale = sm_scale * LOG2E

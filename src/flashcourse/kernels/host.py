@@ -101,11 +101,15 @@ def tma_ok(*tensors) -> bool:
     return True
 
 
+def descriptors(*tensors_and_rows) -> list:
+    """(B, H, N, D) descriptors, one per (tensor, rows): blocks of `rows` rows of one head."""
+    return [TensorDescriptor.from_tensor(x, [1, 1, rows, x.shape[-1]])
+            for x, rows in tensors_and_rows]
+
+
 def tensor_descriptors(q, k, v, o, block_m: int, block_n: int) -> list:
-    """(B, H, N, D) descriptors of q, k, v, o whose blocks are one head's row tiles."""
-    d = q.shape[-1]
-    return [TensorDescriptor.from_tensor(x, [1, 1, rows, d])
-            for x, rows in ((q, block_m), (k, block_n), (v, block_n), (o, block_m))]
+    """The forward's descriptors of q, k, v, o: block_m query rows, block_n key rows."""
+    return descriptors((q, block_m), (k, block_n), (v, block_n), (o, block_m))
 
 
 def _strides(x) -> list[int]:
@@ -250,21 +254,12 @@ def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
     D = q.shape[-1]
     kernel_head_dim(D)  # refuses a head dim out of range before 1 / sqrt(D) fails
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
-    if tma and not tma_supported():
-        raise CourseInputError("backward(tma=True) needs tensor descriptors: this Triton or "
-                               "GPU has none; leave tma at None to use them where they work.")
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     launch = functools.partial(_launch_backward, lse=lse, causal=causal, sm_scale=sm_scale,
                                configs=configs, fused_dq=fused_dq, tma=tma,
                                warp_spec=warp_spec)
     run_at_kernel_width(launch, (q, k, v, o, do), (dq, dk, dv))
     return dq, dk, dv
-
-
-def _descriptors(*tensors_and_rows) -> list:
-    """(B, H, N, D) descriptors, one per (tensor, rows): blocks of `rows` rows of one head."""
-    return [TensorDescriptor.from_tensor(x, [1, 1, rows, x.shape[-1]])
-            for x, rows in tensors_and_rows]
 
 
 def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, configs, fused_dq,
@@ -276,11 +271,14 @@ def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, confi
     block = tiles.INTERPRETER[0] if interpreter else tiles.DELTA_BLOCK_M
     attn_bwd_delta_kernel[(triton.cdiv(N, block), B * H)](
         o, do, delta, *_strides(o), *_strides(do), H, N, HEAD_D=D, BLOCK_M=block)
-    if tma is None:
-        tma = tma_supported() and tma_ok(q, k, v, do, dq, dk, dv)
-    elif tma and not tma_ok(q, k, v, do, dq, dk, dv):
+    if tma and not tma_supported():
+        raise CourseInputError("backward(tma=True) needs tensor descriptors: this Triton or "
+                               "GPU has none; leave tma at None to use them where they work.")
+    if tma and not tma_ok(q, k, v, do, dq, dk, dv):
         raise CourseInputError("backward(tma=True): tensor descriptors need a unit last stride "
                                "and 16-byte aligned rows; pass contiguous tensors or tma=None.")
+    if tma is None:
+        tma = tma_supported() and tma_ok(q, k, v, do, dq, dk, dv)
     bulk = fused_dq and tma and not interpreter  # the interpreter has no TMA reduction
     attempts = [configs] if configs else [backward_configs(D), tiles.LADDER_BACKWARD_FALLBACK]
     for number, (kv_cfg, q_cfg) in enumerate(attempts):
@@ -291,10 +289,10 @@ def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, confi
             bm, bn, warps, stages = kv_cfg
             tensors = [q, k, v, do, dk, dv, dq_acc]
             if tma:
-                tensors[:6] = _descriptors((q, bm), (k, bn), (v, bn), (do, bm), (dk, bn),
+                tensors[:6] = descriptors((q, bm), (k, bn), (v, bn), (do, bm), (dk, bn),
                                            (dv, bn))
             if bulk:
-                tensors[6], = _descriptors((dq_acc, bm))
+                tensors[6], = descriptors((dq_acc, bm))
             attn_bwd_dkdv_kernel[(triton.cdiv(N, bn), B * H)](
                 *tensors[:4], lse, delta, *tensors[4:], sm_scale, *_strides(q), *_strides(k),
                 *_strides(v), *_strides(do), *_strides(dk), *_strides(dv), H, N, HEAD_D=D,
@@ -306,7 +304,7 @@ def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, confi
             bm, bn, warps, stages = q_cfg
             tensors = [q, k, v, do, dq]
             if tma:
-                tensors = _descriptors((q, bm), (k, bn), (v, bn), (do, bm), (dq, bm))
+                tensors = descriptors((q, bm), (k, bn), (v, bn), (do, bm), (dq, bm))
             attn_bwd_dq_kernel[(triton.cdiv(N, bm), B * H)](
                 *tensors[:4], lse, delta, tensors[4], sm_scale, *_strides(q), *_strides(k),
                 *_strides(v), *_strides(do), *_strides(dq), H, N, HEAD_D=D, BLOCK_M=bm,

@@ -35,7 +35,7 @@ import triton.language as tl
 from .. import runtime
 from ..models.matmul import cdiv
 from . import LOG2E, tiles
-from .common import key_value_sources, load_query_rows, load_rows, softmax_update, store_rows
+from .common import key_value_sources, load_rows, load_tile, softmax_update, store_rows
 from .host import (
     check_reference_qkv,
     kernel_head_dim,
@@ -120,8 +120,8 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
     start = start_m * BLOCK_M
     rows = start + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
-    q = load_query_rows(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
-                        ROWS=BLOCK_M, USE_TMA=USE_TMA)
+    q = load_tile(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
+                  ROWS=BLOCK_M, USE_TMA=USE_TMA)
     k_src, v_src = key_value_sources(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh,
                                      USE_TMA=USE_TMA)
     if HAS_DOCS:
