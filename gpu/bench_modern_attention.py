@@ -78,6 +78,8 @@ class Bench:
         self.flex_seconds = {"masks": 0.0, "decode": 0.0}
         self.failures = []
         self.fair_flex = False  # --fair-flex: one minimal mask_mod per mask
+        self.fair_flex_dtypes = ("float16",)  # --fair-flex's dtypes (--dtype)
+        self.mask_head_dims: tuple[int, ...] = ()  # --d: only these head dims in the masks part
 
     def time(self, fn) -> tuple[float, float, float]:
         """(median, 20th, 80th percentile) in ms; the interpreter runs fn once (time 0)."""
@@ -212,7 +214,10 @@ def bench_masks(b: Bench, kernels, ma, sf, write_rows) -> list[dict]:
 
     grid, H = mask_grid(b, torch)
     if b.fair_flex:
-        grid = [(n, dtype, d) for n, dtype, d in grid if dtype == torch.float16]
+        grid = [(n, dtype, d) for n, dtype, d in grid
+                if str(dtype)[6:] in b.fair_flex_dtypes]
+    if b.mask_head_dims:
+        grid = [(n, dtype, d) for n, dtype, d in grid if d in b.mask_head_dims]
     window = 32 if b.mode == "interpreter" else WINDOW
     flex, create_block_mask = flex_functions(b)
     rows = []
@@ -773,10 +778,15 @@ def main() -> int:
                         help="run only these parts (repeatable; default: all three)")
     parser.add_argument("--fair-flex", action="store_true",
                         help="the masks part times only the reference against FlexAttention "
-                        "with one minimal mask_mod per mask, in fp16 (09-masks-flex.csv)")
+                        "with one minimal mask_mod per mask (09-masks-flex.csv)")
+    parser.add_argument("--dtype", choices=("float16", "bfloat16"), action="append",
+                        help="with --fair-flex: the dtypes to time (repeatable; default "
+                        "float16)")
     parser.add_argument("--sweep", action="store_true",
                         help="the steps part also times the reference sparse kernel's "
                         "candidate tiles (SWEEP_CONFIGS)")
+    parser.add_argument("--d", type=int, action="append",
+                        help="the masks part's head dims (repeatable; default 128 and 64)")
     args = parser.parse_args()
     parts = args.part or ["masks", "steps", "decode"]
     mode = "interpreter" if args.interpreter else "quick" if args.quick else "full"
@@ -796,6 +806,8 @@ def main() -> int:
     kernels = load_kernels()
     b = Bench(mode)
     b.fair_flex = args.fair_flex
+    b.fair_flex_dtypes = tuple(args.dtype or ("float16",))
+    b.mask_head_dims = tuple(args.d or ())
     written = []
     if "steps" in parts:
         steps, sweeps = bench_sparse_steps(b, kernels, ma, sf, args.sweep)

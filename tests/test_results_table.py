@@ -53,3 +53,36 @@ def test_the_measured_ceilings_are_the_recorded_ones(root):
     copy = rows[("device-to-device copy", "2 GiB")]
     assert hardware.H200_MEASURED_GEMM_BF16_TFLOPS == round(gemm)
     assert hardware.H200_MEASURED_COPY_TBS == round(copy, 1)
+
+
+def _two_version_table(tmp_path, monkeypatch):
+    from flashcourse import bench
+
+    (tmp_path / "xx-demo.csv").write_text(
+        "date,gpu,torch,triton,cuda,python,d,ratio\n"
+        "2026-12-02,NVIDIA H200,2.11,3.6.0,13.0,3.12,64,0.9\n"
+        "2026-12-03,NVIDIA H200,2.11,3.9.0,13.0,3.12,64,1.1\n", encoding="utf-8")
+    monkeypatch.setattr(bench, "RECORDED_RESULTS", tmp_path)
+    return bench
+
+
+def test_a_table_of_two_runs_names_both_versions_and_tells_rows_apart(tmp_path, monkeypatch,
+                                                                      capsys):
+    bench = _two_version_table(tmp_path, monkeypatch)
+    bench.show_recorded("xx-demo", ["d", "ratio"])
+    header, columns, _, first, second = capsys.readouterr().out.splitlines()
+    assert header == ("Measured 2026-12-02 to 2026-12-03 on NVIDIA H200, torch 2.11, "
+                      "Triton 3.6.0 and 3.9.0:")
+    assert columns == "| triton | d | ratio |"
+    assert first.startswith("| 3.6.0 |") and second.startswith("| 3.9.0 |")
+
+
+def test_a_filtered_table_shows_only_its_run(tmp_path, monkeypatch, capsys):
+    bench = _two_version_table(tmp_path, monkeypatch)
+    bench.show_recorded("xx-demo", ["d", "ratio"], where={"triton": "3.9.0"})
+    header, columns, _, only = capsys.readouterr().out.splitlines()
+    assert header == "Measured 2026-12-03 on NVIDIA H200, torch 2.11, Triton 3.9.0:"
+    assert columns == "| d | ratio |" and only == "| 64 | 1.1 |"
+    bench.show_recorded("xx-demo", ["d"], where={"triton": "3.7.0"})
+    assert (capsys.readouterr().out.strip()
+            == "No recorded results for xx-demo where {'triton': '3.7.0'}.")

@@ -35,6 +35,11 @@ def _where(rows: list[dict], **equal) -> list[dict]:
     return [row for row in rows if all(row[key] == value for key, value in equal.items())]
 
 
+def _versions(rows: list[dict]) -> str:
+    """The Triton versions a table's rows were measured with: '3.6.0' or '3.6.0, 3.9.0'."""
+    return ", ".join(sorted({row["triton"] for row in rows}))
+
+
 def one_row(rows: list[dict], **equal) -> dict:
     found = _where(rows, **equal)
     if len(found) != 1:
@@ -82,7 +87,7 @@ def rows(results: Path) -> list[tuple[int, str, str, str]]:
 
     lesson6 = [row for row in read_table(results, "06-flash-attention-fwd")
                if int(row["N"]) >= 4096]
-    triton6 = ", ".join(sorted({row["triton"] for row in lesson6}))
+    triton6 = _versions(lesson6)
     add(6, f"lesson 6's forward vs SDPA flash backend, fp16/bf16, d 64/128, N >= 4096 "
         f"(Triton {triton6})", _span([float(row["fwd ratio"]) for row in lesson6]),
         "06-flash-attention-fwd")
@@ -90,7 +95,7 @@ def rows(results: Path) -> list[tuple[int, str, str, str]]:
     for lesson, mode, what in ((6, "fwd", "lesson 6's forward"),
                                (7, "fwdbwd", "lessons 6-7's forward+backward")):
         cells = _where(against, mode=mode)
-        versions = ", ".join(sorted({row["triton"] for row in cells}))
+        versions = _versions(cells)
         add(lesson, f"{what} vs the course's reference (lesson 8), "
             f"{len(cells)} cells, N 1k-16k (Triton {versions})",
             _span([float(row["lesson6/course"]) for row in cells]), "06-vs-reference")
@@ -101,7 +106,7 @@ def rows(results: Path) -> list[tuple[int, str, str, str]]:
     sweeps = (("forward", "08-attention-fwd"), ("forward+backward", "08-attention-fwdbwd"))
     for mode, name in sweeps:
         rows = read_table(results, name)
-        versions = ", ".join(sorted({row["triton"] for row in rows}))
+        versions = _versions(rows)
         shapes = "fp16/bf16, d 64/128, N 1k-16k"
         add(8, f"reference kernel {mode} vs SDPA cuDNN backend, {shapes} (Triton {versions})",
             _span([float(row["course/cudnn"]) for row in rows]), name)
@@ -109,27 +114,30 @@ def rows(results: Path) -> list[tuple[int, str, str, str]]:
             _span([float(row["course/flash"]) for row in rows]), name)
 
     ladder = _where(read_table(results, "08-ladder"), step="7", N="4096", dtype="fp16")
-    versions = ", ".join(sorted({row["triton"] for row in ladder}))
+    versions = _versions(ladder)
     add(8, f"optimisation ladder, step 7 vs step 0, fp16 N = 4096 (Triton {versions})",
         _span([float(row["vs_step0"]) for row in ladder]), "08-ladder")
-    masks = read_table(results, "09-masks-flex")
-    flex = [float(row["reference vs flex"]) for row in masks if row["reference vs flex"]]
+    masks = [row for row in read_table(results, "09-masks-flex") if row["reference vs flex"]]
+    flex = [float(row["reference vs flex"]) for row in masks]
+    dtypes = "/".join(sorted({row["dtype"].replace("float", "fp") for row in masks}))
     add(9, f"reference block-sparse forward vs FlexAttention compiled, one mask_mod per mask, "
-        f"causal, window, documents, random blocks, N 8k-32k, fp16, d 64/128 ({len(flex)} "
-        f"cells)", _span(flex), "09-masks-flex")
+        f"causal, window, documents, random blocks, N 8k-32k, {dtypes}, d 64/128 ({len(flex)} "
+        f"cells, Triton {_versions(masks)})", _span(flex), "09-masks-flex")
     decode = read_table(results, "09-decode")
     large = [row for row in decode if float(row["KV MiB"]) >= 256]
     shares = [float(row["ours split-KV GB/s"]) / (H200_HBM_TBS * 1000) * 100 for row in large]
     add(9, f"split-KV decoding, K and V read per second as a share of HBM's {H200_HBM_TBS:g} TB/s "
-        f"(datasheet), caches >= 256 MiB ({len(large)} shapes)",
+        f"(datasheet), caches >= 256 MiB ({len(large)} cells, Triton {_versions(large)})",
         f"{min(shares):.0f}% to {max(shares):.0f}%", "09-decode")
     graphed = [row for row in decode if row["reference vs cudnn graph"]]
     add(9, f"reference decoding (kernels/decode.py) vs SDPA cuDNN, both replayed in CUDA graphs, "
-        f"fp16/bf16, d 64/128, MHA/GQA, batch 1-64 ({len(graphed)} shapes)",
+        f"fp16/bf16, d 64/128, MHA/GQA, batch 1-64 ({len(graphed)} cells, Triton "
+        f"{_versions(graphed)})",
         _span([float(row["reference vs cudnn graph"]) for row in graphed]), "09-decode")
     shares = [float(row["reference % of read-only"]) for row in large]
     add(9, f"reference decoding as a share of the measured read-only kernel, caches >= 256 MiB "
-        f"({len(large)} shapes)", f"{min(shares):.0f}% to {max(shares):.0f}%", "09-decode")
+        f"({len(large)} cells, Triton {_versions(large)})", f"{min(shares):.0f}% to "
+        f"{max(shares):.0f}%", "09-decode")
     return found
 
 

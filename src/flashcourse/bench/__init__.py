@@ -144,21 +144,33 @@ def recorded(name: str) -> list[dict]:
                  for key, value in row.items()} for row in csv.DictReader(handle)]
 
 
-def show_recorded(name: str, columns: list[str], hbm_share_of: str | None = None) -> None:
+def show_recorded(name: str, columns: list[str], hbm_share_of: str | None = None,
+                  where: dict | None = None) -> None:
     """Print a recorded results table with the date, GPU and versions it was measured with.
     `hbm_share_of`: a GB/s column, shown again as a share of the H200's HBM bandwidth (its
-    datasheet figure), the yardstick for kernels that only read."""
-    rows = recorded(name)
+    datasheet figure), the yardstick for kernels that only read. `where`: only the rows whose
+    columns equal these values (as text), e.g. {"triton": "3.6.0"}. A table from several
+    runs names each version it holds and shows the columns that tell its rows apart."""
+    every = recorded(name)
+    rows = [row for row in every
+            if all(str(row.get(key)) == str(value) for key, value in (where or {}).items())]
     if not rows:
-        print(f"No recorded results for {name} yet.")
+        print(f"No recorded results for {name} where {where}." if every else
+              f"No recorded results for {name} yet.")
         return
     if hbm_share_of:
         share = f"{hbm_share_of} as % of HBM"
         rows = [dict(row, **{share: hbm_share(row[hbm_share_of])}) for row in rows]
         columns = [*columns, share]
-    first = rows[0]
-    header = (f"Measured {first['date']} on {first['gpu']}, torch {first['torch']}, "
-              f"Triton {first['triton']}:")
+    described = []
+    for key, label in (("gpu", "on"), ("torch", "torch"), ("triton", "Triton")):
+        values = sorted({row[key] for row in rows})
+        described.append(f"{label} {' and '.join(values)}")
+        if len(values) > 1 and key not in columns:
+            columns = [key, *columns]
+    dates = sorted({row["date"] for row in rows})
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    header = f"Measured {when} {described[0]}, {', '.join(described[1:])}:"
     table = markdown_table(rows, columns)
     try:  # in a notebook (and on the book's pages) the table renders as a table
         from IPython import get_ipython
@@ -178,16 +190,18 @@ def show_ratio_summary(name: str, ratio: str, by: tuple[str, ...], at_least: flo
     import statistics
 
     groups: dict[tuple, list[float]] = {}
-    for row in recorded(name):
+    rows = recorded(name)
+    widths = [max(7, *(len(str(row[key])) for row in rows)) for key in by] if rows else []
+    for row in rows:
         if row[ratio] != "":
             groups.setdefault(tuple(row[key] for key in by), []).append(row[ratio])
     if not groups:
         print(f"No recorded results for {name} yet.")
         return
-    print("  ".join(f"{key:>7s}" for key in by) +
+    print("  ".join(f"{key:>{width}s}" for key, width in zip(by, widths, strict=True)) +
           f"  cells  lowest  median  highest  at or above {at_least}")
     for key, values in sorted(groups.items()):
-        print("  ".join(f"{value!s:>7s}" for value in key) +
+        print("  ".join(f"{value!s:>{width}s}" for value, width in zip(key, widths, strict=True)) +
               f"  {len(values):5d}  {min(values):6.2f}  {statistics.median(values):6.2f}"
               f"  {max(values):7.2f}  {sum(v >= at_least for v in values):5d}")
 
