@@ -28,7 +28,8 @@ from ..checks import examples, recording
 
 CAPTURE_DIR_ENV = recording.CAPTURE_DIR_ENV
 # What the examples of a lesson depend on, besides its source: the checks and what they use.
-FINGERPRINT_FOLDERS = ("checks", "kernels", "models", "distributed")
+# figures too: their calls of answer functions are shipped calls (checks/shipped_calls.py)
+FINGERPRINT_FOLDERS = ("checks", "kernels", "models", "distributed", "figures")
 FINGERPRINT_FILES = ("blanks.py", "runtime.py", "launch.py", "reference.py", "hardware.py")
 
 
