@@ -14,8 +14,9 @@ reduction per tile), "+ws" warp-specialised loops. cuDNN's backward (autograd
 of SDPA pinned to cuDNN, forward excluded) is timed round-robin with them. Every config is
 compiled first in parallel worker processes (Triton's cache is shared), and its dq, dk, dv are
 checked against the fp32 reference before timing, on the timing case and on ragged, batched,
-multi-head and transposed inputs. Writes explore-bwd.csv: one row per (case, kernel, config)
-with the median ms, the spread of the repeats and the ratio to cuDNN.
+multi-head and transposed inputs, and with large logits and a custom sm_scale. Writes
+explore-bwd.csv: one row per (case, kernel, config) with the median ms, the spread of the
+repeats and the ratio to cuDNN.
 """
 
 from __future__ import annotations
@@ -208,8 +209,8 @@ def main() -> int:
                         causal=causal):
                     return backward(q, k, v, o, lse, do, causal)
 
-                def attention(q, k, v, causal, backward=backward):
-                    return _with_backward(q, k, v, causal, backward)
+                def attention(q, k, v, causal, sm_scale=None, backward=backward):
+                    return _with_backward(q, k, v, causal, backward, sm_scale)
 
                 problem = harness.check_against_fp32(
                     case, q, k, v, do, lambda q, k, v, f=attention, c=causal: f(q, k, v, c))
@@ -249,11 +250,11 @@ def main() -> int:
     return 0
 
 
-def _with_backward(q, k, v, causal, backward):
+def _with_backward(q, k, v, causal, backward, sm_scale=None):
     """Attention whose backward is run_backward `backward` (for the fp32 checks)."""
     from flashcourse.kernels import attention
 
-    return attention.FlashAttentionFunction.apply(q, k, v, causal, None, host.forward,
+    return attention.FlashAttentionFunction.apply(q, k, v, causal, sm_scale, host.forward,
                                                   backward)
 
 

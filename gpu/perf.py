@@ -8,7 +8,8 @@
 (--modes, --no-ladder, --skip-checks and --skip-cuda split it into shorter calls.)
 
 (a) checks every ladder step of the course kernel and its forward + backward on the GPU
-    (fp16 and bf16, d = 64 and 128, B > 1, H > 1, ragged N, causal and not, transposed views);
+    (fp16 and bf16, d = 64 and 128, B > 1, H > 1, ragged N, causal and not, transposed views,
+    large logits with a custom sm_scale);
 (b) runs the benchmark harness (ladder, then the forward and forward+backward sweeps), writing
     08-ladder.csv, 08-attention-fwd.csv, 08-attention-fwdbwd.csv (+ -raw.csv) and PNGs;
 (c) builds the CUDA C++ kernel with load_inline and checks it against fp32 attention;

@@ -27,8 +27,9 @@ LADDER = "performance/ladder-kernel"
 def test_every_ladder_step_matches_attention():
     for step in ladder.ladder_steps():
         assert ladder.step_supported(step)[0], step
-        lines = verify.check_step(step)  # B=2, H>1, ragged N, causal and not, transposed
-        assert len(lines) == 4
+        # B=2, H>1, ragged N, causal and not, transposed, large logits with a custom sm_scale
+        lines = verify.check_step(step)
+        assert len(lines) == 5 and "large logits, sm_scale=0.5" in lines[-1]
 
 
 def test_forward_check_rejects_a_wrong_forward():
@@ -38,6 +39,24 @@ def test_forward_check_rejects_a_wrong_forward():
 
     with pytest.raises(AssertionError, match=r"causal .*max error"):
         verify.check_forward(no_mask, causal_values=(True,))
+
+
+def test_the_large_logit_case_rejects_kernels_that_ignore_sm_scale():
+    def default_scale(q, k, v, causal, sm_scale=None):  # drops a custom sm_scale
+        return host.forward(q, k, v, causal, step=5)
+
+    shapes = [(1, 2, 40, 16)]
+    assert len(verify.check_forward(default_scale, shapes=shapes, causal_values=(True,))) == 1
+    with pytest.raises(AssertionError, match=r"large logits, sm_scale=0.5: max error"):
+        verify.check_forward(default_scale, shapes=shapes, causal_values=(True,),
+                             custom_scale=True)
+
+    def default_scale_attention(q, k, v, causal, sm_scale=None):
+        return host.flash_attention(q, k, v, causal)
+
+    with pytest.raises(AssertionError, match=r"large logits, sm_scale=0.5: d"):
+        verify.check_backward(dtype=torch.float32, shapes=shapes, causal_values=(True,),
+                              attention=default_scale_attention)
 
 
 def test_gradient_check_rejects_a_wrong_gradient():
@@ -67,13 +86,13 @@ def test_reference_forward_backward_match_autograd(causal):
 
 def test_backward_on_transposed_fp16_views():
     lines = verify.check_backward(dtype=torch.float16, shapes=[(2, 2, 50, 32)])
-    assert len(lines) == 2
+    assert len(lines) == 3 and "large logits" in lines[-1]
 
 
 def test_backward_check_rejects_wrong_gradients_of_any_attention():
     from flashcourse.kernels import attention
 
-    def wrong_scale(q, k, v, causal):  # differentiable, but softmax(0.5 q k^T) v
+    def wrong_scale(q, k, v, causal, sm_scale=None):  # differentiable, softmax(0.5 q k^T) v
         return attention.standard_attention(q, k, v, causal, 0.5)
 
     with pytest.raises(AssertionError, match="max error"):
