@@ -133,7 +133,8 @@ def warm(jobs) -> dict:
             o, lse = host.forward(q, k, v, causal)
             backward(q, k, v, o, lse, do, causal)
             verify.check_backward(dtype, [(*bhn, d) for bhn in RAGGED], (causal,),
-                                  attention=functools.partial(_with_backward, backward=backward))
+                                  attention=functools.partial(_with_backward, backward=backward),
+                                  custom_scale=True)
             torch.cuda.synchronize()
         except AssertionError:
             pass  # a wrong config: the timed process reports it
@@ -209,14 +210,13 @@ def main() -> int:
                         causal=causal):
                     return backward(q, k, v, o, lse, do, causal)
 
-                def attention(q, k, v, causal, sm_scale=None, backward=backward):
-                    return _with_backward(q, k, v, causal, backward, sm_scale)
+                attention = functools.partial(_with_backward, backward=backward)
 
                 problem = harness.check_against_fp32(
                     case, q, k, v, do, lambda q, k, v, f=attention, c=causal: f(q, k, v, c))
                 try:  # ragged N, B > 1, H > 1, (B, N, H, d) views too
                     verify.check_backward(torch.float16, [(*bhn, d) for bhn in RAGGED],
-                                          (causal,), attention=attention)
+                                          (causal,), attention=attention, custom_scale=True)
                 except AssertionError as err:
                     problem = problem or str(err)
                 if problem:

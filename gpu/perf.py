@@ -74,7 +74,7 @@ def main() -> int:
                 failures.append(f"step {step.number} {dtype}: {err}")
                 print(f"step {step.number} ({step.name}) {dtype}: FAILED {err}")
         try:
-            for line in verify.check_backward(dtype=dtype):
+            for line in verify.check_backward(dtype=dtype, custom_scale=True):
                 print(line)
         except Exception as err:  # noqa: BLE001
             failures.append(f"backward {dtype}: {err}")

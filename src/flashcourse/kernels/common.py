@@ -52,8 +52,8 @@ def load_rows(src, b, h, start, offs, offs_d,  # where: a head's rows, or a desc
 @triton.jit
 def head_source(X, b, h, stride_b, stride_h,  # pointer or descriptor, head, strides
                 USE_TMA: tl.constexpr):  # meta-parameters
-    """What load_rows reads head (b, h) of X through: the descriptor itself, or the head's
-    first row."""
+    """What load_tile and store_tile read and write head (b, h) of X through: the descriptor
+    itself, or the head's first row."""
     if USE_TMA:
         src = X
     else:

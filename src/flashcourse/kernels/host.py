@@ -265,12 +265,6 @@ def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
 def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, configs, fused_dq,
                      tma, warp_spec):
     """backward's kernel launches, at a kernel head dim (q.shape[-1] a power of two)."""
-    B, H, N, D = q.shape
-    delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
-    interpreter = runtime.current().interpreter
-    block = tiles.INTERPRETER[0] if interpreter else tiles.DELTA_BLOCK_M
-    attn_bwd_delta_kernel[(triton.cdiv(N, block), B * H)](
-        o, do, delta, *_strides(o), *_strides(do), H, N, HEAD_D=D, BLOCK_M=block)
     if tma and not tma_supported():
         raise CourseInputError("backward(tma=True) needs tensor descriptors: this Triton or "
                                "GPU has none; leave tma at None to use them where they work.")
@@ -279,6 +273,12 @@ def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, confi
                                "and 16-byte aligned rows; pass contiguous tensors or tma=None.")
     if tma is None:
         tma = tma_supported() and tma_ok(q, k, v, do, dq, dk, dv)
+    B, H, N, D = q.shape
+    delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+    interpreter = runtime.current().interpreter
+    block = tiles.INTERPRETER[0] if interpreter else tiles.DELTA_BLOCK_M
+    attn_bwd_delta_kernel[(triton.cdiv(N, block), B * H)](
+        o, do, delta, *_strides(o), *_strides(do), H, N, HEAD_D=D, BLOCK_M=block)
     bulk = fused_dq and tma and not interpreter  # the interpreter has no TMA reduction
     attempts = [configs] if configs else [backward_configs(D), tiles.LADDER_BACKWARD_FALLBACK]
     for number, (kv_cfg, q_cfg) in enumerate(attempts):
@@ -290,7 +290,7 @@ def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, confi
             tensors = [q, k, v, do, dk, dv, dq_acc]
             if tma:
                 tensors[:6] = descriptors((q, bm), (k, bn), (v, bn), (do, bm), (dk, bn),
-                                           (dv, bn))
+                                          (dv, bn))
             if bulk:
                 tensors[6], = descriptors((dq_acc, bm))
             attn_bwd_dkdv_kernel[(triton.cdiv(N, bn), B * H)](
