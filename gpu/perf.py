@@ -1,7 +1,7 @@
 """Lesson 8 on a GPU, in one command (375 s on an H200 with step 7 in the ladder):
 
     python gpu/perf.py --out assets/results [--quick] [--no-autotune] [--skip-cuda]
-                       [--skip-checks] [--modes fwd,fwdbwd] [--no-ladder]
+                       [--skip-checks] [--modes fwd,fwdbwd] [--no-ladder] [--checks-only]
     python gpu/perf.py --exercises   (only lesson 8's tuning and deployment exercises, graded
                                       compiled, with the tuning candidates' measured ratios)
 
@@ -38,6 +38,7 @@ def main() -> int:
                         help="skip (a); the harness still checks every kernel it times")
     parser.add_argument("--modes", default="fwd,fwdbwd", help="sweeps to run: fwd, fwdbwd")
     parser.add_argument("--no-ladder", action="store_true")
+    parser.add_argument("--checks-only", action="store_true", help="only (a), then exit")
     parser.add_argument("--exercises", action="store_true",
                         help="only grade lesson 8's tuning and deployment exercises here")
     args = parser.parse_args()
@@ -80,6 +81,10 @@ def main() -> int:
             failures.append(f"backward {dtype}: {err}")
             print(f"backward {dtype}: FAILED {err}")
     print(f"(a) correctness checks done in {time.time() - start:.0f} s")
+    if args.checks_only:
+        for failure in failures:
+            print("FAILED:", failure)
+        return 1 if failures else 0
 
     # (c) first, so a slow harness cannot starve it: the CUDA C++ kernel
     if not args.skip_cuda:

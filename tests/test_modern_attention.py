@@ -540,3 +540,18 @@ def test_read_only_kernel_reads_every_word():
     words = torch.randint(-1000, 1000, (3 * 64 + 5,), dtype=torch.int32)
     partial = decode.read_only(words, programs=3, block=16, num_warps=4)
     assert int(partial.sum()) == int(words.sum())
+
+
+@pytest.mark.parametrize("heads_together", [False, True])
+def test_paged_read_kernel_reads_each_heads_rows_in_page_order(heads_together):
+    from flashcourse.kernels import decode
+
+    pages, page_size, heads, d = 6, 8, 3, 16
+    shape = (pages, heads, page_size, d) if heads_together else (pages, page_size, heads, d)
+    pool = torch.randint(-1000, 1000, shape, dtype=torch.int32).view(torch.float16)
+    order = torch.tensor([4, 1, 5, 0], dtype=torch.int32)  # pages 2 and 3 are never read
+    partial = decode.paged_read(pool, order, programs=2, heads_together=heads_together)
+    words = pool.view(torch.int32)[order.long()]
+    by_head = (words.sum(dim=(0, 2, 3)) if heads_together else words.sum(dim=(0, 1, 3)))
+    assert partial.shape == (2, heads)
+    assert partial.sum(0).tolist() == by_head.to(torch.int32).tolist()

@@ -287,3 +287,45 @@ def read_only(buffer: torch.Tensor, programs: int, block: int, num_warps: int) -
     read_only_kernel[(programs,)](words, partial, words.numel(), BLOCK=block,
                                   num_warps=num_warps)
     return partial
+
+
+@triton.jit
+def paged_read_kernel(X, Pages, Partial, pages_per_program,  # pool, page order, output
+                      stride_page, stride_row, stride_head,  # strides of X, in int32 words
+                      PAGE: tl.constexpr, WORDS: tl.constexpr):  # rows per page, row words
+    """Program (p, h) sums head h's rows of the pages Pages[p * pages_per_program + i], as a
+    decoding program reads its K/V head's keys through a page table, and writes that one
+    number. The strides say where a head's rows lie: side by side with the other heads' (the
+    pool as decoding stores it) or each head's rows together."""
+    program = tl.program_id(0)
+    h = tl.program_id(1).to(tl.int64)
+    rows = tl.arange(0, PAGE)
+    words = tl.arange(0, WORDS)
+    total = tl.zeros([PAGE, WORDS], dtype=tl.int32)
+    for i in range(pages_per_program):
+        page = tl.load(Pages + program * pages_per_program + i).to(tl.int64)
+        total += tl.load(X + page * stride_page + h * stride_head
+                         + rows[:, None] * stride_row + words[None, :])
+    tl.store(Partial + program * tl.num_programs(1) + h, tl.sum(tl.sum(total, 1), 0))
+
+
+def paged_read(pool: torch.Tensor, pages: torch.Tensor, programs: int,
+               heads_together: bool) -> torch.Tensor:
+    """Launch paged_read_kernel over a pool of (num_pages, page_size, heads, d) rows
+    (heads_together=False: the decoding layout) or (num_pages, heads, page_size, d)
+    (True), reading the pages in the order of `pages` (int32), `programs` programs per head.
+    Returns (programs, heads) partial sums of int32 words (wrapping)."""
+    words = pool.view(torch.int32)  # the last dim, d values, as d * size / 4 words
+    if heads_together:
+        num_pages, heads, page_size, row = words.shape
+        stride_page, stride_head, stride_row = words.stride()[:3]
+    else:
+        num_pages, page_size, heads, row = words.shape
+        stride_page, stride_row, stride_head = words.stride()[:3]
+    _require(pages.numel() % programs == 0,
+             f"{pages.numel()} pages do not split evenly over {programs} programs.")
+    partial = torch.empty(programs, heads, dtype=torch.int32, device=pool.device)
+    paged_read_kernel[(programs, heads)](words, pages, partial, pages.numel() // programs,
+                                         stride_page, stride_row, stride_head,
+                                         PAGE=page_size, WORDS=row)
+    return partial
