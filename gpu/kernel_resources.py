@@ -12,7 +12,6 @@ Nsight Compute as a long-scoreboard stall, like a load from global memory.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -35,17 +34,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if not bench.cuda_script_ready("gpu/kernel_resources.py", "reads compiled kernels"):
+        return 0
     import torch
 
-    if not torch.cuda.is_available():
-        print("gpu/kernel_resources.py reads compiled kernels on a CUDA GPU; there is none here.")
-        return 0
-    import flashcourse as fc
-
-    fc.setup()
     from flashcourse.kernels import backward, forward, host, verify
 
-    env = bench.environment()
     rows = []
     kernels = {"forward": forward.attn_fwd_kernel,
                "forward (halves)": forward.attn_fwd_halves_kernel,
@@ -61,17 +55,13 @@ def main(argv=None) -> int:
                 torch.cuda.synchronize()
                 for name, kernel in kernels.items():
                     for binary in compiled(kernel):
-                        rows.append({**{key: env[key] for key in ("date", "gpu", "triton")},
-                                     "kernel": name, "d": d, "causal": causal,
+                        rows.append({"kernel": name, "d": d, "causal": causal,
                                      "backward loads": "descriptors" if tma else "pointers",
                                      "registers": binary.n_regs,
                                      "spilled bytes": binary.n_spills})
                         print(rows[-1], flush=True)
     if args.out:
-        with args.out.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        bench.write_csv(args.out, rows)
     return 0
 
 

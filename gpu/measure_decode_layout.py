@@ -14,7 +14,6 @@ Median of 5 rounds, the three taken in turn each round; GB/s of the pool's bytes
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import statistics
 import sys
@@ -34,19 +33,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    import torch
-
-    if not torch.cuda.is_available():
-        print("gpu/measure_decode_layout.py times reads on a CUDA GPU; there is none here.")
+    if not bench.cuda_script_ready("gpu/measure_decode_layout.py", "times reads"):
         return 0
+    import torch
     import triton
 
-    import flashcourse as fc
-
-    fc.setup()
     from flashcourse.kernels import decode, tiles
 
-    env = bench.environment()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     programs = 64  # per head: 512 programs, about tiles.DECODE_PROGRAMS_PER_SM per SM
     per_sm, block, warps = tiles.READ_ONLY_CONFIG
@@ -80,18 +73,14 @@ def main(argv=None) -> int:
                                                            return_mode="median"))
         for name, samples in times.items():
             median = statistics.median(samples)
-            rows.append({**{key: env[key] for key in ("date", "gpu", "torch", "triton")},
-                         "d": d, "kv heads": KV_HEADS, "page size": PAGE_SIZE,
+            rows.append({"d": d, "kv heads": KV_HEADS, "page size": PAGE_SIZE,
                          "MiB": POOL_BYTES // 2**20, "read": name, "ms": median,
                          "GB/s": POOL_BYTES / median / 1e6,
                          "spread %": 100 * (max(samples) - min(samples)) / median})
             print(f"d = {d:3d} {name:40s} {rows[-1]['GB/s']:7.0f} GB/s "
                   f"(spread {rows[-1]['spread %']:.1f}%)", flush=True)
     if args.out:
-        with args.out.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        bench.write_csv(args.out, rows)
     return 0
 
 

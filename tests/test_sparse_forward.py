@@ -32,8 +32,12 @@ def inputs(B, H, n, d, dtype=torch.float32, seed=0, scale=1.0):
     return [(torch.randn(B, H, n, d, generator=gen) * scale).to(dtype) for _ in range(3)]
 
 
-def assert_matches(q, k, v, mask, plan, sm_scale=None, use_tma=True):
-    o, lse = sf.sparse_forward(q, k, v, plan, sm_scale=sm_scale, use_tma=use_tma)
+HALVES_TILES = (32, 16, 4, 1)  # two halves of 16 query rows, tl.dot's smallest on a GPU
+
+
+def assert_matches(q, k, v, mask, plan, sm_scale=None, use_tma=True, halves=False):
+    o, lse = sf.sparse_forward(q, k, v, plan, sm_scale=sm_scale, use_tma=use_tma,
+                               halves=halves)
     expected = ma.masked_reference(q, k, v, mask, sm_scale)
     error = (o.double() - expected).abs().max().item()
     assert error < TOL[q.dtype], f"max error {error:.3g}"
@@ -56,24 +60,28 @@ RULE_MASKS = {  # name: (n, left, right, documents or None)
 }
 
 
+@pytest.mark.parametrize("halves", [False, True], ids=["one tile", "two halves"])
 @pytest.mark.parametrize("name", list(RULE_MASKS))
-def test_rule_masks_match_the_float64_reference(name):
+def test_rule_masks_match_the_float64_reference(name, halves):
     n, left, right, docs = RULE_MASKS[name]
     q, k, v = inputs(2, 3, n, 16, seed=n)
-    plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs)
-    assert_matches(q, k, v, ma.dense_mask(n, n, left, right, docs), plan)
+    plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs,
+                          config=HALVES_TILES if halves else None)
+    assert_matches(q, k, v, ma.dense_mask(n, n, left, right, docs), plan, halves=halves)
 
 
-@pytest.mark.parametrize("n, block", [(64, 16), (70, 32)])
-def test_random_block_mask_matches_the_float64_reference(n, block):
+@pytest.mark.parametrize("n, block, halves", [(64, 16, False), (70, 32, False),
+                                             (70, 32, True), (96, 32, True)])
+def test_random_block_mask_matches_the_float64_reference(n, block, halves):
+    block_m, block_n = HALVES_TILES[:2] if halves else (TILE, TILE)
     table = sf.random_block_table(n, block, 0.5, seed=n)
     table[1] = False  # a query block that sees nothing
     mask = sf.block_table_mask(table, block, n)
-    kinds = sf.block_table_kinds(table, block, n, TILE, TILE)
-    assert np.array_equal(kinds, ma.classify_blocks(mask, TILE, TILE))
+    kinds = sf.block_table_kinds(table, block, n, block_m, block_n)
+    assert np.array_equal(kinds, ma.classify_blocks(mask, block_m, block_n))
     q, k, v = inputs(1, 2, n, 16, seed=block)
-    plan = sf.sparse_plan(n, 16, "cpu", kinds=kinds)
-    _, lse = assert_matches(q, k, v, mask, plan)
+    plan = sf.sparse_plan(n, 16, "cpu", kinds=kinds, config=HALVES_TILES if halves else None)
+    _, lse = assert_matches(q, k, v, mask, plan, halves=halves)
     assert torch.isinf(lse[..., block:2 * block]).all()
 
 
@@ -89,6 +97,9 @@ def test_transposed_views_large_logits_and_pointer_loads():
     mask = ma.dense_mask(n, n, 20, 0, docs)
     for use_tma in (True, False):
         assert_matches(q, k, v, mask, plan, sm_scale=0.7, use_tma=use_tma)
+    halves_plan = sf.sparse_plan(n, d, "cpu", left=20, right=0, docs=docs, config=HALVES_TILES)
+    for use_tma in (True, False):
+        assert_matches(q, k, v, mask, halves_plan, sm_scale=0.7, use_tma=use_tma, halves=True)
 
 
 def test_unaligned_tensors_fall_back_to_pointer_loads():

@@ -39,6 +39,18 @@ def skip_message() -> str | None:
     return BOOK_MESSAGE if runtime.book_page() else CPU_MESSAGE
 
 
+def cuda_script_ready(script: str, what: str) -> bool:
+    """For a gpu/ script: without a CUDA GPU, print "<script> <what> on a CUDA GPU; there is
+    none here." and return False; with one, set up compiled Triton and return True."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{script} {what} on a CUDA GPU; there is none here.")
+        return False
+    runtime.setup()
+    return True
+
+
 def median_ms(fn, warmup_ms: int = 25, rep_ms: int = 100, grad_to_none=None) -> float:
     """Median time of `fn()` in milliseconds, with the L2 cache flushed between runs
     (grad_to_none: tensors whose .grad is reset before each run, for backward passes)."""

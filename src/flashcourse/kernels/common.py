@@ -50,6 +50,20 @@ def load_rows(src, b, h, start, offs, offs_d,  # where: a head's rows, or a desc
 
 
 @triton.jit
+def load_key_value_rows(k_src, v_src, b, h, start_n, offs_n, offs_d,  # where, which rows
+                        stride_kn, stride_kd, stride_vn, stride_vd,  # strides (or unused)
+                        N,  # sizes
+                        MASK_ROWS: tl.constexpr, USE_TMA: tl.constexpr):  # meta-parameters
+    """load_rows of one key block of K and of V, both (len(offs_n), HEAD_D), as the kernels
+    that hold their queries as two halves load them: both before either half's Q K^T."""
+    k = load_rows(k_src, b, h, start_n, offs_n, offs_d, stride_kn, stride_kd, N,
+                  MASK_ROWS=MASK_ROWS, USE_TMA=USE_TMA)
+    v = load_rows(v_src, b, h, start_n, offs_n, offs_d, stride_vn, stride_vd, N,
+                  MASK_ROWS=MASK_ROWS, USE_TMA=USE_TMA)
+    return k, v
+
+
+@triton.jit
 def head_source(X, b, h, stride_b, stride_h,  # pointer or descriptor, head, strides
                 USE_TMA: tl.constexpr):  # meta-parameters
     """What load_tile and store_tile read and write head (b, h) of X through: the descriptor

@@ -16,6 +16,7 @@ from .common import (
     LOG2E,
     key_ranges,
     key_value_sources,
+    load_key_value_rows,
     load_rows,
     load_tile,
     softmax_update,
@@ -63,10 +64,9 @@ def attn_fwd_inner_halves(acc0, l0, m0, acc1, l1, m1, q0, q1,  # two halves' sta
     """
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N):
-        k = load_rows(k_src, b, h, start_n, offs_n, offs_d, stride_kn, stride_kd, N,
-                      MASK_ROWS=MASKED, USE_TMA=USE_TMA)
-        v = load_rows(v_src, b, h, start_n, offs_n, offs_d, stride_vn, stride_vd, N,
-                      MASK_ROWS=MASKED, USE_TMA=USE_TMA)
+        k, v = load_key_value_rows(k_src, v_src, b, h, start_n, offs_n, offs_d, stride_kn,
+                                   stride_kd, stride_vn, stride_vd, N, MASK_ROWS=MASKED,
+                                   USE_TMA=USE_TMA)
         s0 = tl.dot(q0, tl.trans(k))
         s1 = tl.dot(q1, tl.trans(k))
         acc0, l0, m0 = softmax_update(s0, acc0, l0, m0, v, offs_m0, start_n + offs_n, N,

@@ -35,7 +35,14 @@ import triton.language as tl
 from .. import runtime
 from ..models.matmul import cdiv
 from . import LOG2E, tiles
-from .common import key_value_sources, load_rows, load_tile, softmax_update, store_rows
+from .common import (
+    key_value_sources,
+    load_key_value_rows,
+    load_rows,
+    load_tile,
+    softmax_update,
+    store_rows,
+)
 from .host import (
     check_reference_qkv,
     kernel_head_dim,
@@ -44,9 +51,48 @@ from .host import (
     tma_ok,
 )
 from .ladder import tma_supported
-from .modern_attention import EMPTY, FULL, PARTIAL, UNLIMITED, block_lists, classify_rule
+from .modern_attention import (
+    EMPTY,
+    FULL,
+    MIN_DOT_ROWS,
+    PARTIAL,
+    UNLIMITED,
+    block_lists,
+    classify_rule,
+)
 
 INT32_MAX = 2**31 - 1
+
+
+@triton.jit
+def tile_update(s, acc, l_i, m_i, v,  # raw scores (rows, BLOCK_N), running state, values
+                rows, cols, docs_q, Docs,  # query rows, keys, the rows' document ids
+                N, left, right, qk_scale,  # sizes, the rule, the scale
+                MASKED: tl.constexpr, HAS_DOCS: tl.constexpr):  # meta-parameters
+    """One online-softmax step of a listed tile. MASKED=False: a FULL tile, through the dense
+    reference's step (no mask, no safe max). MASKED=True: a PARTIAL tile, masked by the window,
+    the documents and N, with the safe max (a row may have seen no key yet; rows that see
+    nothing stay at m = -inf, l = 0)."""
+    if MASKED:
+        offset = cols[None, :] - rows[:, None]  # key position minus query position
+        keep = (offset <= right) & (-offset <= left)
+        if HAS_DOCS:  # id -1 past N and for padding: hidden
+            docs_k = tl.load(Docs + cols, mask=cols < N, other=-1)
+            keep = keep & (docs_q[:, None] == docs_k[None, :]) & (docs_q[:, None] >= 0)
+        else:
+            keep = keep & (cols[None, :] < N)
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s * qk_scale - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    else:
+        acc, l_i, m_i = softmax_update(s, acc, l_i, m_i, v, rows, cols, N, qk_scale,
+                                       MASKED=False, CAUSAL=False, USE_EXP2=True)
+    return acc, l_i, m_i
 
 
 @triton.jit
@@ -57,12 +103,9 @@ def attend_listed_blocks(acc, l_i, m_i, q,  # running state (fp32) and the query
                          count, index_row, N, left, right, qk_scale,  # the list, the rule
                          BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
                          HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr):
-    """Online softmax of one query block over the key blocks index_row[0 .. count).
-
-    MASKED=False: FULL blocks, every key of the tile visible to every row (and < N).
-    MASKED=True: PARTIAL blocks, masked by the window, the documents and N, with the safe max
-    (a row may have seen no key yet) and rows that see nothing left at m = -inf, l = 0.
-    """
+    """Online softmax of one query block over the key blocks index_row[0 .. count): FULL
+    blocks (MASKED=False; every key of the tile visible to every row, and < N) or PARTIAL ones
+    (MASKED=True)."""
     offs_n = tl.arange(0, BLOCK_N)
     for i in tl.range(0, count):
         start_n = tl.load(index_row + i) * BLOCK_N
@@ -71,27 +114,57 @@ def attend_listed_blocks(acc, l_i, m_i, q,  # running state (fp32) and the query
         s = tl.dot(q, tl.trans(k))  # raw scores: the scale is folded into exp2's FMA
         v = load_rows(v_src, b, h, start_n, offs_n, offs_d, stride_vn, stride_vd, N,
                       MASK_ROWS=MASKED, USE_TMA=USE_TMA)
-        cols = start_n + offs_n
-        if MASKED:
-            offset = cols[None, :] - rows[:, None]  # key position minus query position
-            keep = (offset <= right) & (-offset <= left)
-            if HAS_DOCS:  # id -1 past N and for padding: hidden
-                docs_k = tl.load(Docs + cols, mask=cols < N, other=-1)
-                keep = keep & (docs_q[:, None] == docs_k[None, :]) & (docs_q[:, None] >= 0)
-            else:
-                keep = keep & (cols[None, :] < N)
-            s = tl.where(keep, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet
-            alpha = tl.exp2(m_i - m_safe)
-            p = tl.exp2(s * qk_scale - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-            m_i = m_new
-        else:
-            acc, l_i, m_i = softmax_update(s, acc, l_i, m_i, v, rows, cols, N, qk_scale,
-                                           MASKED=False, CAUSAL=False, USE_EXP2=True)
+        acc, l_i, m_i = tile_update(s, acc, l_i, m_i, v, rows, start_n + offs_n, docs_q, Docs,
+                                    N, left, right, qk_scale, MASKED=MASKED, HAS_DOCS=HAS_DOCS)
     return acc, l_i, m_i
+
+
+@triton.jit
+def attend_listed_blocks_halves(acc0, l0, m0, acc1, l1, m1, q0, q1,  # two halves' state, Q
+                                k_src, v_src, b, h,  # K and V: a head's first row, or descriptors
+                                stride_kn, stride_kd, stride_vn, stride_vd,  # strides
+                                rows0, rows1, offs_d, docs0, docs1, Docs,  # rows, document ids
+                                count, index_row, N, left, right, qk_scale,  # list, rule, scale
+                                BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
+                                HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr):
+    """attend_listed_blocks for a query block held as two halves (lesson 8's step 7): both
+    halves' Q K^T are issued before either softmax, so that the tensor cores work on one half's
+    matmuls while the other half's softmax runs. Both halves walk the block's one list."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for i in tl.range(0, count):
+        start_n = tl.load(index_row + i) * BLOCK_N
+        k, v = load_key_value_rows(k_src, v_src, b, h, start_n, offs_n, offs_d, stride_kn,
+                                   stride_kd, stride_vn, stride_vd, N, MASK_ROWS=MASKED,
+                                   USE_TMA=USE_TMA)
+        s0 = tl.dot(q0, tl.trans(k))
+        s1 = tl.dot(q1, tl.trans(k))
+        cols = start_n + offs_n
+        acc0, l0, m0 = tile_update(s0, acc0, l0, m0, v, rows0, cols, docs0, Docs, N, left,
+                                   right, qk_scale, MASKED=MASKED, HAS_DOCS=HAS_DOCS)
+        acc1, l1, m1 = tile_update(s1, acc1, l1, m1, v, rows1, cols, docs1, Docs, N, left,
+                                   right, qk_scale, MASKED=MASKED, HAS_DOCS=HAS_DOCS)
+    return acc0, l0, m0, acc1, l1, m1
+
+
+@triton.jit
+def document_ids(Docs, rows, N, HAS_DOCS: tl.constexpr):
+    """The document id of each query row (-1 past N); the rows themselves (unused) without
+    documents."""
+    if HAS_DOCS:
+        return tl.load(Docs + rows, mask=rows < N, other=-1)
+    return rows
+
+
+@triton.jit
+def finish_rows(O, LSE, acc, l_i, m_i, b, h, bh, start, offs_d,  # state, where the rows go
+                stride_ob, stride_oh, stride_on, stride_od, N,  # strides and size of O
+                ROWS: tl.constexpr, HEAD_D: tl.constexpr, USE_TMA: tl.constexpr):
+    """Store O = acc / l and LSE of `ROWS` rows from `start`; a row that saw no key gets O = 0
+    and LSE = -inf."""
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    store_rows(O, LSE, acc, l_safe, m_i, b, h, bh, start, offs_d, stride_ob, stride_oh,
+               stride_on, stride_od, N, ROWS=ROWS, HEAD_D=HEAD_D, USE_EXP2=True,
+               USE_TMA=USE_TMA)
 
 
 @triton.jit
@@ -106,46 +179,77 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
                           index_stride,  # the block lists, one row per query block
                           HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,  # meta-parameters
                           BLOCK_N: tl.constexpr, HAS_DOCS: tl.constexpr,
-                          USE_TMA: tl.constexpr):
+                          USE_TMA: tl.constexpr, HALVES: tl.constexpr):
     """O = softmax(mask(sm_scale Q K^T)) V and LSE (natural log; -inf for a row that sees no
     key, whose O is 0) for one query block of one head; qk_scale = sm_scale * log2(e).
 
     Grid: (cdiv(N, BLOCK_M), B * H); program p runs query block Order[p]. LSE is a contiguous
-    (B, H, N) float32 tensor. With USE_TMA, Q, K, V and O are (B, H, N, HEAD_D) descriptors.
+    (B, H, N) float32 tensor. With USE_TMA, Q, K, V and O are (B, H, N, HEAD_D) descriptors
+    (Q's and O's blocks BLOCK_M // 2 rows with HALVES). HALVES: the query block is held as two
+    halves of BLOCK_M // 2 rows, each with its own state (lesson 8's step 7).
     """
     start_m = tl.load(Order + tl.program_id(0))  # the longest lists first
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
     start = start_m * BLOCK_M
-    rows = start + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
-    q = load_tile(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
-                  ROWS=BLOCK_M, USE_TMA=USE_TMA)
     k_src, v_src = key_value_sources(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh,
                                      USE_TMA=USE_TMA)
-    if HAS_DOCS:
-        docs_q = tl.load(Docs + rows, mask=rows < N, other=-1)
-    else:
-        docs_q = rows  # unused
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
+    full_count = tl.load(full_counts + start_m)
+    full_row = full_index + start_m * index_stride
+    part_count = tl.load(part_counts + start_m)
+    part_row = part_index + start_m * index_stride
     # FULL first: after one of them every row has a finite max, as softmax_update assumes
-    acc, l_i, m_i = attend_listed_blocks(
-        acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd, rows,
-        offs_d, docs_q, Docs, tl.load(full_counts + start_m), full_index + start_m * index_stride,
-        N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=False, HAS_DOCS=HAS_DOCS,
-        USE_TMA=USE_TMA)
-    acc, l_i, m_i = attend_listed_blocks(
-        acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd, rows,
-        offs_d, docs_q, Docs, tl.load(part_counts + start_m), part_index + start_m * index_stride,
-        N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=True, HAS_DOCS=HAS_DOCS,
-        USE_TMA=USE_TMA)
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # a row that saw no key: O = 0, LSE = -inf
-    store_rows(O, LSE, acc, l_safe, m_i, b, h, bh, start, offs_d, stride_ob, stride_oh,
-               stride_on, stride_od, N, ROWS=BLOCK_M, HEAD_D=HEAD_D, USE_EXP2=True,
-               USE_TMA=USE_TMA)
+    if HALVES:
+        HALF: tl.constexpr = BLOCK_M // 2
+        rows0 = start + tl.arange(0, HALF)
+        rows1 = rows0 + HALF
+        q0 = load_tile(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
+                       ROWS=HALF, USE_TMA=USE_TMA)
+        q1 = load_tile(Q, b, h, start + HALF, offs_d, stride_qb, stride_qh, stride_qn,
+                       stride_qd, N, ROWS=HALF, USE_TMA=USE_TMA)
+        docs0 = document_ids(Docs, rows0, N, HAS_DOCS=HAS_DOCS)
+        docs1 = document_ids(Docs, rows1, N, HAS_DOCS=HAS_DOCS)
+        m0 = tl.full([HALF], float("-inf"), dtype=tl.float32)
+        l0 = tl.zeros([HALF], dtype=tl.float32)
+        acc0 = tl.zeros([HALF, HEAD_D], dtype=tl.float32)
+        m1 = tl.full([HALF], float("-inf"), dtype=tl.float32)
+        l1 = tl.zeros([HALF], dtype=tl.float32)
+        acc1 = tl.zeros([HALF, HEAD_D], dtype=tl.float32)
+        acc0, l0, m0, acc1, l1, m1 = attend_listed_blocks_halves(
+            acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
+            stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, full_count,
+            full_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=False,
+            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA)
+        acc0, l0, m0, acc1, l1, m1 = attend_listed_blocks_halves(
+            acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
+            stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, part_count,
+            part_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=True,
+            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA)
+        finish_rows(O, LSE, acc0, l0, m0, b, h, bh, start, offs_d, stride_ob, stride_oh,
+                    stride_on, stride_od, N, ROWS=HALF, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
+        finish_rows(O, LSE, acc1, l1, m1, b, h, bh, start + HALF, offs_d, stride_ob,
+                    stride_oh, stride_on, stride_od, N, ROWS=HALF, HEAD_D=HEAD_D,
+                    USE_TMA=USE_TMA)
+    else:
+        rows = start + tl.arange(0, BLOCK_M)
+        q = load_tile(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
+                      ROWS=BLOCK_M, USE_TMA=USE_TMA)
+        docs_q = document_ids(Docs, rows, N, HAS_DOCS=HAS_DOCS)
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
+        acc, l_i, m_i = attend_listed_blocks(
+            acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
+            rows, offs_d, docs_q, Docs, full_count, full_row, N, left, right, qk_scale,
+            BLOCK_N=BLOCK_N, MASKED=False, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA)
+        acc, l_i, m_i = attend_listed_blocks(
+            acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
+            rows, offs_d, docs_q, Docs, part_count, part_row, N, left, right, qk_scale,
+            BLOCK_N=BLOCK_N, MASKED=True, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA)
+        finish_rows(O, LSE, acc, l_i, m_i, b, h, bh, start, offs_d, stride_ob, stride_oh,
+                    stride_on, stride_od, N, ROWS=BLOCK_M, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
 
 
 # ---------------------------------------------------------------- host side
@@ -240,11 +344,13 @@ def sparse_plan(n: int, d: int, device, left: int = UNLIMITED, right: int = UNLI
 
 
 def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
-                   use_tma: bool = True):
+                   use_tma: bool = True, halves: bool = False):
     """Block-sparse attention of q, k, v (B, H, N, D), any strides, with the plan's mask;
     returns (o, lse): o like q, lse (B, H, N) float32 in natural log (-inf for a row that sees
     no key; its o is 0). sm_scale: 1 / sqrt(D) of the real head dim unless given. use_tma:
-    tensor descriptors where this Triton, the GPU and the tensors' alignment allow."""
+    tensor descriptors where this Triton, the GPU and the tensors' alignment allow. halves:
+    hold each query block as two halves (lesson 8's step 7; an experiment, timed by
+    gpu/bench_modern_attention.py --part steps)."""
     check_reference_qkv(q, k, v)
     B, H, N, D = q.shape
     _require(N == plan.n, f"the plan was built for n={plan.n}, but q, k, v have N={N}: build "
@@ -256,27 +362,33 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
              "positive finite number (the kernel takes row maxima of scaled scores).")
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+    _require(isinstance(halves, bool), f"halves={halves!r} must be True or False.")
+    _require(not halves or plan.config[0] >= 2 * MIN_DOT_ROWS or runtime.current().interpreter,
+             f"halves=True splits BLOCK_M={plan.config[0]} into two halves, and tl.dot needs "
+             f"at least {MIN_DOT_ROWS} rows on a GPU: build the plan with BLOCK_M >= "
+             f"{2 * MIN_DOT_ROWS}.")
     launch = functools.partial(_launch, plan=plan, lse=lse, qk_scale=sm_scale * LOG2E,
-                               use_tma=use_tma)
+                               use_tma=use_tma, halves=halves)
     run_at_kernel_width(launch, (q, k, v), (o,))
     return o, lse
 
 
-def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma):
+def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves):
     """sparse_forward's launch at a kernel head dim (q.shape[-1] a power of two)."""
     B, H, N, D = q.shape
     block_m, block_n, warps, stages = plan.config
     tma = use_tma and tma_supported() and tma_ok(q, k, v, o)
     args = [q, k, v, o]
-    if tma:
-        args = tensor_descriptors(q, k, v, o, block_m, block_n)
+    if tma:  # with halves, Q and O move half a query block at a time
+        args = tensor_descriptors(q, k, v, o, block_m // 2 if halves else block_m, block_n)
     full_counts, full_index, part_counts, part_index = plan.lists
     docs = plan.docs if plan.docs is not None else plan.order  # unused without documents
     sparse_forward_kernel[(cdiv(N, block_m), B * H)](
         *args, lse, qk_scale, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, N,
         docs, plan.left, plan.right, plan.order, full_counts, full_index, part_counts,
         part_index, full_index.stride(0), HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n,
-        HAS_DOCS=plan.docs is not None, USE_TMA=tma, num_warps=warps, num_stages=stages)
+        HAS_DOCS=plan.docs is not None, USE_TMA=tma, HALVES=halves, num_warps=warps,
+        num_stages=stages)
 
 
 # ---------------------------------------------------------------- block masks given as tables
