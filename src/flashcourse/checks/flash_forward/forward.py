@@ -15,6 +15,7 @@ from ..flash_cases import (
     LOG2E,
     NAN_TAIL_HINT,
     Case,
+    attention_tolerance,
     case_for_device,
     case_inputs,
     case_label,
@@ -171,7 +172,7 @@ def _check_forward(kernel) -> str:
         ref, ref_lse = attention.standard_attention(
             *(x.to(torch.float64) for x in (q, k, v)), causal=case.causal,
             sm_scale=case.scale(), return_lse=True)
-        atol, rtol = guards.dot_tolerance(guards.ATTENTION_TOLERANCES, case.dtype)
+        atol, rtol = attention_tolerance(case)
         out64 = out.to(torch.float64).numpy()
         try:
             registry.compare(out64, ref.numpy(), f"{label}, {_('output O')}", atol=atol, rtol=rtol,

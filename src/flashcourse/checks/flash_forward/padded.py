@@ -17,6 +17,7 @@ from ..flash_cases import (
     LOG2E,
     NAN_TAIL_HINT,
     Case,
+    attention_tolerance,
     case_for_device,
     case_inputs,
     case_label,
@@ -234,7 +235,7 @@ def _check_forward_from_scratch(kernel) -> str:
         ref, ref_lse = padded_reference(q, k, v, kv_start, case.causal, case.scale())
         out64 = out.tensor.detach().cpu().to(torch.float64).numpy()
         lse64 = lse.tensor.detach().cpu().to(torch.float64).numpy()
-        atol, rtol = guards.dot_tolerance(guards.ATTENTION_TOLERANCES, case.dtype)
+        atol, rtol = attention_tolerance(case)
         try:
             registry.compare(out64, ref.numpy(), f"{label}, {_('output O')}", atol=atol, rtol=rtol,
                              tile_rows=case.block_m)

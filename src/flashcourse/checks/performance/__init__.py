@@ -20,7 +20,7 @@ from ... import runtime
 from ...i18n import N_, _
 from ...kernels import attention
 from .. import buffers, guards, registry
-from ..flash_cases import case_label
+from ..flash_cases import attention_tolerance, case_label
 
 LESSON = registry.lesson("performance", N_("Lesson 8: Performance engineering"), pass_line=8)
 
@@ -123,7 +123,7 @@ def _run_case(kernel, case: Case, number: int, total: int) -> None:
     qr, kr, vr = (x.to(case.dtype).to(torch.float64) for x in (q64, k64, v64))
     expected, expected_lse = _attention64(qr, kr, vr, case.causal, case.scale())
     actual = registry.to_numpy(out.tensor).astype(np.float64)
-    atol, rtol = guards.dot_tolerance(guards.ATTENTION_TOLERANCES, case.dtype)
+    atol, rtol = attention_tolerance(case)
     try:
         registry.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=case.block_m)
         registry.compare(lse.tensor, expected_lse, f"{label}, logsumexp", atol=atol * 10,
