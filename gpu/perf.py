@@ -82,9 +82,7 @@ def main() -> int:
             print(f"backward {dtype}: FAILED {err}")
     print(f"(a) correctness checks done in {time.time() - start:.0f} s")
     if args.checks_only:
-        for failure in failures:
-            print("FAILED:", failure)
-        return 1 if failures else 0
+        return _exit_status(failures)
 
     # (c) first, so a slow harness cannot starve it: the CUDA C++ kernel
     if not args.skip_cuda:
@@ -110,6 +108,11 @@ def main() -> int:
     print(f"(b) harness done in {time.time() - t:.0f} s; total {time.time() - start:.0f} s")
     for number, why in host.BROKEN_STEPS.items():
         print(f"note: ladder step {number} failed to compile and flash_attention fell back: {why}")
+    return _exit_status(failures)
+
+
+def _exit_status(failures: list[str]) -> int:
+    """Print each failure; 1 if there was any, else 0."""
     for failure in failures:
         print("FAILED:", failure)
     return 1 if failures else 0
