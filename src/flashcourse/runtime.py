@@ -7,6 +7,7 @@ a kernel is *defined* (decorated), so `setup()` must run before any `@triton.jit
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 from . import i18n
@@ -53,7 +54,14 @@ def truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+# A GPU torch can use needs one of these device nodes on Linux: NVIDIA's driver, WSL2's GPU
+# bridge, AMD's ROCm (torch.cuda covers it too).
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
+
+
 def _cuda_available() -> bool:
+    if sys.platform.startswith("linux") and not any(map(os.path.exists, GPU_DEVICE_NODES)):
+        return False  # no GPU driver: spare a numpy-only lesson torch's seconds of import
     try:
         import torch
     except ImportError:  # numpy-only use of the course still works

@@ -21,3 +21,20 @@ LESSON_MODULES = {
     "10-ring-attention": "ring_attention",
     "11-capstone": "capstone",
 }
+
+# The lesson id each module registers (registry.lesson), the prefix of its exercise ids: a
+# notebook's checks import only their own lesson's module (tests/test_lesson_loading.py holds
+# the two tables together), so that a numpy-only lesson does not import torch through the others.
+LESSON_IDS = {
+    "01-gpu-flash": "gpu-flash",
+    "02-memory-roofline": "roofline",
+    "03-coalescing": "coalescing",
+    "04-tiling-matmul": "tiling",
+    "05-softmax": "softmax",
+    "06-flash-forward": "flash-triton",
+    "07-flash-backward": "flash-backward",
+    "08-performance": "performance",
+    "09-modern-attention": "modern-attention",
+    "10-ring-attention": "ring-attention",
+    "11-capstone": "capstone",
+}

@@ -138,11 +138,11 @@ def build_launch(step: dict, device: str):
 
     def value(spec):
         if "tensor" in spec:
-            dtype = recording.TENSOR_DTYPES[spec["tensor"]]
+            dtype = recording.tensor_dtypes()[spec["tensor"]]
             flat = storages[spec["storage"]].view(dtype)
             return flat.as_strided(spec["shape"], spec["stride"], spec["offset"])
         if "dtype" in spec:
-            return recording.TENSOR_DTYPES[spec["dtype"]]
+            return recording.tensor_dtypes()[spec["dtype"]]
         return recording.decode(spec["scalar"])
 
     args = [value(spec) for spec in step["args"]]
@@ -155,7 +155,7 @@ def _where_in(step: dict, storage: int, element: int, itemsize: int) -> str:
     for spec in [*step["args"], *step["kwargs"].values()]:
         if spec.get("storage") != storage:
             continue
-        ratio = recording.TENSOR_DTYPES[spec["tensor"]].itemsize / itemsize
+        ratio = recording.tensor_dtypes()[spec["tensor"]].itemsize / itemsize
         count = sum((n - 1) * s for n, s in zip(spec["shape"], spec["stride"], strict=True))
         positions = torch.arange(spec["offset"] + count + 1).as_strided(
             spec["shape"], spec["stride"], spec["offset"])
@@ -170,7 +170,7 @@ def _where_in(step: dict, storage: int, element: int, itemsize: int) -> str:
 
 def _compare_storage(step: dict, number: int, got: torch.Tensor, label: str) -> None:
     dtype_name = step["storage_dtypes"][number]
-    dtype = recording.TENSOR_DTYPES[dtype_name]
+    dtype = recording.tensor_dtypes()[dtype_name]
     before_raw, after_raw = step["before"][number], step["after"][number]
     if not before_raw:
         return

@@ -32,11 +32,12 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .. import i18n, runtime
 from ..blanks import BlankNotFilled, ______, is_blank
@@ -51,6 +52,18 @@ TRIPWIRE_MIME = "application/vnd.flashcourse.tripwire+json"
 HINT_MIME = "application/vnd.flashcourse.hint+json"  # a hint level shown (fc.hint): a note
 MAX_RECORD_BYTES = 256 * 2**20  # one record file larger than this is refused unread
 RAISABLE = ("BlankNotFilled", "NotImplementedError", "WrongAnswer")  # kept as themselves
+
+
+def _torch():
+    """torch, imported where a tensor is built: a numpy-only lesson never pays its seconds."""
+    import torch
+
+    return torch
+
+
+def _is_tensor(value) -> bool:
+    torch = sys.modules.get("torch")  # no tensor exists before torch is imported
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 class RecordMismatch(BaseException):
@@ -304,7 +317,8 @@ def encode(value, depth: int = 0):
         array = np.ascontiguousarray(value)
         return {"array": array.dtype.str, "shape": list(array.shape),
                 "data": base64.b64encode(array.tobytes()).decode()}
-    if isinstance(value, torch.Tensor):
+    if _is_tensor(value):
+        torch = _torch()
         flat = value.detach().cpu().contiguous()
         raw = flat.view(torch.uint8) if flat.numel() and flat.element_size() else flat
         return {"tensor": str(value.dtype).removeprefix("torch."), "shape": list(flat.shape),
@@ -326,10 +340,18 @@ MAX_TEXT_CHARS = 1_000_000  # of one string
 ARRAY_DTYPES = frozenset(np.dtype(name).newbyteorder(order).str for order in "<>" for name in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128"))
-TENSOR_DTYPES = {name: getattr(torch, name) for name in (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16", "float32",
-    "float64", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2")
-    if isinstance(getattr(torch, name, None), torch.dtype)}
+
+
+@cache
+def tensor_dtypes() -> dict:
+    """The torch dtypes a record may hold, by name (this torch's; float8 where it has them)."""
+    torch = _torch()
+    return {name: getattr(torch, name) for name in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16", "float32",
+        "float64", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2")
+        if isinstance(getattr(torch, name, None), torch.dtype)}
+
+
 NON_FINITE = ("inf", "-inf", "nan")  # what `encode` writes for a float that is not finite
 
 
@@ -384,7 +406,8 @@ def decode(data, depth: int = 0, budget: _Budget | None = None):
         raw = _data_bytes(data.get("data"), math.prod(shape) * dtype.itemsize, budget)
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
     if "tensor" in data:
-        dtype = TENSOR_DTYPES.get(data["tensor"]) if type(data["tensor"]) is str else None
+        torch = _torch()
+        dtype = tensor_dtypes().get(data["tensor"]) if type(data["tensor"]) is str else None
         if dtype is None:
             raise RecordMismatch("unknown tensor dtype in the record")
         shape = _shape(data.get("shape"))
@@ -424,8 +447,8 @@ def _shape(value) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _item_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+def _item_size(dtype) -> int:
+    return _torch().empty((), dtype=dtype).element_size()
 
 
 def _data_bytes(text, size: int, budget: _Budget) -> bytes:
@@ -446,6 +469,7 @@ def _data_bytes(text, size: int, budget: _Budget) -> bytes:
 def _storage_bytes(tensor):
     """A uint8 view of the whole storage behind `tensor` (padding and canaries included)."""
     storage = tensor.untyped_storage()
+    torch = _torch()
     return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(
         storage, 0, (storage.nbytes(),))
 
@@ -464,6 +488,7 @@ def restore_storage(tensor, data) -> None:
     except RecordMismatch:
         raise RecordMismatch("a recorded tensor has the wrong size or is not base64") from None
     if size:
+        torch = _torch()
         view.copy_(torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(view.device))
 
 
@@ -484,7 +509,7 @@ def _feed(sha, value, depth: int = 0) -> None:
     if isinstance(value, np.ndarray) and not value.dtype.hasobject:
         sha.update(f"nd{value.dtype.str}{value.shape}".encode())
         sha.update(np.ascontiguousarray(value).tobytes())
-    elif isinstance(value, torch.Tensor):
+    elif _is_tensor(value):
         sha.update(f"t{value.dtype}{tuple(value.shape)}{value.stride()}".encode())
         sha.update(_storage_bytes(value).cpu().numpy().tobytes())
     elif isinstance(value, (list, tuple)):

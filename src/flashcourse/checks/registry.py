@@ -116,11 +116,32 @@ def _load_checks() -> None:
                 class_items.register(stem)
                 _SELF_CHECKS_DONE.add(stem)
         return
-    for stem, module in LESSON_MODULES.items():
-        importlib.import_module(f"{__package__}.{module}")
-        if stem not in _SELF_CHECKS_DONE:
-            _register_self_checks(stem)
-            _SELF_CHECKS_DONE.add(stem)
+    for stem in LESSON_MODULES:
+        _import_lesson(stem)
+
+
+def _load_lesson(lesson_id: str) -> None:
+    """Import the check module of `lesson_id` only (a notebook checks its own lesson); every
+    module where the id names no lesson, or in the class edition."""
+    from . import LESSON_IDS
+
+    stem = next((stem for stem, known in LESSON_IDS.items() if known == lesson_id), None)
+    if stem is None or class_edition():
+        _load_checks()
+        return
+    current()  # as in _load_checks: before the module defines any Triton kernel
+    _import_lesson(stem)
+
+
+def _import_lesson(stem: str) -> None:
+    import importlib
+
+    from . import LESSON_MODULES
+
+    importlib.import_module(f"{__package__}.{LESSON_MODULES[stem]}")
+    if stem not in _SELF_CHECKS_DONE:
+        _register_self_checks(stem)
+        _SELF_CHECKS_DONE.add(stem)
 
 
 def _register_self_checks(stem: str) -> None:
@@ -149,7 +170,10 @@ def section_of(exercise_id: str) -> str | dict | None:
 
 
 def get(exercise_id: str) -> Exercise:
-    _load_checks()
+    if exercise_id not in EXERCISES:
+        _load_lesson(exercise_id.split("/", 1)[0])
+    if exercise_id not in EXERCISES:
+        _load_checks()  # every known id, for the message below
     if exercise_id not in EXERCISES:
         known = ", ".join(sorted(EXERCISES))
         raise KeyError(_("unknown exercise id {exercise_id!r}; known ids: {known}").format(
@@ -343,7 +367,7 @@ def scorecard(lesson_id: str) -> float:
     then each item's state (passed, wrong, blank, not started), what to do and which section to
     re-read, then raise one short course error so the notebook run fails. Passed: the items and
     the next lesson; return the points."""
-    _load_checks()
+    _load_lesson(lesson_id)
     if class_edition():
         import importlib
 
@@ -403,7 +427,7 @@ def next_lesson(lesson_id: str, root=None) -> tuple[str, str] | None:
     """(title, notebook name) of the lesson after `lesson_id` in course order, or None."""
     import re
 
-    _load_checks()
+    _load_lesson(lesson_id)
     number = re.match(r"Lesson (\d+)", LESSONS[lesson_id].title)
     if not number:
         return None
@@ -411,9 +435,27 @@ def next_lesson(lesson_id: str, root=None) -> tuple[str, str] | None:
     name = next((n for n in lesson_notebooks(root) if int(n[:2]) == wanted), None)
     if name is None:
         return None
+    # its registered title where its checks are loaded, else its page's (the same words,
+    # tests/test_lesson_loading.py): the link does not import another lesson's checks
     title = next((lesson.title for lesson in LESSONS.values()
-                  if lesson.title.startswith(f"Lesson {wanted}:")), f"Lesson {wanted}")
-    return title, name
+                  if lesson.title.startswith(f"Lesson {wanted}:")), None)
+    return title or lesson_title(name, root) or f"Lesson {wanted}", name
+
+
+def lesson_title(notebook: str, root=None) -> str | None:
+    """The `title:` of lessons/NN-slug.qmd for notebook NN-slug.ipynb, or None."""
+    import re
+    from pathlib import Path
+
+    from ..paths import COURSE_ROOT
+
+    page = (Path(root) if root else COURSE_ROOT) / "lessons" / f"{Path(notebook).stem}.qmd"
+    try:
+        front = page.read_text(encoding="utf-8").split("\n---", 1)[0]
+    except OSError:
+        return None
+    found = re.search(r'^title:\s*"?(.*?)"?\s*$', front, flags=re.M)
+    return found.group(1) if found else None
 
 
 def _show_link(title: str, notebook: str) -> None:

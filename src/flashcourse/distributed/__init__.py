@@ -17,6 +17,8 @@ The ring itself is the student's (lesson 10's exercises). The lesson's figures o
 in `figures/ring.py`. Import from here: `from flashcourse import distributed as ring`.
 """
 
+import importlib
+
 from .model import (
     KINDS,
     NEG_INF,
@@ -34,27 +36,27 @@ from .model import (
     step_plan,
     zigzag_positions,
 )
-from .ranks import (
-    COLLECTIVES,
-    LOOPBACK,
-    RanksNeverStarted,
-    free_port,
-    loopback_interface,
-    run_ranks,
-)
-from .rings import (
-    EVENT_CODES,
-    SCALING_RESULTS,
-    block_attention,
-    block_gradients,
-    exchange,
-    merge_lse,
-    ring_backward,
-    ring_forward,
-    scaling_rows,
-    shard_chunk_rows,
-    visible_keys,
-)
+
+# ranks and rings need torch (seconds to import): they load on first use, so that a lesson
+# importing only the numpy model (the figures of lesson 1 do, through flashcourse.figures)
+# never pays for it.
+_LAZY = {
+    **dict.fromkeys(("COLLECTIVES", "LOOPBACK", "RanksNeverStarted", "free_port",
+                     "loopback_interface", "run_ranks"), "ranks"),
+    **dict.fromkeys(("EVENT_CODES", "SCALING_RESULTS", "block_attention", "block_gradients",
+                     "exchange", "merge_lse", "ring_backward", "ring_forward", "scaling_rows",
+                     "shard_chunk_rows", "visible_keys"), "rings"),
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["COLLECTIVES", "EVENT_CODES", "KINDS", "LOOPBACK", "NEG_INF",
            "SCALING_RESULTS", "RanksNeverStarted", "block_attention",

@@ -1,0 +1,55 @@
+"""A notebook's checks import their own lesson's check module only: lesson 1 (numpy) never
+imports torch or Triton, and the tables that let it hold with the modules themselves."""
+
+import subprocess
+import sys
+
+from flashcourse.checks import LESSON_IDS, LESSON_MODULES, registry
+
+
+def test_each_module_registers_the_lesson_id_the_table_names():
+    import importlib
+
+    assert list(LESSON_IDS) == list(LESSON_MODULES)
+    for stem, module in LESSON_MODULES.items():
+        lesson = importlib.import_module(f"flashcourse.checks.{module}").LESSON
+        assert lesson.id == LESSON_IDS[stem], (stem, lesson.id)
+
+
+def test_each_lesson_page_has_its_registered_title(root):
+    registry._load_checks()
+    by_id = {lesson.id: lesson.title for lesson in registry.LESSONS.values()}
+    for stem, lesson_id in LESSON_IDS.items():
+        assert registry.lesson_title(f"{stem}.ipynb", root) == by_id[lesson_id], stem
+
+
+# Lesson 1's solution, every code cell in order, in a fresh process (matplotlib off screen).
+RUN_SOLUTION = """
+import json, os, sys
+import matplotlib
+matplotlib.use("Agg")
+notebook = json.load(open(sys.argv[1], encoding="utf-8"))
+os.chdir(os.path.dirname(sys.argv[1]))
+scope = {"__name__": "__main__"}
+for cell in notebook["cells"]:
+    if cell["cell_type"] == "code":
+        exec(compile("".join(cell["source"]), cell.get("id", "cell"), "exec"), scope)
+print(sorted(name for name in ("torch", "triton") if name in sys.modules))
+"""
+
+
+def test_lesson_1_imports_neither_torch_nor_triton(root):
+    solution = root / "solutions" / "01-gpu-flash.ipynb"
+    done = subprocess.run([sys.executable, "-c", RUN_SOLUTION, str(solution)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Next: Lesson 2: Memory and the roofline" in done.stdout  # it passed, and linked on
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]
+
+
+def test_the_next_lesson_link_names_a_lesson_whose_checks_are_not_loaded(root, monkeypatch):
+    monkeypatch.setattr(registry, "LESSONS", {key: value for key, value in
+                                              registry.LESSONS.items() if key == "gpu-flash"})
+    monkeypatch.setattr(registry, "_load_lesson", lambda lesson_id: None)
+    assert registry.next_lesson("gpu-flash", root) == (
+        "Lesson 2: Memory and the roofline", "02-memory-roofline.ipynb")
