@@ -165,6 +165,12 @@ def book(root, tmp_path_factory):
         else:
             shutil.copy2(source, site / name)
     _render(site, "--no-execute")  # the English first: a full render empties _book/
+    # The pre-render step has rebuilt book/ from lessons/ once: the later renders of this copy
+    # need not again (about 7 s each, on an idle machine).
+    config = site / "_quarto.yml"
+    without = re.sub(r"^  pre-render:.*\n", "", config.read_text(encoding="utf-8"), flags=re.M)
+    assert without != config.read_text(encoding="utf-8"), "_quarto.yml has no pre-render step"
+    config.write_text(without, encoding="utf-8")
     _render(site, "--profile", "zh", "--no-execute")
     return site / "_book"
 
