@@ -35,7 +35,9 @@ from pathlib import Path
 CANDIDATE_SECONDS = 10  # a whole solution notebook grades in about 8 s here, hidden cases too
 # They start processes that run the function they are handed: no answer to any exercise, and a
 # minute of process starts for each exercise they are offered to.
-PROCESS_STARTERS = {"flashcourse.distributed.ranks.run_ranks", "flashcourse.distributed.run_ranks"}
+PROCESS_STARTERS = {"flashcourse.distributed.ranks.run_ranks", "flashcourse.distributed.run_ranks",
+                    # serves the book until stopped: it returns nothing, ever
+                    "flashcourse.authoring.book.serve"}
 
 
 class Overtime(BaseException):
@@ -116,6 +118,22 @@ def sequential_ranks(job, world_size: int, cases: list, label: str, **_options) 
     return results
 
 
+class Drawing(Exception):
+    pass
+
+
+def refuse_drawing() -> None:
+    """A candidate that draws a figure (the package's figures do) fails at once: no check
+    draws, and a figure is no answer, but drawing one at a check's sizes runs to the alarm
+    (about a minute of the whole search)."""
+    from matplotlib.figure import Figure
+
+    def refuse(*args, **kwargs):
+        raise Drawing("no figure is drawn while candidates are offered")
+
+    Figure.__init__ = refuse
+
+
 def _alarm(signum, frame):
     raise Overtime()
 
@@ -132,6 +150,7 @@ def main(release: Path, stem: str, only: set[str] | None = None) -> dict:
     import flashcourse.distributed as ring
 
     ring.run_ranks = sequential_ranks
+    refuse_drawing()
     module_name = LESSON_MODULES[stem]
     lesson_ids = {ex.lesson for ex in registry.EXERCISES.values()
                   if ex.run.__module__.split(".")[2] == module_name}
