@@ -1,7 +1,8 @@
 """Tile configs of the reference backward (lesson 8) against cuDNN's backward, on a CUDA GPU.
 
     python gpu/explore_bwd.py [--out DIR] [--n 4096] [--d 64,128] [--repeats 3]
-                              [--kernels dkdv,dq,fused,pair,pair+tma,fused+tma,pair+tma+ws]
+                              [--kernels dkdv,dq,fused,pair,pair+tma,fused+tma,pair+tma+ws,
+                                         pair+tma+stats]
 
 For d = 64 and 128, causal and not (fp16, B * N = 32k tokens), times the whole backward
 (delta pre-pass, dK/dV kernel, dQ kernel) while one kernel's config varies over a candidate
@@ -10,7 +11,8 @@ host.backward(fused_dq=True): the dK/dV kernel also adds dQ up with fp32 atomics
 are computed once, as FlashAttention-2's CUDA backward and FA3 do); "pair" changes both
 kernels' configs at once (PAIRS, beside the table's pair). A list name alone reads and writes
 through pointers; "+tma" adds tensor descriptors (with "fused", dQ is added up by one TMA
-reduction per tile), "+ws" warp-specialised loops. cuDNN's backward (autograd
+reduction per tile), "+ws" warp-specialised loops, "+stats" (with "+tma") the logsumexp and
+delta rows through descriptors in dK/dV (where N is a multiple of 4). cuDNN's backward (autograd
 of SDPA pinned to cuDNN, forward excluded) is timed round-robin with them. Every config is
 compiled first in parallel worker processes (Triton's cache is shared), and its dq, dk, dv are
 checked against the fp32 reference before timing, on the timing case and on ragged, batched,
@@ -66,7 +68,8 @@ PAIRS = {
             ((64, 64, 4, 3), (128, 64, 8, 3)), ((64, 64, 4, 3), (128, 32, 8, 3))],
 }
 LISTS = (*CANDIDATES, "pair")
-OPTIONS = {"tma": "tma", "ws": "warp_spec"}  # a kernel name's "+" suffixes: host.backward's
+# a kernel name's "+" suffixes: host.backward's switches
+OPTIONS = {"tma": "tma", "ws": "warp_spec", "stats": "stats_tma"}
 
 
 def parse_kernel(name: str) -> tuple[str, dict]:

@@ -727,6 +727,38 @@ def test_backward_variants_match_autograd(tma, fused, warp_spec):
             assert verify.gradient_problems(grads, ref_grads, 1e-4) == [], (B, causal)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_backward_reads_row_statistics_through_descriptors(fused, monkeypatch):
+    # stats_tma: dK/dV reads the logsumexp and delta as (B * H, N) descriptors; N a multiple
+    # of 4 but ragged against every block, B and H > 1, a large-logit scale, both masks
+    made = []
+    real = host.TensorDescriptor.from_tensor
+
+    def spy(tensor, block):
+        made.append(tensor.dim())
+        return real(tensor, block)
+
+    monkeypatch.setattr(host.TensorDescriptor, "from_tensor", spy)
+    gen = torch.Generator().manual_seed(9)
+    for (B, H, N, D), scale in (((2, 3, 36, 16), 0.3), ((1, 2, 52, 32), 2.0)):
+        q, k, v, do = (torch.randn(B, H, N, D, generator=gen) * 2 for _ in range(4))
+        for causal in (False, True):
+            o, lse = host.forward(q, k, v, causal, scale)
+            made.clear()
+            grads = host.backward(q, k, v, o, lse, do, causal, scale, fused_dq=fused, tma=True,
+                                  stats_tma=True)
+            assert made.count(2) == 2, made  # the logsumexp's and delta's descriptors
+            rq, rk, rv = (x.clone().requires_grad_(True) for x in (q, k, v))
+            ref, _ = verify.reference_fp32(rq, rk, rv, causal, scale)
+            ref_grads = torch.autograd.grad(ref, (rq, rk, rv), do)
+            assert verify.gradient_problems(grads, ref_grads, 1e-4) == [], (N, causal)
+    q = torch.randn(1, 2, 37, 16, generator=gen)  # rows of 37 fp32: no descriptor, pointers
+    o, lse = host.forward(q, q, q, False)
+    made.clear()
+    host.backward(q, q, q, o, lse, q, False, tma=True, stats_tma=True)
+    assert made.count(2) == 0, made
+
+
 def test_backward_refuses_descriptors_on_strides_they_cannot_take():
     q = torch.randn(1, 2, 5, 32)[..., ::2]  # every second column: a last stride of 2
     o, lse = host.forward(q, q, q, False)

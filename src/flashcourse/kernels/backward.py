@@ -46,18 +46,21 @@ def attn_bwd_delta_kernel(O, DO, DELTA,  # pointers
 
 @triton.jit
 def attn_bwd_dkdv_inner(dk, dv, k, v,  # accumulators and the resident key block
-                        q_src, do_src, lse_base, delta_base, dq_dst, b, h,  # the query side
+                        q_src, do_src, lse_base, delta_base, lse_row, dq_dst, b, h,  # queries
                         stride_qn, stride_qd, stride_don, stride_dod,  # strides
                         offs_n, offs_d, lo, hi, N, qk_scale, sm_scale,  # keys, rows, scales
                         HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,  # meta-parameters
                         MASKED: tl.constexpr, FUSED_DQ: tl.constexpr, USE_TMA: tl.constexpr,
-                        DQ_BULK: tl.constexpr, WARP_SPEC: tl.constexpr):
+                        DQ_BULK: tl.constexpr, WARP_SPEC: tl.constexpr,
+                        STATS_TMA: tl.constexpr):
     """Accumulate dK, dV of one key block over the query blocks lo..hi, recomputing P^T.
 
     Query rows >= N load as zeros (q = dO = lse = delta = 0), so they add exactly 0. With
     FUSED_DQ, also add this key block's share of dQ (sm_scale * dS K) into dq_dst's fp32 rows:
     element by element with atomics, or with DQ_BULK as one TMA reduction of the whole tile
     through a descriptor (compiled only), instead of recomputing P and dP in the dQ kernel.
+    STATS_TMA: lse_base and delta_base are (B * H, N) descriptors, this head's row lse_row;
+    rows >= N fall outside them and load as zeros.
     """
     offs = tl.arange(0, BLOCK_M)
     for start_m in tl.range(lo, hi, BLOCK_M, warp_specialize=WARP_SPEC):
@@ -67,8 +70,12 @@ def attn_bwd_dkdv_inner(dk, dv, k, v,  # accumulators and the resident key block
                       MASK_ROWS=True, USE_TMA=USE_TMA)  # (BLOCK_M, HEAD_D)
         do = load_rows(do_src, b, h, start_m, offs, offs_d, stride_don, stride_dod, N,
                        MASK_ROWS=True, USE_TMA=USE_TMA)
-        lse2 = tl.load(lse_base + offs_m, mask=rows, other=0.0) * LOG2E
-        delta = tl.load(delta_base + offs_m, mask=rows, other=0.0)
+        if STATS_TMA:
+            lse2 = lse_base.load([lse_row, start_m]).reshape(BLOCK_M) * LOG2E
+            delta = delta_base.load([lse_row, start_m]).reshape(BLOCK_M)
+        else:
+            lse2 = tl.load(lse_base + offs_m, mask=rows, other=0.0) * LOG2E
+            delta = tl.load(delta_base + offs_m, mask=rows, other=0.0)
         s_t = tl.dot(k, tl.trans(q))  # S^T: (BLOCK_N, BLOCK_M)
         p_t = tl.exp2(s_t * qk_scale - lse2[None, :])  # P^T, recomputed from the logsumexp
         if MASKED:  # the diagonal: key n is seen only by query rows m >= n
@@ -99,14 +106,16 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, sm_scale,  # t
                          HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,  # meta-parameters
                          BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                          FUSED_DQ: tl.constexpr, USE_TMA: tl.constexpr,
-                         DQ_BULK: tl.constexpr, WARP_SPEC: tl.constexpr):
+                         DQ_BULK: tl.constexpr, WARP_SPEC: tl.constexpr,
+                         STATS_TMA: tl.constexpr = False):
     """dK and dV of one key block (BLOCK_N rows). Grid: (cdiv(N, BLOCK_N), B * H).
 
     USE_TMA: Q, K, V, DO, DK and DV are (B, H, N, HEAD_D) descriptors whose blocks are BLOCK_M
     (Q, DO) or BLOCK_N (the others) rows. FUSED_DQ: also dQ, added up in DQ_ACC, a zeroed
     contiguous (B, H, N, HEAD_D) float32 tensor (a descriptor of it with DQ_BULK; unused
     without FUSED_DQ), so that no dQ kernel is needed. WARP_SPEC: the unmasked query loop is
-    warp-specialised (tl.range(..., warp_specialize=True)).
+    warp-specialised (tl.range(..., warp_specialize=True)). STATS_TMA (an experiment): LSE and
+    DELTA are (B * H, N) descriptors with blocks of BLOCK_M rows of one head, not pointers.
     """
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
@@ -120,8 +129,13 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, sm_scale,  # t
                   ROWS=BLOCK_N, USE_TMA=USE_TMA)
     q_src = head_source(Q, b, h, stride_qb, stride_qh, USE_TMA=USE_TMA)
     do_src = head_source(DO, b, h, stride_dob, stride_doh, USE_TMA=USE_TMA)
-    lse_base = LSE + bh.to(tl.int64) * N
-    delta_base = DELTA + bh.to(tl.int64) * N
+    if STATS_TMA:
+        lse_base = LSE
+        delta_base = DELTA
+    else:
+        lse_base = LSE + bh.to(tl.int64) * N
+        delta_base = DELTA + bh.to(tl.int64) * N
+    lse_row = bh  # this head's row in the STATS_TMA descriptors
     if DQ_BULK:
         dq_dst = DQ_ACC
     else:
@@ -130,20 +144,22 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, sm_scale,  # t
     dk = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
     if CAUSAL:  # rows < start_n see none of these keys; the diagonal rows need the mask
-        dk, dv = attn_bwd_dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, dq_dst,
-                                     b, h, stride_qn, stride_qd, stride_don, stride_dod,
-                                     offs_n, offs_d, start_n, tl.minimum(start_n + BLOCK_N, N),
-                                     N, qk_scale, sm_scale, HEAD_D=HEAD_D, BLOCK_M=BLOCK_M,
+        dk, dv = attn_bwd_dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base,
+                                     lse_row, dq_dst, b, h, stride_qn, stride_qd, stride_don,
+                                     stride_dod, offs_n, offs_d, start_n,
+                                     tl.minimum(start_n + BLOCK_N, N), N, qk_scale, sm_scale,
+                                     HEAD_D=HEAD_D, BLOCK_M=BLOCK_M,
                                      MASKED=True, FUSED_DQ=FUSED_DQ, USE_TMA=USE_TMA,
-                                     DQ_BULK=DQ_BULK, WARP_SPEC=False)
+                                     DQ_BULK=DQ_BULK, WARP_SPEC=False, STATS_TMA=STATS_TMA)
         lo = start_n + BLOCK_N
     else:
         lo = 0
-    dk, dv = attn_bwd_dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, dq_dst,
-                                 b, h, stride_qn, stride_qd, stride_don, stride_dod, offs_n,
-                                 offs_d, lo, N, N, qk_scale, sm_scale, HEAD_D=HEAD_D,
+    dk, dv = attn_bwd_dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, lse_row,
+                                 dq_dst, b, h, stride_qn, stride_qd, stride_don, stride_dod,
+                                 offs_n, offs_d, lo, N, N, qk_scale, sm_scale, HEAD_D=HEAD_D,
                                  BLOCK_M=BLOCK_M, MASKED=False, FUSED_DQ=FUSED_DQ,
-                                 USE_TMA=USE_TMA, DQ_BULK=DQ_BULK, WARP_SPEC=WARP_SPEC)
+                                 USE_TMA=USE_TMA, DQ_BULK=DQ_BULK, WARP_SPEC=WARP_SPEC,
+                                 STATS_TMA=STATS_TMA)
     dk = dk * sm_scale  # S = sm_scale * Q K^T: the scale comes back once in dK
     store_tile(DK, dk, b, h, start_n, offs_d, stride_dkb, stride_dkh, stride_dkn, stride_dkd, N,
                ROWS=BLOCK_N, HEAD_D=HEAD_D, USE_TMA=USE_TMA)

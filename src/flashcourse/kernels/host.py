@@ -240,7 +240,7 @@ def backward_configs(d: int):
 
 def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
              configs=None, fused_dq: bool = False, tma: bool | None = None,
-             warp_spec: bool = False):
+             warp_spec: bool = False, stats_tma: bool = False):
     """dq, dk, dv of attention, given the forward's output and logsumexp.
 
     configs: (dK/dV config, dQ config). tma: read and write through tensor descriptors (None:
@@ -248,8 +248,10 @@ def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
     fused_dq=True (an experiment, timed by gpu/explore_bwd.py): the dK/dV kernel adds dQ up in
     an fp32 buffer, with atomics or, with tensor descriptors on a GPU, one TMA reduction per
     tile, and no dQ kernel runs (its config is ignored). warp_spec=True (an experiment):
-    both kernels' unmasked loops are warp-specialised. Any head dim from 1 to MAX_HEAD_DIM, as
-    forward.
+    both kernels' unmasked loops are warp-specialised. stats_tma=True (an experiment): where
+    the dK/dV kernel reads through tensor descriptors and N is a multiple of 4, it reads the
+    logsumexp and delta rows through descriptors too, not pointers. Any head dim from 1 to
+    MAX_HEAD_DIM, as forward.
     """
     D = q.shape[-1]
     kernel_head_dim(D)  # refuses a head dim out of range before 1 / sqrt(D) fails
@@ -257,13 +259,13 @@ def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     launch = functools.partial(_launch_backward, lse=lse, causal=causal, sm_scale=sm_scale,
                                configs=configs, fused_dq=fused_dq, tma=tma,
-                               warp_spec=warp_spec)
+                               warp_spec=warp_spec, stats_tma=stats_tma)
     run_at_kernel_width(launch, (q, k, v, o, do), (dq, dk, dv))
     return dq, dk, dv
 
 
 def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, configs, fused_dq,
-                     tma, warp_spec):
+                     tma, warp_spec, stats_tma):
     """backward's kernel launches, at a kernel head dim (q.shape[-1] a power of two)."""
     if tma and not tma_supported():
         raise CourseInputError("backward(tma=True) needs tensor descriptors: this Triton or "
@@ -274,6 +276,8 @@ def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, confi
     if tma is None:
         tma = tma_supported() and tma_ok(q, k, v, do, dq, dk, dv)
     B, H, N, D = q.shape
+    # rows of N fp32 values are 16-byte aligned for a descriptor when N is a multiple of 4
+    stats_tma = stats_tma and tma and lse.is_contiguous() and tma_ok(lse)
     delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
     interpreter = runtime.current().interpreter
     block = tiles.INTERPRETER[0] if interpreter else tiles.DELTA_BLOCK_M
@@ -293,11 +297,16 @@ def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, confi
                                           (dv, bn))
             if bulk:
                 tensors[6], = descriptors((dq_acc, bm))
+            stats = [lse, delta]
+            if stats_tma:  # (B * H, N): blocks of bm rows of one head
+                stats = [TensorDescriptor.from_tensor(x.view(B * H, N), [1, bm])
+                         for x in stats]
             attn_bwd_dkdv_kernel[(triton.cdiv(N, bn), B * H)](
-                *tensors[:4], lse, delta, *tensors[4:], sm_scale, *_strides(q), *_strides(k),
+                *tensors[:4], *stats, *tensors[4:], sm_scale, *_strides(q), *_strides(k),
                 *_strides(v), *_strides(do), *_strides(dk), *_strides(dv), H, N, HEAD_D=D,
                 BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, FUSED_DQ=fused_dq, USE_TMA=tma,
-                DQ_BULK=bulk, WARP_SPEC=warp_spec, num_warps=warps, num_stages=stages)
+                DQ_BULK=bulk, WARP_SPEC=warp_spec, STATS_TMA=stats_tma, num_warps=warps,
+                num_stages=stages)
             if fused_dq:
                 dq.copy_(dq_acc)
                 break
