@@ -6,6 +6,7 @@ import gettext
 import json
 import re
 import shutil
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -223,6 +224,7 @@ def test_check_sync_names_an_untranslated_message(tmp_path, capsys):
 # ---------------------------------------------------------------- a Chinese run of the checks
 
 
+@cache  # the catalogs are read from every source file: once per run, not once per message
 def _english_pieces() -> dict[str, str]:
     """The English words of every message with a translation: piece -> its message (pieces
     the translation keeps, such as code, do not count)."""
