@@ -36,6 +36,7 @@ import nbformat
 
 from .. import i18n
 from ..i18n import _
+from ..paths import FRONT_MATTER, TITLE_LINE
 from . import catalogs, editions, learning_path, results_table, translation
 
 LESSONS_DIR = "lessons"
@@ -141,10 +142,10 @@ def parse(path: Path, text: str | None = None) -> Lesson:
     if path.stem[:2].isdigit():  # the lesson's table of recorded results, from its CSVs
         text = results_table.with_summary(text, path.parent.parent / "assets" / "results",
                                           int(path.stem[:2]))
-    match = re.match(r"^---\n(.*?)\n---\n", text, re.S)
+    match = FRONT_MATTER.match(text)
     if not match:
         raise LessonSourceError(f"{path}: starts without a --- front matter block with a title")
-    title_match = re.search(r'^title:\s*"?(.*?)"?\s*$', match.group(1), re.M)
+    title_match = TITLE_LINE.search(match.group(1))
     if not title_match:
         raise LessonSourceError(f"{path}: the front matter has no title")
     body = text[match.end():]

@@ -444,17 +444,16 @@ def next_lesson(lesson_id: str, root=None) -> tuple[str, str] | None:
 
 def lesson_title(notebook: str, root=None) -> str | None:
     """The `title:` of lessons/NN-slug.qmd for notebook NN-slug.ipynb, or None."""
-    import re
     from pathlib import Path
 
-    from ..paths import COURSE_ROOT
+    from ..paths import COURSE_ROOT, FRONT_MATTER, TITLE_LINE
 
     page = (Path(root) if root else COURSE_ROOT) / "lessons" / f"{Path(notebook).stem}.qmd"
     try:
-        front = page.read_text(encoding="utf-8").split("\n---", 1)[0]
+        front = FRONT_MATTER.match(page.read_text(encoding="utf-8"))
     except OSError:
         return None
-    found = re.search(r'^title:\s*"?(.*?)"?\s*$', front, flags=re.M)
+    found = TITLE_LINE.search(front.group(1)) if front else None
     return found.group(1) if found else None
 
 
