@@ -248,9 +248,10 @@ def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
     fused_dq=True (an experiment, timed by gpu/explore_bwd.py): the dK/dV kernel adds dQ up in
     an fp32 buffer, with atomics or, with tensor descriptors on a GPU, one TMA reduction per
     tile, and no dQ kernel runs (its config is ignored). warp_spec=True (an experiment):
-    both kernels' unmasked loops are warp-specialised. stats_tma=True (an experiment): where
-    the dK/dV kernel reads through tensor descriptors and N is a multiple of 4, it reads the
-    logsumexp and delta rows through descriptors too, not pointers. Any head dim from 1 to
+    both kernels' unmasked loops are warp-specialised. stats_tma=True (an experiment, no faster
+    on an H200: lesson 8): where the dK/dV kernel reads through tensor descriptors and N is a
+    multiple of 4, it reads the logsumexp and delta rows through descriptors too, not pointers.
+    Any head dim from 1 to
     MAX_HEAD_DIM, as forward.
     """
     D = q.shape[-1]
