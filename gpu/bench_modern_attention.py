@@ -479,7 +479,9 @@ def bench_sparse_steps(b: Bench, kernels, ma, sf, sweep: bool) -> tuple[list[dic
     kernel's tiles and program order (its inner loop: no bounds checks on FULL tiles, the scale
     folded into exp2, no safe max on FULL tiles, P V accumulated by the MMA); 2 longest block
     lists first; 3 tensor descriptors; 4 the reference's own tiles; 5 (D = 64) each query block
-    as two row halves (sparse_forward(halves=True), lesson 8's step 7)."""
+    as two row halves (sparse_forward(halves=True), lesson 8's step 7); 6 (masks whose FULL
+    lists are runs of consecutive blocks) the last step with those lists walked without their
+    loads (full_range=True), which measures what the block list costs beside the dense kernel."""
     torch = b.torch
     n, H = (128, 2) if b.mode == "interpreter" else (16384, 16)
     window = 32 if b.mode == "interpreter" else WINDOW
@@ -511,19 +513,28 @@ def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
                          case.right, lists, bm, bn, num_warps=warps, num_stages=stages)
         return out
 
-    def reference(config, longest_first=True, use_tma=True, halves=False):
-        plan = sf.sparse_plan(n, D, b.device, case.left, case.right, case.docs,
+    def plan_for(config, longest_first=True):
+        return sf.sparse_plan(n, D, b.device, case.left, case.right, case.docs,
                               kinds=case.kinds(ma, sf, *config[:2]), config=config,
                               longest_first=longest_first)
-        return lambda: sf.sparse_forward(q, k, v, plan, use_tma=use_tma, halves=halves)[0]
 
+    def reference(config, longest_first=True, use_tma=True, halves=False, full_range=False):
+        plan = plan_for(config, longest_first)
+        return lambda: sf.sparse_forward(q, k, v, plan, use_tma=use_tma, halves=halves,
+                                         full_range=full_range)[0]
+
+    final = sf.sparse_reference_config(D)
     variants = {"0 teaching kernel": teaching,
                 "1 reference inner loop": reference(teaching_config, False, False),
                 "2 + longest first": reference(teaching_config, True, False),
                 "3 + tensor descriptors": reference(teaching_config, True, True),
-                "4 + reference tiles": reference(sf.sparse_reference_config(D))}
-    if D <= 64:  # as the dense reference's step 7: at d = 128 the halves' registers do not fit
-        variants["5 + two row halves"] = reference(sf.sparse_reference_config(D), halves=True)
+                "4 + reference tiles": reference(final)}
+    halves = D <= 64  # as the dense reference's step 7: at d = 128 its registers do not fit
+    if halves:
+        variants["5 + two row halves"] = reference(final, halves=True)
+    if plan_for(final).full_ranges:  # what the FULL lists' loads cost (a measurement only)
+        variants["6 + FULL lists walked as runs"] = reference(final, halves=halves,
+                                                              full_range=True)
     tried = {"x".join(map(str, c)): reference(c) for c in configs}
     expected = masked_reference(torch, q, k, v, torch.from_numpy(case.dense(ma, sf)).to(b.device))
     errors = {name: max_error(fn(), expected) for name, fn in {**variants, **tried}.items()}

@@ -35,9 +35,10 @@ def inputs(B, H, n, d, dtype=torch.float32, seed=0, scale=1.0):
 HALVES_TILES = (32, 16, 4, 1)  # two halves of 16 query rows, tl.dot's smallest on a GPU
 
 
-def assert_matches(q, k, v, mask, plan, sm_scale=None, use_tma=True, halves=False):
+def assert_matches(q, k, v, mask, plan, sm_scale=None, use_tma=True, halves=False,
+                   full_range=False):
     o, lse = sf.sparse_forward(q, k, v, plan, sm_scale=sm_scale, use_tma=use_tma,
-                               halves=halves)
+                               halves=halves, full_range=full_range)
     expected = ma.masked_reference(q, k, v, mask, sm_scale)
     error = (o.double() - expected).abs().max().item()
     assert error < TOL[q.dtype], f"max error {error:.3g}"
@@ -133,6 +134,32 @@ def test_natural_order_gives_the_same_output():
     natural = sf.sparse_forward(q, k, v, sf.sparse_plan(n, 16, "cpu", right=0,
                                                         longest_first=False))[0]
     assert torch.equal(first, natural)
+
+
+@pytest.mark.parametrize("halves", [False, True], ids=["one tile", "two halves"])
+@pytest.mark.parametrize("name", ["causal, ragged", "causal window of 8 keys",
+                                  "causal documents with padding"])
+def test_full_lists_walked_as_runs_give_the_same_output(name, halves):
+    n, left, right, docs = RULE_MASKS[name]
+    q, k, v = inputs(2, 2, n, 16, seed=n + 1)
+    plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs,
+                          config=HALVES_TILES if halves else None)
+    assert plan.full_ranges
+    listed = sf.sparse_forward(q, k, v, plan, halves=halves)
+    runs = assert_matches(q, k, v, ma.dense_mask(n, n, left, right, docs), plan,
+                          halves=halves, full_range=True)
+    assert all(torch.equal(a, b) for a, b in zip(listed, runs, strict=True))
+
+
+def test_full_lists_that_are_not_runs_are_refused():
+    table = np.array([[1, 0, 1], [1, 1, 1], [0, 1, 0]], bool)  # row 0 skips a block
+    kinds = sf.block_table_kinds(table, TILE, 48, TILE, TILE)
+    plan = sf.sparse_plan(48, 16, "cpu", kinds=kinds)
+    assert not plan.full_ranges
+    assert sf.consecutive_lists(np.array([2, 0]), np.array([[3, 4, 0], [7, 0, 0]]))
+    assert not sf.consecutive_lists(np.array([2]), np.array([[3, 5, 0]]))
+    with pytest.raises(CourseInputError, match="not runs"):
+        sf.sparse_forward(*inputs(1, 1, 48, 16), plan, full_range=True)
 
 
 @pytest.mark.parametrize("build, message", [

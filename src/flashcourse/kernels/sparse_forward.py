@@ -102,13 +102,15 @@ def attend_listed_blocks(acc, l_i, m_i, q,  # running state (fp32) and the query
                          rows, offs_d, docs_q, Docs,  # query rows, their document ids
                          count, index_row, N, left, right, qk_scale,  # the list, the rule
                          BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
-                         HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr):
+                         HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr, RANGE: tl.constexpr):
     """Online softmax of one query block over the key blocks index_row[0 .. count): FULL
     blocks (MASKED=False; every key of the tile visible to every row, and < N) or PARTIAL ones
-    (MASKED=True)."""
+    (MASKED=True). RANGE: the list is index_row[0], index_row[0] + 1, ...: the first index is
+    read once, not one per step (an experiment that measures what the list's loads cost)."""
     offs_n = tl.arange(0, BLOCK_N)
+    first = tl.load(index_row) if RANGE else 0  # in bounds: every row has one entry or more
     for i in tl.range(0, count):
-        start_n = tl.load(index_row + i) * BLOCK_N
+        start_n = ((first + i) if RANGE else tl.load(index_row + i)) * BLOCK_N
         k = load_rows(k_src, b, h, start_n, offs_n, offs_d, stride_kn, stride_kd, N,
                       MASK_ROWS=MASKED, USE_TMA=USE_TMA)
         s = tl.dot(q, tl.trans(k))  # raw scores: the scale is folded into exp2's FMA
@@ -126,13 +128,15 @@ def attend_listed_blocks_halves(acc0, l0, m0, acc1, l1, m1, q0, q1,  # two halve
                                 rows0, rows1, offs_d, docs0, docs1, Docs,  # rows, document ids
                                 count, index_row, N, left, right, qk_scale,  # list, rule, scale
                                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
-                                HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr):
+                                HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr,
+                                RANGE: tl.constexpr):
     """attend_listed_blocks for a query block held as two halves (lesson 8's step 7): both
     halves' Q K^T are issued before either softmax, so that the tensor cores work on one half's
     matmuls while the other half's softmax runs. Both halves walk the block's one list."""
     offs_n = tl.arange(0, BLOCK_N)
+    first = tl.load(index_row) if RANGE else 0
     for i in tl.range(0, count):
-        start_n = tl.load(index_row + i) * BLOCK_N
+        start_n = ((first + i) if RANGE else tl.load(index_row + i)) * BLOCK_N
         k, v = load_key_value_rows(k_src, v_src, b, h, start_n, offs_n, offs_d, stride_kn,
                                    stride_kd, stride_vn, stride_vd, N, MASK_ROWS=MASKED,
                                    USE_TMA=USE_TMA)
@@ -179,14 +183,16 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
                           index_stride,  # the block lists, one row per query block
                           HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,  # meta-parameters
                           BLOCK_N: tl.constexpr, HAS_DOCS: tl.constexpr,
-                          USE_TMA: tl.constexpr, HALVES: tl.constexpr):
+                          USE_TMA: tl.constexpr, HALVES: tl.constexpr,
+                          FULL_RANGE: tl.constexpr):
     """O = softmax(mask(sm_scale Q K^T)) V and LSE (natural log; -inf for a row that sees no
     key, whose O is 0) for one query block of one head; qk_scale = sm_scale * log2(e).
 
     Grid: (cdiv(N, BLOCK_M), B * H); program p runs query block Order[p]. LSE is a contiguous
     (B, H, N) float32 tensor. With USE_TMA, Q, K, V and O are (B, H, N, HEAD_D) descriptors
     (Q's and O's blocks BLOCK_M // 2 rows with HALVES). HALVES: the query block is held as two
-    halves of BLOCK_M // 2 rows, each with its own state (lesson 8's step 7).
+    halves of BLOCK_M // 2 rows, each with its own state (lesson 8's step 7). FULL_RANGE: every
+    FULL list is a run of consecutive blocks (SparsePlan.full_ranges), walked without its loads.
     """
     start_m = tl.load(Order + tl.program_id(0))  # the longest lists first
     bh = tl.program_id(1)
@@ -221,12 +227,12 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
             acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
             stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, full_count,
             full_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=False,
-            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA)
+            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=FULL_RANGE)
         acc0, l0, m0, acc1, l1, m1 = attend_listed_blocks_halves(
             acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
             stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, part_count,
             part_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=True,
-            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA)
+            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False)
         finish_rows(O, LSE, acc0, l0, m0, b, h, bh, start, offs_d, stride_ob, stride_oh,
                     stride_on, stride_od, N, ROWS=HALF, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
         finish_rows(O, LSE, acc1, l1, m1, b, h, bh, start + HALF, offs_d, stride_ob,
@@ -243,11 +249,12 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
             rows, offs_d, docs_q, Docs, full_count, full_row, N, left, right, qk_scale,
-            BLOCK_N=BLOCK_N, MASKED=False, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA)
+            BLOCK_N=BLOCK_N, MASKED=False, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA,
+            RANGE=FULL_RANGE)
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
             rows, offs_d, docs_q, Docs, part_count, part_row, N, left, right, qk_scale,
-            BLOCK_N=BLOCK_N, MASKED=True, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA)
+            BLOCK_N=BLOCK_N, MASKED=True, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False)
         finish_rows(O, LSE, acc, l_i, m_i, b, h, bh, start, offs_d, stride_ob, stride_oh,
                     stride_on, stride_od, N, ROWS=BLOCK_M, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
 
@@ -276,6 +283,7 @@ class SparsePlan:
     lists: tuple[torch.Tensor, ...]  # full_counts, full_index, part_counts, part_index
     order: torch.Tensor  # (query blocks,) int32: the query block of each program
     tile_counts: dict  # FULL, PARTIAL and EMPTY tiles of the block map
+    full_ranges: bool = False  # every query block's FULL list is a run of consecutive blocks
 
 
 _require = runtime.require
@@ -335,22 +343,34 @@ def sparse_plan(n: int, d: int, device, left: int = UNLIMITED, right: int = UNLI
     if n % block_n:
         _require(not (kinds[:, -1] == FULL).any(), "the last key block is cut off at n="
                  f"{n}: it may be PARTIAL, never FULL (its missing keys would be read as keys).")
-    lists = tuple(torch.from_numpy(a).to(device) for a in block_lists(kinds))
+    host_lists = block_lists(kinds)
+    lists = tuple(torch.from_numpy(a).to(device) for a in host_lists)
     order = torch.from_numpy(program_order(kinds, longest_first)).to(device)
     counts = {"full": int((kinds == FULL).sum()), "partial": int((kinds == PARTIAL).sum()),
               "empty": int((kinds == EMPTY).sum())}
     return SparsePlan(n=int(n), config=config, left=left, right=right, docs=docs_t,
-                      lists=lists, order=order, tile_counts=counts)
+                      lists=lists, order=order, tile_counts=counts,
+                      full_ranges=consecutive_lists(*host_lists[:2]))
+
+
+def consecutive_lists(counts: np.ndarray, index: np.ndarray) -> bool:
+    """Whether every row's first counts[r] indices run j, j + 1, j + 2, ... (a causal mask's
+    or a window's FULL blocks do; a random block mask's need not)."""
+    steps = np.arange(index.shape[1])
+    runs = index == index[:, :1] + steps
+    return bool(all(runs[r, :c].all() for r, c in enumerate(counts)))
 
 
 def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
-                   use_tma: bool = True, halves: bool = False):
+                   use_tma: bool = True, halves: bool = False, full_range: bool = False):
     """Block-sparse attention of q, k, v (B, H, N, D), any strides, with the plan's mask;
     returns (o, lse): o like q, lse (B, H, N) float32 in natural log (-inf for a row that sees
     no key; its o is 0). sm_scale: 1 / sqrt(D) of the real head dim unless given. use_tma:
     tensor descriptors where this Triton, the GPU and the tensors' alignment allow. halves:
     hold each query block as two halves (lesson 8's step 7; an experiment, timed by
-    gpu/bench_modern_attention.py --part steps)."""
+    gpu/bench_modern_attention.py --part steps). full_range: walk each FULL list as a run of
+    consecutive blocks without loading its entries (an experiment that measures what those
+    loads cost; only for a plan whose FULL lists are runs, SparsePlan.full_ranges)."""
     check_reference_qkv(q, k, v)
     B, H, N, D = q.shape
     _require(N == plan.n, f"the plan was built for n={plan.n}, but q, k, v have N={N}: build "
@@ -363,17 +383,21 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
     _require(isinstance(halves, bool), f"halves={halves!r} must be True or False.")
+    _require(isinstance(full_range, bool), f"full_range={full_range!r} must be True or False.")
+    _require(not full_range or plan.full_ranges, "full_range=True walks each FULL list as a "
+             "run of consecutive key blocks, but this plan's FULL lists are not runs (a random "
+             "block mask, say): leave full_range False for it.")
     _require(not halves or plan.config[0] >= 2 * MIN_DOT_ROWS or runtime.current().interpreter,
              f"halves=True splits BLOCK_M={plan.config[0]} into two halves, and tl.dot needs "
              f"at least {MIN_DOT_ROWS} rows on a GPU: build the plan with BLOCK_M >= "
              f"{2 * MIN_DOT_ROWS}.")
     launch = functools.partial(_launch, plan=plan, lse=lse, qk_scale=sm_scale * LOG2E,
-                               use_tma=use_tma, halves=halves)
+                               use_tma=use_tma, halves=halves, full_range=full_range)
     run_at_kernel_width(launch, (q, k, v), (o,))
     return o, lse
 
 
-def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves):
+def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range):
     """sparse_forward's launch at a kernel head dim (q.shape[-1] a power of two)."""
     B, H, N, D = q.shape
     block_m, block_n, warps, stages = plan.config
@@ -387,8 +411,8 @@ def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves):
         *args, lse, qk_scale, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, N,
         docs, plan.left, plan.right, plan.order, full_counts, full_index, part_counts,
         part_index, full_index.stride(0), HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n,
-        HAS_DOCS=plan.docs is not None, USE_TMA=tma, HALVES=halves, num_warps=warps,
-        num_stages=stages)
+        HAS_DOCS=plan.docs is not None, USE_TMA=tma, HALVES=halves, FULL_RANGE=full_range,
+        num_warps=warps, num_stages=stages)
 
 
 # ---------------------------------------------------------------- block masks given as tables
