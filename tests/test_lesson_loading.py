@@ -1,6 +1,7 @@
 """A notebook's checks import their own lesson's check module only: lesson 1 (numpy) never
 imports torch or Triton, and the tables that let it hold with the modules themselves."""
 
+import os
 import subprocess
 import sys
 
@@ -53,3 +54,23 @@ def test_the_next_lesson_link_names_a_lesson_whose_checks_are_not_loaded(root, m
     monkeypatch.setattr(registry, "_load_lesson", lambda lesson_id: None)
     assert registry.next_lesson("gpu-flash", root) == (
         "Lesson 2: Memory and the roofline", "02-memory-roofline.ipynb")
+
+
+FIGURE_IN_A_FRESH_PROCESS = """
+import sys
+import flashcourse as fc
+loaded = "matplotlib" in sys.modules
+drawn = fc.figures.memory_hierarchy()
+print(loaded, drawn is None, "matplotlib" in sys.modules)
+"""
+
+
+def test_figures_load_matplotlib_on_first_use_and_are_not_drawn_while_grading():
+    def run(grading: str) -> str:
+        env = {**os.environ, "FLASHCOURSE_GRADING": grading}
+        done = subprocess.run([sys.executable, "-c", FIGURE_IN_A_FRESH_PROCESS], env=env,
+                              capture_output=True, text=True, timeout=300, check=True)
+        return done.stdout.split()
+
+    assert run("0") == ["False", "False", "True"]  # drawn, once asked for
+    assert run("1") == ["False", "True", "False"]  # a graded notebook's figure: not drawn
