@@ -25,7 +25,7 @@ from flashcourse.grader import collect, samples, scan
 
 TIMEOUT = 600  # seconds per cell: generous, so a loaded machine cannot fail a right answer
 MEMORY_GIB = 4  # per sandbox in the graded class: the fork hog holds 6 GiB in three processes
-LOOP_TIMEOUT = 20  # per cell in the looping submission's own run (its other cells are instant)
+LOOP_TIMEOUT = 10  # per cell in the looping submission's own run (its other cells are instant)
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap (bwrap) is not installed")
