@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from flashcourse.checks import LESSON_IDS, LESSON_MODULES, registry
+from flashcourse.checks.cases import GRADING_MODE_ENV
 
 
 def test_each_module_registers_the_lesson_id_the_table_names():
@@ -67,7 +68,7 @@ print(loaded, drawn is None, "matplotlib" in sys.modules)
 
 def test_figures_load_matplotlib_on_first_use_and_are_not_drawn_while_grading():
     def run(grading: str) -> str:
-        env = {**os.environ, "FLASHCOURSE_GRADING": grading}
+        env = {**os.environ, GRADING_MODE_ENV: grading}
         done = subprocess.run([sys.executable, "-c", FIGURE_IN_A_FRESH_PROCESS], env=env,
                               capture_output=True, text=True, timeout=300, check=True)
         return done.stdout.split()

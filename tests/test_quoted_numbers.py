@@ -12,6 +12,8 @@ from flashcourse.authoring import results_table
 from flashcourse.hardware import H200_HBM_TBS
 
 RESULTS = Path(__file__).resolve().parents[1] / "assets" / "results"
+# lesson 9's prose describes its Triton 3.6 runs; the 3.9 rows are summed up in cells
+PROSE_TRITON = "3.6.0"
 
 
 def _rows(name: str, results: Path = RESULTS) -> list[dict]:
@@ -53,16 +55,14 @@ def _lesson8_fwdbwd() -> str:
 
 
 def _lesson9_flex() -> str:
-    # the prose describes the Triton 3.6 run, the table the lesson shows
     flex = [float(r["ours vs flex"]) for r in _rows("09-masks")
-            if r["ours vs flex"] and r["triton"] == "3.6.0"]
+            if r["ours vs flex"] and r["triton"] == PROSE_TRITON]
     return f"(ours / flex speed {_span(flex, ' to ')};"
 
 
 def _lesson9_hbm_share() -> str:
-    # the lesson's prose describes the Triton 3.6 run; the 3.9 run is summed up in a cell
     large = [r for r in _rows("09-decode")
-             if float(r["KV MiB"]) >= 256 and r["triton"] == "3.6.0"]
+             if float(r["KV MiB"]) >= 256 and r["triton"] == PROSE_TRITON]
     rates = [float(r["ours split-KV GB/s"]) for r in large]
     low, high = (100 * x / (H200_HBM_TBS * 1000) for x in (min(rates), max(rates)))
     return (f"K and V at {low:.0f}% to {high:.0f}% of the {H200_HBM_TBS:g} TB/s of HBM, up to "
