@@ -336,9 +336,11 @@ def mask_case(b: Bench, kernels, ma, sf, flex, create_block_mask, q, k, v, case:
 
         candidates["dense reference causal"] = lambda: dense_causal(q, k, v, causal=True)[0]
         candidates["sdpa is_causal"] = sdpa_causal
+    halves, full_range = sf.reference_variant(plan, D)
     row = {"mask": case.name, "N": n, "dtype": str(q.dtype)[6:], "B": B, "H": H, "D": D,
            "BLOCK_M": block_m, "BLOCK_N": block_n,
            "reference config": "x".join(str(x) for x in config),
+           "reference halves": halves, "reference full range": full_range,
            "tiles computed": (tiles["full"] + tiles["partial"]) / sum(tiles.values()),
            "partial tiles": tiles["partial"]}
     reference = masked_reference(torch, q, k, v, dense)
@@ -481,7 +483,8 @@ def bench_sparse_steps(b: Bench, kernels, ma, sf, sweep: bool) -> tuple[list[dic
     lists first; 3 tensor descriptors; 4 the reference's own tiles; 5 (D = 64) each query block
     as two row halves (sparse_forward(halves=True), lesson 8's step 7); 6 (masks whose FULL
     lists are runs of consecutive blocks) the last step with those lists walked without their
-    loads (full_range=True), which measures what the block list costs beside the dense kernel."""
+    loads (full_range=True). At D = 64 the reference takes steps 5 and 6 by default
+    (sf.reference_variant); at D = 128 step 6 is timed to show why it does not."""
     torch = b.torch
     n, H = (128, 2) if b.mode == "interpreter" else (16384, 16)
     window = 32 if b.mode == "interpreter" else WINDOW
@@ -529,10 +532,10 @@ def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
                 "2 + longest first": reference(teaching_config, True, False),
                 "3 + tensor descriptors": reference(teaching_config, True, True),
                 "4 + reference tiles": reference(final)}
-    halves = D <= 64  # as the dense reference's step 7: at d = 128 its registers do not fit
+    halves = sf.reference_variant(plan_for(final), D)[0]  # D = 64: as the dense step 7
     if halves:
         variants["5 + two row halves"] = reference(final, halves=True)
-    if plan_for(final).full_ranges:  # what the FULL lists' loads cost (a measurement only)
+    if plan_for(final).full_ranges:  # timed at D = 128 too, where the reference leaves it off
         variants["6 + FULL lists walked as runs"] = reference(final, halves=halves,
                                                               full_range=True)
     tried = {"x".join(map(str, c)): reference(c) for c in configs}

@@ -145,10 +145,26 @@ def test_full_lists_walked_as_runs_give_the_same_output(name, halves):
     plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs,
                           config=HALVES_TILES if halves else None)
     assert plan.full_ranges
-    listed = sf.sparse_forward(q, k, v, plan, halves=halves)
+    listed = sf.sparse_forward(q, k, v, plan, halves=halves, full_range=False)
     runs = assert_matches(q, k, v, ma.dense_mask(n, n, left, right, docs), plan,
                           halves=halves, full_range=True)
     assert all(torch.equal(a, b) for a, b in zip(listed, runs, strict=True))
+
+
+def test_the_default_variant_follows_the_head_dim_the_tiles_and_the_lists():
+    causal = sf.sparse_plan(64, 16, "cpu", right=0, config=HALVES_TILES)
+    table = np.array([[1, 0, 1], [1, 1, 1], [0, 1, 0]], bool)  # row 0 skips a block
+    gaps = sf.sparse_plan(48, 16, "cpu", kinds=sf.block_table_kinds(table, TILE, 48, TILE, TILE))
+    assert sf.reference_variant(causal, 64) == (True, True)
+    assert sf.reference_variant(causal, 80) == (False, False)  # runs at width 128
+    assert sf.reference_variant(gaps, 16) == (False, False)  # 16 rows, lists with a gap
+    assert sf.reference_variant(sf.sparse_plan(64, 16, "cpu", right=0), 16) == (False, True)
+    q, k, v = inputs(1, 2, 64, 16, seed=9)
+    chosen = sf.sparse_forward(q, k, v, causal)
+    spelled = sf.sparse_forward(q, k, v, causal, halves=True, full_range=True)
+    assert all(torch.equal(a, b) for a, b in zip(chosen, spelled, strict=True))
+    with pytest.raises(CourseInputError, match="True, False or None"):
+        sf.sparse_forward(q, k, v, causal, halves=1)
 
 
 def test_full_lists_that_are_not_runs_are_refused():

@@ -13,7 +13,10 @@ same four arrays). What this kernel adds, each the reference forward's (forward.
 * Q, K, V and O through tensor descriptors (TMA on Hopper) where the tensors allow it;
 * programs ordered longest block list first (`SparsePlan.order`), so that the last programs to
   start are the short ones;
-* tiles, warps and stages of its own (tiles.SPARSE_REFERENCE).
+* tiles, warps and stages of its own (tiles.SPARSE_REFERENCE);
+* at head dims up to 64, each query block held as two row halves (the dense reference's step
+  7), and FULL lists that are runs of consecutive blocks (a causal mask's, a window's, a
+  document mask's) walked without loading their entries (`reference_variant`).
 
 Host side: `sparse_plan` builds the block lists and the program order once per mask (not per
 head or per call), `sparse_forward` launches; any head dim up to 256 (zero-padded, as the other
@@ -361,16 +364,32 @@ def consecutive_lists(counts: np.ndarray, index: np.ndarray) -> bool:
     return bool(all(runs[r, :c].all() for r, c in enumerate(counts)))
 
 
+# At kernel head dims up to this, the reference holds a query block as two halves and walks
+# FULL lists that are runs without their loads (09-sparse-steps.csv, steps 5 and 6: 1.09-1.30x
+# the teaching kernel at d = 64; at d = 128 the halves' registers do not fit and step 6 changed
+# -1 to 2%).
+HALVES_AND_RANGES_UP_TO = 64
+
+
+def reference_variant(plan: SparsePlan, d: int) -> tuple[bool, bool]:
+    """(halves, full_range) that sparse_forward takes by default for this plan and head dim d:
+    both at kernel head dims up to HALVES_AND_RANGES_UP_TO, halves only where BLOCK_M splits
+    into two tiles tl.dot takes, full_range only where the plan's FULL lists are runs."""
+    narrow = kernel_head_dim(d) <= HALVES_AND_RANGES_UP_TO
+    return (narrow and plan.config[0] >= 2 * MIN_DOT_ROWS, narrow and plan.full_ranges)
+
+
 def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
-                   use_tma: bool = True, halves: bool = False, full_range: bool = False):
+                   use_tma: bool = True, halves: bool | None = None,
+                   full_range: bool | None = None):
     """Block-sparse attention of q, k, v (B, H, N, D), any strides, with the plan's mask;
     returns (o, lse): o like q, lse (B, H, N) float32 in natural log (-inf for a row that sees
     no key; its o is 0). sm_scale: 1 / sqrt(D) of the real head dim unless given. use_tma:
     tensor descriptors where this Triton, the GPU and the tensors' alignment allow. halves:
-    hold each query block as two halves (lesson 8's step 7; an experiment, timed by
-    gpu/bench_modern_attention.py --part steps). full_range: walk each FULL list as a run of
-    consecutive blocks without loading its entries (an experiment that measures what those
-    loads cost; only for a plan whose FULL lists are runs, SparsePlan.full_ranges)."""
+    hold each query block as two halves (lesson 8's step 7). full_range: walk each FULL list as
+    a run of consecutive blocks without loading its entries (only for a plan whose FULL lists
+    are runs, SparsePlan.full_ranges). None (the default) for either: reference_variant's
+    choice; gpu/bench_modern_attention.py --part steps times each on and off."""
     check_reference_qkv(q, k, v)
     B, H, N, D = q.shape
     _require(N == plan.n, f"the plan was built for n={plan.n}, but q, k, v have N={N}: build "
@@ -382,8 +401,13 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
              "positive finite number (the kernel takes row maxima of scaled scores).")
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
-    _require(isinstance(halves, bool), f"halves={halves!r} must be True or False.")
-    _require(isinstance(full_range, bool), f"full_range={full_range!r} must be True or False.")
+    _require(halves is None or isinstance(halves, bool),
+             f"halves={halves!r} must be True, False or None (the reference's choice).")
+    _require(full_range is None or isinstance(full_range, bool),
+             f"full_range={full_range!r} must be True, False or None (the reference's choice).")
+    chosen_halves, chosen_range = reference_variant(plan, D)
+    halves = chosen_halves if halves is None else halves
+    full_range = chosen_range if full_range is None else full_range
     _require(not full_range or plan.full_ranges, "full_range=True walks each FULL list as a "
              "run of consecutive key blocks, but this plan's FULL lists are not runs (a random "
              "block mask, say): leave full_range False for it.")
