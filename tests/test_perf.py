@@ -521,7 +521,8 @@ def test_benchmark_cli_explains_and_exits_0_without_cuda(capsys, tmp_path):
 @pytest.mark.parametrize("script", ["perf.py", "explore_fwd.py", "ncu_summary.py",
                                     "explore_bwd.py", "warm_tutorial.py tutorial.py",
                                     "tune_lesson6.py", "explore_lesson6.py",
-                                    "kernel_resources.py", "measure_decode_layout.py"])
+                                    "kernel_resources.py", "measure_decode_layout.py",
+                                    "measure_partial_cost.py"])
 def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script, monkeypatch, capsys):
     # run as __main__ in this process: a fresh interpreter per script would import torch again
     import runpy

@@ -1,0 +1,116 @@
+"""What the masked code of PARTIAL tiles costs the reference sparse forward (lesson 9).
+
+    python gpu/measure_partial_cost.py [--out assets/results/09-partial-cost.csv]
+    python gpu/measure_partial_cost.py --interpreter   # smoke test on a CPU, nothing timed
+
+On the two masks where the reference sparse forward stays under 1.15x FlexAttention (the
+causal window at d = 64, the causal documents at d = 128), fp16, B = 1, H = 16, N = 8k to 32k,
+three calls are timed side by side, median of bench_modern_attention.REPEATS interleaved
+timings:
+
+* the reference sparse forward, checked against float32 attention first;
+* the same kernel on the same tiles with every PARTIAL tile sent down the FULL path (no mask,
+  no safe max, no bounds checks). Its output is wrong, so it is never checked and never a
+  kernel to use: it is a bound on what cheaper masked code could win on those tiles;
+* FlexAttention compiled with the mask's own mask_mod (the fair one of --fair-flex), checked
+  first, its block map equal to ours at 128 x 128.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "gpu"))
+
+from flashcourse import bench  # noqa: E402
+
+CASES = (("causal window 1024", 64), ("causal documents", 128))  # (mask, D): the misses
+SIZES = (8192, 16384, 32768)
+HEADS = 16
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="the CSV to write")
+    parser.add_argument("--interpreter", action="store_true",
+                        help="smoke test on a CPU: N = 128, H = 2, a window of 32, untimed")
+    args = parser.parse_args(argv)
+    if args.interpreter:
+        os.environ["FLASHCOURSE_INTERPRET"] = "1"
+        from flashcourse import runtime
+
+        runtime.setup(verbose=False)
+    elif not bench.cuda_script_ready("gpu/measure_partial_cost.py", "times masked tiles"):
+        return 0
+    import bench_modern_attention as bma
+
+    from flashcourse.kernels import modern_attention as ma
+    from flashcourse.kernels import sparse_forward as sf
+
+    b = bma.Bench("interpreter" if args.interpreter else "full")
+    b.fair_flex = True
+    sizes, heads, window = ((128,), 2, 32) if args.interpreter else (SIZES, HEADS, bma.WINDOW)
+    flex, create_block_mask = bma.flex_functions(b)
+    rows = []
+    for name, d in CASES:
+        for n in sizes:
+            row = measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads,
+                               window)
+            rows.append(row)
+            print(", ".join(f"{key} {value:.3f}" if isinstance(value, float) else f"{value}"
+                            for key, value in row.items()), flush=True)
+    if args.out is not None:
+        bma.write(args.out, rows, bench)
+        print(f"wrote {len(rows)} rows to {args.out}")
+    for failure in b.failures:
+        print("FAIL", failure)
+    return 1 if b.failures else 0
+
+
+def measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads, window) -> dict:
+    """One (mask, d, N): check, then time the reference, its PARTIAL-as-FULL bound and flex."""
+    import numpy as np
+    import torch
+
+    gen = torch.Generator(device=b.device).manual_seed(n + d)
+    q, k, v = (torch.randn(1, heads, n, d, device=b.device, dtype=torch.float16,
+                           generator=gen) for _ in range(3))
+    case = next(c for c in bma.mask_cases(ma, sf, n, window)
+                if c.name.split()[:2] == name.split()[:2])
+    config = sf.sparse_reference_config(d)
+    kinds = case.kinds(ma, sf, *config[:2])
+    plan = sf.sparse_plan(n, d, b.device, case.left, case.right, case.docs, kinds=kinds)
+    unmasked = sf.sparse_plan(n, d, b.device, case.left, case.right, case.docs,
+                              kinds=np.where(kinds == ma.PARTIAL, ma.FULL, kinds))
+    tiles = plan.tile_counts
+    row = {"mask": case.name, "N": n, "dtype": "float16", "D": d,
+           "partial share of computed tiles": tiles["partial"]
+           / (tiles["full"] + tiles["partial"])}
+    reference = bma.masked_reference(torch, q, k, v,
+                                     torch.from_numpy(case.dense(ma, sf)).to(b.device))
+    timed = {"partial as full": lambda: sf.sparse_forward(q, k, v, unmasked)[0]}
+    reference_call = lambda: sf.sparse_forward(q, k, v, plan)[0]  # noqa: E731
+    if bma.checked(b, row, "reference sparse", reference_call, reference, True):
+        timed["reference sparse"] = reference_call
+    flex_call = bma.flex_mask_call(b, ma, sf, flex, create_block_mask, q, k, v, case, row)
+    if flex_call is not None and bma.checked(b, row, "flex", flex_call, reference, False):
+        timed["flex"] = flex_call
+    del reference
+    for label, timing in bma.interleaved(b, timed).items():
+        bma.spread_columns(row, label, timing)
+    if row.get("flex ms"):
+        for label in ("reference sparse", "partial as full"):
+            if row.get(f"{label} ms"):
+                row[f"{label} vs flex"] = row["flex ms"] / row[f"{label} ms"]
+    if row.get("reference sparse ms"):
+        row["partial as full speed-up"] = row["reference sparse ms"] / row["partial as full ms"]
+    return row
+
+
+if __name__ == "__main__":
+    sys.exit(main())
