@@ -484,7 +484,9 @@ def bench_sparse_steps(b: Bench, kernels, ma, sf, sweep: bool) -> tuple[list[dic
     as two row halves (sparse_forward(halves=True), lesson 8's step 7); 6 (masks whose FULL
     lists are runs of consecutive blocks) the last step with those lists walked without their
     loads (full_range=True). At D = 64 the reference takes steps 5 and 6 by default
-    (sf.reference_variant); at D = 128 step 6 is timed to show why it does not."""
+    (sf.reference_variant); at D = 128 step 6 is timed to show why it does not. 7 (masks with
+    PARTIAL tiles) the reference's default variant with each PARTIAL tile masked only by the
+    tests it needs (partial_tests=True, an experiment)."""
     torch = b.torch
     n, H = (128, 2) if b.mode == "interpreter" else (16384, 16)
     window = 32 if b.mode == "interpreter" else WINDOW
@@ -521,10 +523,11 @@ def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
                               kinds=case.kinds(ma, sf, *config[:2]), config=config,
                               longest_first=longest_first)
 
-    def reference(config, longest_first=True, use_tma=True, halves=False, full_range=False):
+    def reference(config, longest_first=True, use_tma=True, halves=False, full_range=False,
+                  partial_tests=False):
         plan = plan_for(config, longest_first)
         return lambda: sf.sparse_forward(q, k, v, plan, use_tma=use_tma, halves=halves,
-                                         full_range=full_range)[0]
+                                         full_range=full_range, partial_tests=partial_tests)[0]
 
     final = sf.sparse_reference_config(D)
     variants = {"0 teaching kernel": teaching,
@@ -532,12 +535,16 @@ def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
                 "2 + longest first": reference(teaching_config, True, False),
                 "3 + tensor descriptors": reference(teaching_config, True, True),
                 "4 + reference tiles": reference(final)}
-    halves = sf.reference_variant(plan_for(final), D)[0]  # D = 64: as the dense step 7
+    final_plan = plan_for(final)
+    halves, full_range = sf.reference_variant(final_plan, D)  # D = 64: as the dense step 7
     if halves:
         variants["5 + two row halves"] = reference(final, halves=True)
-    if plan_for(final).full_ranges:  # timed at D = 128 too, where the reference leaves it off
+    if final_plan.full_ranges:  # timed at D = 128 too, where the reference leaves it off
         variants["6 + FULL lists walked as runs"] = reference(final, halves=halves,
                                                               full_range=True)
+    if final_plan.tile_counts["partial"]:  # on the reference's own variant
+        variants["7 + PARTIAL tiles given only their tests"] = reference(
+            final, halves=halves, full_range=full_range, partial_tests=True)
     tried = {"x".join(map(str, c)): reference(c) for c in configs}
     expected = masked_reference(torch, q, k, v, torch.from_numpy(case.dense(ma, sf)).to(b.device))
     errors = {name: max_error(fn(), expected) for name, fn in {**variants, **tried}.items()}

@@ -3,6 +3,8 @@ mask kind of lesson 9 against the float64 masked_reference (output and logsumexp
 lengths, several batches and heads, transposed inputs, large logits, rows that see no key,
 padded head dims, pointer loads beside tensor descriptors; and its clear errors on bad input."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -207,3 +209,101 @@ def test_bad_inputs_get_clear_errors():
         sf.sparse_forward(*inputs(1, 1, 32, 300), plan)
     with pytest.raises(CourseInputError, match="bfloat16"):
         sf.sparse_forward(q.bfloat16(), k.bfloat16(), v.bfloat16(), plan)
+
+
+# ---------------------------------------------------------------- PARTIAL tiles, only their tests
+
+R, L, D, B = sf.TEST_RIGHT, sf.TEST_LEFT, sf.TEST_DOCS, sf.TEST_BOUND
+
+
+@pytest.mark.parametrize("n, left, right, docs, expected", [
+    (40, UNLIMITED, 0, None, [[R, 0, 0], [R, 0, 0], [R | B, 0, 0]]),  # causal, cut off at 40
+    (48, 3, 5, None, [[R | L, R, 0], [L, R | L, R], [L, R | L, 0]]),  # a two-sided window
+    # documents 0-9 and 10-31, padding 32-39 (its query block sees nothing: no PARTIAL tile)
+    (40, 20, 0, ma.packed_documents([10, 22], 8), [[R | D, 0], [L | D, R], [0, 0]]),
+], ids=["causal", "two-sided window", "window and documents"])
+def test_partial_tile_tests_by_hand(n, left, right, docs, expected):
+    plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs)
+    part_counts, part_index = plan.lists[2:]
+    kinds = ma.classify_rule(n, TILE, TILE, left, right, docs)
+    tests = sf.partial_tile_tests(kinds, n, TILE, TILE, left, right, docs)
+    assert tests[:, :len(expected[0])].tolist() == expected
+    assert not tests[:, len(expected[0]):].any()
+    packed = plan.part_tests
+    assert torch.equal(packed & ((1 << sf.TESTS_SHIFT) - 1), part_index)
+    assert torch.equal(packed >> sf.TESTS_SHIFT, torch.from_numpy(tests))
+    assert part_counts.tolist() == (tests != 0).sum(axis=1).tolist()
+
+
+def test_partial_tile_tests_of_a_custom_block_map():
+    """A random block mask's PARTIAL tiles are its cut-off last key block: the bound alone."""
+    table = np.array([[1, 0], [1, 1]], bool)
+    kinds = sf.block_table_kinds(table, 32, 40, TILE, TILE)  # key block 2 cut off at 40
+    tests = sf.partial_tile_tests(kinds, 40, TILE, TILE)
+    assert tests[:, 0].tolist() == [0, 0, B] and not tests[:, 1:].any()
+
+
+@pytest.mark.parametrize("halves", [False, True], ids=["one tile", "two halves"])
+@pytest.mark.parametrize("name", list(RULE_MASKS))
+def test_partial_tests_give_the_same_output_bit_for_bit(name, halves):
+    """Bit for bit, not within a tolerance: the flagged tests hide the same pairs of every real
+    row as the whole rule, and the tiles go through the same softmax in the same order."""
+    n, left, right, docs = RULE_MASKS[name]
+    q, k, v = inputs(2, 2, n, 16, seed=n + 2)
+    plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs,
+                          config=HALVES_TILES if halves else None)
+    whole_rule = sf.sparse_forward(q, k, v, plan, halves=halves)
+    tested = sf.sparse_forward(q, k, v, plan, halves=halves, partial_tests=True)
+    assert all(torch.equal(a, b) for a, b in zip(whole_rule, tested, strict=True))
+
+
+@pytest.mark.parametrize("halves", [False, True], ids=["one tile", "two halves"])
+def test_partial_tests_on_a_random_block_mask(halves):
+    n, block = 70, 32
+    block_m, block_n = HALVES_TILES[:2] if halves else (TILE, TILE)
+    table = sf.random_block_table(n, block, 0.5, seed=n)
+    table[1] = False  # a query block that sees nothing
+    kinds = sf.block_table_kinds(table, block, n, block_m, block_n)
+    plan = sf.sparse_plan(n, 16, "cpu", kinds=kinds, config=HALVES_TILES if halves else None)
+    q, k, v = inputs(1, 2, n, 16, seed=7)
+    whole_rule = sf.sparse_forward(q, k, v, plan, halves=halves)
+    tested = sf.sparse_forward(q, k, v, plan, halves=halves, partial_tests=True)
+    assert all(torch.equal(a, b) for a, b in zip(whole_rule, tested, strict=True))
+    assert torch.isinf(tested[1][..., block:2 * block]).all()
+
+
+def without_test(plan, row, test):
+    """The plan with `test` taken off the first PARTIAL tile of query block `row` that has it."""
+    packed = plan.part_tests.clone()
+    slot = ((packed[row] >> sf.TESTS_SHIFT) & test).nonzero()[0].item()
+    packed[row, slot] &= ~(test << sf.TESTS_SHIFT)
+    return dataclasses.replace(plan, part_tests=packed)
+
+
+@pytest.mark.parametrize("name, row, test", [
+    ("causal documents with padding", 0, R), ("causal documents with padding", 0, D),
+    ("causal window of 8 keys", 1, L), ("two-sided window, ragged", 3, B),
+], ids=["the diagonal", "a document boundary", "a window's far edge", "the bound"])
+def test_a_tile_without_one_of_its_tests_gives_a_wrong_output(name, row, test):
+    """The flags matter: take one test off one tile, and its rows see keys they must not."""
+    n, left, right, docs = RULE_MASKS[name]
+    q, k, v = inputs(1, 1, n, 16, seed=8)
+    plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs)
+    expected = ma.masked_reference(q, k, v, ma.dense_mask(n, n, left, right, docs))
+    tested = sf.sparse_forward(q, k, v, plan, partial_tests=True)[0]
+    assert (tested.double() - expected).abs().max() < TOL[q.dtype]
+    wrong = sf.sparse_forward(q, k, v, without_test(plan, row, test), partial_tests=True)[0]
+    assert (wrong.double() - expected).abs().max() > 0.01
+
+
+def test_partial_tests_refused_where_they_cannot_apply():
+    assert sf.tests_fit(32768, 128, 64)
+    assert not sf.tests_fit(2**28, 16, 1)  # key block indices past 2**27: no room for flags
+    assert not sf.tests_fit(2**30 + 1, 128, 64)  # rows + a window side would pass int32
+    plan = sf.sparse_plan(32, 16, "cpu", right=0)
+    q, k, v = inputs(1, 1, 32, 16)
+    with pytest.raises(CourseInputError, match="True or False"):
+        sf.sparse_forward(q, k, v, plan, partial_tests=None)
+    with pytest.raises(CourseInputError, match="leaves no room"):
+        sf.sparse_forward(q, k, v, dataclasses.replace(plan, part_tests=None),
+                          partial_tests=True)

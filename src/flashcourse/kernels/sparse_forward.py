@@ -18,6 +18,10 @@ same four arrays). What this kernel adds, each the reference forward's (forward.
   7), and FULL lists that are runs of consecutive blocks (a causal mask's, a window's, a
   document mask's) walked without loading their entries (`reference_variant`).
 
+An experiment, off by default (`partial_tests=True`): each PARTIAL tile applies only the tests
+it needs (the window's right side, its left side, the documents, the bound n), which
+`sparse_plan` works out per tile (`partial_tile_tests`).
+
 Host side: `sparse_plan` builds the block lists and the program order once per mask (not per
 head or per call), `sparse_forward` launches; any head dim up to 256 (zero-padded, as the other
 launchers). Masks given as a table of visible blocks (a random block mask): `block_table_kinds`.
@@ -65,26 +69,70 @@ from .modern_attention import (
 )
 
 INT32_MAX = 2**31 - 1
+# The tests a PARTIAL tile may need (bit flags, partial_tile_tests): a key past row + right (the
+# causal diagonal), a key before row - left (a window's far edge), rows and keys not all in one
+# document (or an id -1), keys past n.
+TEST_RIGHT, TEST_LEFT, TEST_DOCS, TEST_BOUND = 1, 2, 4, 8
+# Where the flags sit in SparsePlan.part_tests: above the key block's index, in bits 27-30 of
+# the int32 entry, so that the loop reads one word per tile as the default path does (a tensor
+# of flags beside part_index would be a second scalar load per tile). Indices stay below 2**27.
+TESTS_SHIFT = 27
+_RIGHT, _LEFT, _DOCS, _BOUND, _SHIFT = (tl.constexpr(x) for x in (
+    TEST_RIGHT, TEST_LEFT, TEST_DOCS, TEST_BOUND, TESTS_SHIFT))
+_INDEX_MASK = tl.constexpr((1 << TESTS_SHIFT) - 1)
+
+
+@triton.jit
+def needed_tests(s, rows, cols, docs_q, Docs, N, left, right,  # scores, where, the rule
+                 tests,  # the tile's TEST_* flags
+                 HAS_DOCS: tl.constexpr):
+    """s with -inf on the pairs the flagged tests hide: the pairs the whole rule hides on this
+    tile, since sparse_plan flags every test that hides one. One branch per test, on a scalar
+    that every thread of the program shares: it never diverges, and the K and V loads stay
+    outside it, so the pipeliner still prefetches them across the whole PARTIAL list (one loop
+    per class of tiles would cut a causal window's 4 PARTIAL tiles per query block, 2 of each
+    side, into pipelines that mostly fill and drain). Each side of the window is one compare
+    against a per-row limit; left and right come clamped to +-UNLIMITED, so that rows +- them
+    fits in int32."""
+    if (tests & _RIGHT) != 0:
+        s = tl.where(cols[None, :] <= (rows + right)[:, None], s, float("-inf"))
+    if (tests & _LEFT) != 0:
+        s = tl.where(cols[None, :] >= (rows - left)[:, None], s, float("-inf"))
+    if HAS_DOCS:  # loaded on every tile, outside the branch, so that it is prefetched too
+        docs_k = tl.load(Docs + cols, mask=cols < N, other=-1)
+        if (tests & _DOCS) != 0:
+            same = (docs_q[:, None] == docs_k[None, :]) & (docs_q[:, None] >= 0)
+            s = tl.where(same, s, float("-inf"))
+    if (tests & _BOUND) != 0:
+        s = tl.where(cols[None, :] < N, s, float("-inf"))
+    return s
 
 
 @triton.jit
 def tile_update(s, acc, l_i, m_i, v,  # raw scores (rows, BLOCK_N), running state, values
                 rows, cols, docs_q, Docs,  # query rows, keys, the rows' document ids
-                N, left, right, qk_scale,  # sizes, the rule, the scale
-                MASKED: tl.constexpr, HAS_DOCS: tl.constexpr):  # meta-parameters
+                N, left, right, qk_scale, tests,  # sizes, the rule, the scale, TEST_* flags
+                MASKED: tl.constexpr, HAS_DOCS: tl.constexpr,  # meta-parameters
+                TESTS: tl.constexpr):
     """One online-softmax step of a listed tile. MASKED=False: a FULL tile, through the dense
     reference's step (no mask, no safe max). MASKED=True: a PARTIAL tile, masked by the window,
-    the documents and N, with the safe max (a row may have seen no key yet; rows that see
-    nothing stay at m = -inf, l = 0)."""
+    the documents and N (with TESTS, only by the tests `tests` flags), with the safe max (a row
+    may have seen no key yet; rows that see nothing stay at m = -inf, l = 0)."""
     if MASKED:
-        offset = cols[None, :] - rows[:, None]  # key position minus query position
-        keep = (offset <= right) & (-offset <= left)
-        if HAS_DOCS:  # id -1 past N and for padding: hidden
-            docs_k = tl.load(Docs + cols, mask=cols < N, other=-1)
-            keep = keep & (docs_q[:, None] == docs_k[None, :]) & (docs_q[:, None] >= 0)
+        if TESTS:
+            s = needed_tests(s, rows, cols, docs_q, Docs, N, left, right, tests,
+                             HAS_DOCS=HAS_DOCS)
         else:
-            keep = keep & (cols[None, :] < N)
-        s = tl.where(keep, s, float("-inf"))
+            offset = cols[None, :] - rows[:, None]  # key position minus query position
+            keep = (offset <= right) & (-offset <= left)
+            if HAS_DOCS:  # id -1 past N and for padding: hidden
+                docs_k = tl.load(Docs + cols, mask=cols < N, other=-1)
+                keep = keep & (docs_q[:, None] == docs_k[None, :]) & (docs_q[:, None] >= 0)
+            else:
+                keep = keep & (cols[None, :] < N)
+            s = tl.where(keep, s, float("-inf"))
+        # the safe max stays with TESTS: one select per row beside the mask's BLOCK_N, too
+        # little to skip in the blocks that have a FULL tile
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet
         alpha = tl.exp2(m_i - m_safe)
@@ -99,28 +147,44 @@ def tile_update(s, acc, l_i, m_i, v,  # raw scores (rows, BLOCK_N), running stat
 
 
 @triton.jit
+def listed_block(index_row, first, i, RANGE: tl.constexpr, TESTS: tl.constexpr):
+    """(key block, TEST_* flags) of entry i of a list: first + i with RANGE; with TESTS the
+    entry holds the flags above the index (SparsePlan.part_tests); flags 0 otherwise."""
+    if RANGE:
+        return first + i, 0
+    entry = tl.load(index_row + i)
+    if TESTS:
+        return entry & _INDEX_MASK, entry >> _SHIFT
+    return entry, 0
+
+
+@triton.jit
 def attend_listed_blocks(acc, l_i, m_i, q,  # running state (fp32) and the query tile
                          k_src, v_src, b, h,  # K and V: a head's first row, or descriptors
                          stride_kn, stride_kd, stride_vn, stride_vd,  # strides
                          rows, offs_d, docs_q, Docs,  # query rows, their document ids
                          count, index_row, N, left, right, qk_scale,  # the list, the rule
                          BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
-                         HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr, RANGE: tl.constexpr):
+                         HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr, RANGE: tl.constexpr,
+                         TESTS: tl.constexpr):
     """Online softmax of one query block over the key blocks index_row[0 .. count): FULL
     blocks (MASKED=False; every key of the tile visible to every row, and < N) or PARTIAL ones
     (MASKED=True). RANGE: the list is index_row[0], index_row[0] + 1, ...: the first index is
-    read once, not one per step (an experiment that measures what the list's loads cost)."""
+    read once, not one per step (an experiment that measures what the list's loads cost).
+    TESTS: each entry carries the tests its PARTIAL tile needs (SparsePlan.part_tests)."""
     offs_n = tl.arange(0, BLOCK_N)
     first = tl.load(index_row) if RANGE else 0  # in bounds: every row has one entry or more
     for i in tl.range(0, count):
-        start_n = ((first + i) if RANGE else tl.load(index_row + i)) * BLOCK_N
+        block, tests = listed_block(index_row, first, i, RANGE=RANGE, TESTS=TESTS)
+        start_n = block * BLOCK_N
         k = load_rows(k_src, b, h, start_n, offs_n, offs_d, stride_kn, stride_kd, N,
                       MASK_ROWS=MASKED, USE_TMA=USE_TMA)
         s = tl.dot(q, tl.trans(k))  # raw scores: the scale is folded into exp2's FMA
         v = load_rows(v_src, b, h, start_n, offs_n, offs_d, stride_vn, stride_vd, N,
                       MASK_ROWS=MASKED, USE_TMA=USE_TMA)
         acc, l_i, m_i = tile_update(s, acc, l_i, m_i, v, rows, start_n + offs_n, docs_q, Docs,
-                                    N, left, right, qk_scale, MASKED=MASKED, HAS_DOCS=HAS_DOCS)
+                                    N, left, right, qk_scale, tests, MASKED=MASKED,
+                                    HAS_DOCS=HAS_DOCS, TESTS=TESTS)
     return acc, l_i, m_i
 
 
@@ -132,14 +196,15 @@ def attend_listed_blocks_halves(acc0, l0, m0, acc1, l1, m1, q0, q1,  # two halve
                                 count, index_row, N, left, right, qk_scale,  # list, rule, scale
                                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
                                 HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr,
-                                RANGE: tl.constexpr):
+                                RANGE: tl.constexpr, TESTS: tl.constexpr):
     """attend_listed_blocks for a query block held as two halves (lesson 8's step 7): both
     halves' Q K^T are issued before either softmax, so that the tensor cores work on one half's
     matmuls while the other half's softmax runs. Both halves walk the block's one list."""
     offs_n = tl.arange(0, BLOCK_N)
     first = tl.load(index_row) if RANGE else 0
     for i in tl.range(0, count):
-        start_n = ((first + i) if RANGE else tl.load(index_row + i)) * BLOCK_N
+        block, tests = listed_block(index_row, first, i, RANGE=RANGE, TESTS=TESTS)
+        start_n = block * BLOCK_N
         k, v = load_key_value_rows(k_src, v_src, b, h, start_n, offs_n, offs_d, stride_kn,
                                    stride_kd, stride_vn, stride_vd, N, MASK_ROWS=MASKED,
                                    USE_TMA=USE_TMA)
@@ -147,9 +212,11 @@ def attend_listed_blocks_halves(acc0, l0, m0, acc1, l1, m1, q0, q1,  # two halve
         s1 = tl.dot(q1, tl.trans(k))
         cols = start_n + offs_n
         acc0, l0, m0 = tile_update(s0, acc0, l0, m0, v, rows0, cols, docs0, Docs, N, left,
-                                   right, qk_scale, MASKED=MASKED, HAS_DOCS=HAS_DOCS)
+                                   right, qk_scale, tests, MASKED=MASKED, HAS_DOCS=HAS_DOCS,
+                                   TESTS=TESTS)
         acc1, l1, m1 = tile_update(s1, acc1, l1, m1, v, rows1, cols, docs1, Docs, N, left,
-                                   right, qk_scale, MASKED=MASKED, HAS_DOCS=HAS_DOCS)
+                                   right, qk_scale, tests, MASKED=MASKED, HAS_DOCS=HAS_DOCS,
+                                   TESTS=TESTS)
     return acc0, l0, m0, acc1, l1, m1
 
 
@@ -187,7 +254,7 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
                           HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,  # meta-parameters
                           BLOCK_N: tl.constexpr, HAS_DOCS: tl.constexpr,
                           USE_TMA: tl.constexpr, HALVES: tl.constexpr,
-                          FULL_RANGE: tl.constexpr):
+                          FULL_RANGE: tl.constexpr, PARTIAL_TESTS: tl.constexpr):
     """O = softmax(mask(sm_scale Q K^T)) V and LSE (natural log; -inf for a row that sees no
     key, whose O is 0) for one query block of one head; qk_scale = sm_scale * log2(e).
 
@@ -196,6 +263,8 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
     (Q's and O's blocks BLOCK_M // 2 rows with HALVES). HALVES: the query block is held as two
     halves of BLOCK_M // 2 rows, each with its own state (lesson 8's step 7). FULL_RANGE: every
     FULL list is a run of consecutive blocks (SparsePlan.full_ranges), walked without its loads.
+    PARTIAL_TESTS: part_index is SparsePlan.part_tests, each PARTIAL tile masked only by the tests
+    it needs.
     """
     start_m = tl.load(Order + tl.program_id(0))  # the longest lists first
     bh = tl.program_id(1)
@@ -230,12 +299,12 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
             acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
             stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, full_count,
             full_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=False,
-            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=FULL_RANGE)
+            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=FULL_RANGE, TESTS=False)
         acc0, l0, m0, acc1, l1, m1 = attend_listed_blocks_halves(
             acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
             stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, part_count,
             part_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=True,
-            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False)
+            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False, TESTS=PARTIAL_TESTS)
         finish_rows(O, LSE, acc0, l0, m0, b, h, bh, start, offs_d, stride_ob, stride_oh,
                     stride_on, stride_od, N, ROWS=HALF, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
         finish_rows(O, LSE, acc1, l1, m1, b, h, bh, start + HALF, offs_d, stride_ob,
@@ -253,11 +322,12 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
             acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
             rows, offs_d, docs_q, Docs, full_count, full_row, N, left, right, qk_scale,
             BLOCK_N=BLOCK_N, MASKED=False, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA,
-            RANGE=FULL_RANGE)
+            RANGE=FULL_RANGE, TESTS=False)
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
             rows, offs_d, docs_q, Docs, part_count, part_row, N, left, right, qk_scale,
-            BLOCK_N=BLOCK_N, MASKED=True, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False)
+            BLOCK_N=BLOCK_N, MASKED=True, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False,
+            TESTS=PARTIAL_TESTS)
         finish_rows(O, LSE, acc, l_i, m_i, b, h, bh, start, offs_d, stride_ob, stride_oh,
                     stride_on, stride_od, N, ROWS=BLOCK_M, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
 
@@ -287,6 +357,9 @@ class SparsePlan:
     order: torch.Tensor  # (query blocks,) int32: the query block of each program
     tile_counts: dict  # FULL, PARTIAL and EMPTY tiles of the block map
     full_ranges: bool = False  # every query block's FULL list is a run of consecutive blocks
+    # part_index with each PARTIAL tile's TEST_* flags from bit TESTS_SHIFT on (partial_tests);
+    # None where the indices or the rows do not leave room for them
+    part_tests: torch.Tensor | None = None
 
 
 _require = runtime.require
@@ -351,9 +424,49 @@ def sparse_plan(n: int, d: int, device, left: int = UNLIMITED, right: int = UNLI
     order = torch.from_numpy(program_order(kinds, longest_first)).to(device)
     counts = {"full": int((kinds == FULL).sum()), "partial": int((kinds == PARTIAL).sum()),
               "empty": int((kinds == EMPTY).sum())}
+    part_tests = None
+    if tests_fit(n, block_m, block_n):
+        tests = partial_tile_tests(kinds, n, block_m, block_n, left, right, docs)
+        part_tests = torch.from_numpy(host_lists[3] | (tests << TESTS_SHIFT)).to(device)
     return SparsePlan(n=int(n), config=config, left=left, right=right, docs=docs_t,
                       lists=lists, order=order, tile_counts=counts,
-                      full_ranges=consecutive_lists(*host_lists[:2]))
+                      full_ranges=consecutive_lists(*host_lists[:2]), part_tests=part_tests)
+
+
+def tests_fit(n: int, block_m: int, block_n: int) -> bool:
+    """Whether partial_tests applies at this size: key block indices below 2**TESTS_SHIFT
+    (the flags sit above them) and rows +- a window side clamped to UNLIMITED within int32."""
+    return cdiv(n, block_n) <= 1 << TESTS_SHIFT and cdiv(n, block_m) * block_m <= UNLIMITED
+
+
+def partial_tile_tests(kinds, n: int, block_m: int, block_n: int, left: int = UNLIMITED,
+                       right: int = UNLIMITED, docs=None) -> np.ndarray:
+    """The TEST_* flags of each PARTIAL tile, laid out as block_lists(kinds)'s part_index (0 in
+    its padding): from the rule on the tile's real rows and keys (< n), so right for any block
+    map, a custom `kinds` included. A test is flagged when it may hide a pair of the tile:
+    TEST_RIGHT when some key lies past row + right, TEST_LEFT when some key lies before
+    row - left, TEST_DOCS when the rows and keys are not all in one document >= 0, TEST_BOUND
+    when the tile reaches past n. Every other test keeps every pair, so skipping it changes
+    nothing."""
+    kinds = np.asarray(kinds)
+    qi, kj = np.nonzero(kinds == PARTIAL)  # row by row, keys in increasing order: the lists'
+    r0 = qi.astype(np.int64) * block_m  # first and last real row and key of each tile
+    r1 = np.minimum(r0 + block_m, n) - 1
+    c0 = kj.astype(np.int64) * block_n
+    c1 = np.minimum(c0 + block_n, n) - 1
+    tests = (np.where(c1 - r0 > right, TEST_RIGHT, 0) | np.where(r1 - c0 > left, TEST_LEFT, 0)
+             | np.where(c0 + block_n > n, TEST_BOUND, 0))
+    if docs is not None:
+        ids = np.asarray(docs)
+        run = np.concatenate([[0], np.cumsum(ids[1:] != ids[:-1])])  # run[i] == run[j]: one id
+        one_doc = ((run[r0] == run[r1]) & (run[c0] == run[c1]) & (ids[r0] == ids[c0])
+                   & (ids[r0] >= 0))
+        tests |= np.where(one_doc, 0, TEST_DOCS)
+    counts = (kinds == PARTIAL).sum(axis=1)
+    slot = np.arange(len(qi)) - (np.cumsum(counts) - counts)[qi]  # the entry within its row
+    table = np.zeros((kinds.shape[0], max(1, kinds.shape[1])), dtype=np.int32)
+    table[qi, slot] = tests
+    return table
 
 
 def consecutive_lists(counts: np.ndarray, index: np.ndarray) -> bool:
@@ -381,7 +494,7 @@ def reference_variant(plan: SparsePlan, d: int) -> tuple[bool, bool]:
 
 def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
                    use_tma: bool = True, halves: bool | None = None,
-                   full_range: bool | None = None):
+                   full_range: bool | None = None, partial_tests: bool = False):
     """Block-sparse attention of q, k, v (B, H, N, D), any strides, with the plan's mask;
     returns (o, lse): o like q, lse (B, H, N) float32 in natural log (-inf for a row that sees
     no key; its o is 0). sm_scale: 1 / sqrt(D) of the real head dim unless given. use_tma:
@@ -389,7 +502,9 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
     hold each query block as two halves (lesson 8's step 7). full_range: walk each FULL list as
     a run of consecutive blocks without loading its entries (only for a plan whose FULL lists
     are runs, SparsePlan.full_ranges). None (the default) for either: reference_variant's
-    choice; gpu/bench_modern_attention.py --part steps times each on and off."""
+    choice; gpu/bench_modern_attention.py --part steps times each on and off. partial_tests:
+    an experiment: mask each PARTIAL tile only by the tests it needs (SparsePlan.part_tests;
+    gpu/measure_partial_cost.py times it)."""
     check_reference_qkv(q, k, v)
     B, H, N, D = q.shape
     _require(N == plan.n, f"the plan was built for n={plan.n}, but q, k, v have N={N}: build "
@@ -415,13 +530,19 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
              f"halves=True splits BLOCK_M={plan.config[0]} into two halves, and tl.dot needs "
              f"at least {MIN_DOT_ROWS} rows on a GPU: build the plan with BLOCK_M >= "
              f"{2 * MIN_DOT_ROWS}.")
+    _require(isinstance(partial_tests, bool), f"partial_tests={partial_tests!r} must be True "
+             "or False.")
+    _require(not partial_tests or plan.part_tests is not None, "partial_tests=True packs each "
+             f"PARTIAL tile's tests above its key block's index, and n={plan.n} leaves no room "
+             "at these tiles (tests_fit): leave it False.")
     launch = functools.partial(_launch, plan=plan, lse=lse, qk_scale=sm_scale * LOG2E,
-                               use_tma=use_tma, halves=halves, full_range=full_range)
+                               use_tma=use_tma, halves=halves, full_range=full_range,
+                               partial_tests=partial_tests)
     run_at_kernel_width(launch, (q, k, v), (o,))
     return o, lse
 
 
-def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range):
+def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, partial_tests):
     """sparse_forward's launch at a kernel head dim (q.shape[-1] a power of two)."""
     B, H, N, D = q.shape
     block_m, block_n, warps, stages = plan.config
@@ -431,12 +552,16 @@ def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range):
         args = tensor_descriptors(q, k, v, o, block_m // 2 if halves else block_m, block_n)
     full_counts, full_index, part_counts, part_index = plan.lists
     docs = plan.docs if plan.docs is not None else plan.order  # unused without documents
+    left, right = plan.left, plan.right
+    if partial_tests:  # rows +- left, right must fit int32; every pair has |offset| < n anyway
+        part_index = plan.part_tests
+        left, right = (min(max(x, -UNLIMITED), UNLIMITED) for x in (left, right))
     sparse_forward_kernel[(cdiv(N, block_m), B * H)](
         *args, lse, qk_scale, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, N,
-        docs, plan.left, plan.right, plan.order, full_counts, full_index, part_counts,
+        docs, left, right, plan.order, full_counts, full_index, part_counts,
         part_index, full_index.stride(0), HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n,
         HAS_DOCS=plan.docs is not None, USE_TMA=tma, HALVES=halves, FULL_RANGE=full_range,
-        num_warps=warps, num_stages=stages)
+        PARTIAL_TESTS=partial_tests, num_warps=warps, num_stages=stages)
 
 
 # ---------------------------------------------------------------- block masks given as tables
