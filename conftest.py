@@ -93,17 +93,27 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-# Rough seconds of the heaviest test modules on a 2-core machine (their module fixtures grade
-# or render for minutes). `./course test` deals whole modules to its workers in collection order
-# (--dist loadscope): the heaviest go first, so that no worker is left with one of them at the end
-# while the others idle. Only the order changes; no test depends on these numbers.
+# Seconds of the heaviest test modules on a 2-core machine with three workers (their module
+# fixtures grade or render for minutes). `./course test` deals whole modules to its workers
+# (--dist loadscope) in collection order: the heaviest go first, so that no worker is left with
+# one of them at the end while the others idle. Only the order changes; no test depends on these
+# numbers.
 HEAVY_MODULES_S = {
-    "tests/test_grade.py": 330, "tests/test_release.py": 210, "tests/test_book.py": 190,
-    "tests/test_release_answers.py": 130, "tests/test_pytest_plugin.py": 95,
-    "tests/test_perf.py": 90, "tests/test_exercises.py": 90, "tests/test_i18n.py": 60,
-    "tests/test_grade_shards.py": 45, "tests/test_translation.py": 40,
-    "tests/test_ci_recipes.py": 35, "tests/test_browser.py": 35,
+    "tests/test_release.py": 250, "tests/test_book.py": 240, "tests/test_grade.py": 220,
+    "tests/test_perf.py": 200, "tests/test_modern_attention.py": 120,
+    "tests/test_release_answers.py": 105, "tests/test_exercises.py": 95,
+    "tests/test_flash_forward.py": 50, "tests/test_translation.py": 47,
+    "tests/test_capstone.py": 43, "tests/test_head_dims.py": 42,
+    "tests/test_pytest_plugin.py": 39, "tests/test_grade_shards.py": 38,
+    "tests/test_ring_attention.py": 34,
 }
+
+
+def pytest_configure(config):
+    # xdist's loadscope sorts the modules by their number of tests unless told not to, which
+    # would undo the order above (the two heaviest modules have about 25 tests each).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):

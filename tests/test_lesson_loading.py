@@ -2,6 +2,7 @@
 imports torch or Triton, and the tables that let it hold with the modules themselves."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -62,6 +63,7 @@ import sys
 import flashcourse as fc
 loaded = "matplotlib" in sys.modules
 drawn = fc.figures.memory_hierarchy()
+fc.figures.show()
 print(loaded, drawn is None, "matplotlib" in sys.modules)
 """
 
@@ -75,3 +77,12 @@ def test_figures_load_matplotlib_on_first_use_and_are_not_drawn_while_grading():
 
     assert run("0") == ["False", "False", "True"]  # drawn, once asked for
     assert run("1") == ["False", "True", "False"]  # a graded notebook's figure: not drawn
+
+
+def test_lessons_show_figures_without_importing_pyplot(root):
+    """A lesson's figure cell draws with fc.figures and shows with fc.figures.show(): graded,
+    it then never imports matplotlib (most of a second in every sandbox)."""
+    for path in sorted((root / "lessons").glob("*.qmd")):
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"^\s*(import matplotlib|from matplotlib)", text, re.M), path.name
+        assert "plt." not in text, path.name
