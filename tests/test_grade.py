@@ -261,6 +261,17 @@ def test_a_disguised_reference_is_caught(graded, name, record_rejection):
     record_rejection("grade/attack", name)
 
 
+@pytest.mark.parametrize("name", list(attacks.UNHOOKED))
+def test_a_reference_imported_past_the_tripwires_is_caught(graded, name, record_rejection):
+    sub = graded["subs"][name]
+    item = _items(sub)["gpu-flash/flash-attention"]
+    assert sub["status"] == "TAMPERED" and item["earned"] == 0, (name, item)
+    # the records name the references loaded without their tripwire (torch's among them)
+    assert any("tripwires were taken away" in t and "torch." in t for t in sub["tampering"]), (
+        sub["tampering"])
+    record_rejection("grade/attack", name)
+
+
 @pytest.mark.parametrize("name", list(attacks.RESOURCES))
 def test_an_attack_on_shared_resources_is_isolated(graded, name):
     """Each is a right submission besides its attack: its points stand, the attack found or

@@ -3,15 +3,17 @@
 The static scan (`grader/scan.py`) flags answer cells that name a reference; a reference can
 still be reached in ways no scan follows (a name built at run time, source decoded and run).
 So the grading sandbox's runner calls `install()` in the notebook's kernel before the first
-cell: every reference below is replaced by a wrapper that, when it is called from student code
+cell: every reference below is replaced, as soon as its module is loaded (an import hook; no
+module is imported for it), by a wrapper that, when it is called from student code
 while a check runs that code (`recording.in_student_code()`), publishes a tripwire output at
 once. The runner forwards it to the grader with the cell that produced it, outside the
 student's reach; the exercise being checked then earns nothing and the submission is flagged.
 
 A call from the package or from torch itself (a launcher the check hands the student's kernel
 to, torch's own layers) is not a hit: only a call whose caller is student code. Each record
-also says whether every tripwire was still in place when its check ended (`intact`), so a
-notebook that put the originals back is flagged too. What remains: a reference reached
+also says whether every loaded reference still had its tripwire when its check ended
+(`intact`), so a notebook that put an original back, or took the hook away before importing
+torch, is flagged too. What remains: a reference reached
 beneath these names (torch's internal operators) is not seen.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.abc
 import sys
 from pathlib import Path
 
@@ -70,6 +73,11 @@ REFERENCES = tuple(dict.fromkeys(
 
 _installed: dict[tuple[str, str], object] = {}  # (module, attribute) -> its tripwire
 _LIBRARY_ROOTS: tuple[str, ...] = ()
+# Every module whose import may complete a reference: the references' modules and the packages
+# above them (torch holds torch.Tensor and torch._C._nn).
+_WATCHED = frozenset(".".join(module.split(".")[:end]) for module, _ in REFERENCES
+                     for end in range(1, module.count(".") + 2))
+_importing = 0  # watched modules being executed right now, nested
 
 
 def _library_roots() -> tuple[str, ...]:
@@ -91,12 +99,15 @@ def _called_by_student(depth: int = 2) -> bool:
     return not filename.startswith(_LIBRARY_ROOTS)
 
 
-def _resolve(module_name: str):
-    try:
-        return importlib.import_module(module_name)
-    except ImportError:
-        parent, _, attribute = module_name.rpartition(".")
-        return getattr(importlib.import_module(parent), attribute)
+def _loaded(module_name: str):
+    """The module (or class: torch.Tensor) `module_name` names if it is loaded, else None:
+    nothing is imported."""
+    found = sys.modules.get(module_name)
+    if found is not None:
+        return found
+    parent, _, attribute = module_name.rpartition(".")
+    owner = sys.modules.get(parent) if parent else None
+    return None if owner is None else getattr(owner, attribute, None)
 
 
 def _tripwire(name: str, original):
@@ -126,17 +137,56 @@ def flag_answer(answer) -> None:
         seen += 1
 
 
-def install() -> list[str]:
-    """Put a tripwire on every reference (and on the names other loaded modules of the package
-    bound it to); the names it covers."""
-    global _LIBRARY_ROOTS
-    from .. import runtime
+class _WireAfterImport(importlib.abc.MetaPathFinder):
+    """First on sys.meta_path: a watched module's loader is wrapped so that, once the
+    outermost watched import completes, every reference then loaded gets its tripwire, before
+    the importing code sees the module (so a copy taken right after `import torch` is wired).
+    Nothing is imported for its own sake: lesson 1 never loads torch (about 2 s a notebook)."""
 
-    runtime.current()  # the runtime before any module of the package defines a kernel
-    _LIBRARY_ROOTS = _library_roots()
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _WATCHED:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _WiringLoader(spec.loader)
+        return spec
+
+
+class _WiringLoader(importlib.abc.Loader):
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        global _importing
+        module.__spec__.loader = module.__loader__ = self.loader  # as a plain import leaves it
+        _importing += 1
+        try:
+            self.loader.exec_module(module)
+        finally:
+            _importing -= 1
+        if _importing == 0:  # torch whole, not half-way through its own imports
+            _wire_loaded()
+
+
+def _wire_loaded() -> None:
+    """Put a tripwire on every loaded reference that has none yet (and on the names other
+    loaded modules of the package bound it to)."""
     replaced: dict[int, object] = {}
     for module_name, attribute in REFERENCES:
-        owner = _resolve(module_name)
+        owner = _loaded(module_name)
+        if owner is None or (module_name, attribute) in _installed:
+            continue
         original = getattr(owner, attribute, None)
         if original is None or getattr(original, "__flashcourse_tripwire__", None):
             continue
@@ -145,24 +195,36 @@ def install() -> list[str]:
         _installed[(module_name, attribute)] = wire
         replaced[id(original)] = (original, wire)
     for name, module in list(sys.modules.items()):  # `from .reference import softmax` copies
-        if not name.startswith("flashcourse") or module is None:
+        if not replaced or not name.startswith("flashcourse") or module is None:
             continue
         for key, value in list(vars(module).items()):
             hit = replaced.get(id(value))
             if hit is not None and hit[0] is value:
                 setattr(module, key, hit[1])
+
+
+def install() -> list[str]:
+    """Put a tripwire on every reference loaded now, and on each of the others as its module's
+    import completes; the names wired so far."""
+    global _LIBRARY_ROOTS
+    from .. import runtime
+
+    runtime.current()  # the runtime before any module of the package defines a kernel
+    _LIBRARY_ROOTS = _library_roots()
+    if not any(isinstance(finder, _WireAfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _WireAfterImport())
+    _wire_loaded()
     recording.watch_tripwires(intact)
     return [f"{m}.{a}" for m, a in _installed]
 
 
 def intact() -> list[str]:
-    """The tripwires no longer in place (empty when every one is)."""
+    """The references loaded without their tripwire in place (empty when every one is): put
+    back by the notebook, or imported after it took the import hook away."""
     gone = []
-    for (module_name, attribute), wire in _installed.items():
-        try:
-            if getattr(_resolve(module_name), attribute, None) is not wire:
-                gone.append(f"{module_name}.{attribute}")
-        except ImportError:
+    for module_name, attribute in REFERENCES:
+        owner = _loaded(module_name)
+        original = None if owner is None else getattr(owner, attribute, None)
+        if original is not None and original is not _installed.get((module_name, attribute)):
             gone.append(f"{module_name}.{attribute}")
     return gone
-

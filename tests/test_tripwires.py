@@ -1,0 +1,58 @@
+"""The references' tripwires (checks/tripwires.py), in fresh processes: installed, they import
+nothing (lesson 1 never loads torch), wire each reference as its module's import completes (a
+copy taken right after `import torch` is the tripwire), and name the references loaded without
+one when the import hook was taken away or an original put back. The graded attacks of
+tests/test_grade.py check the same in the sandbox, end to end."""
+
+import json
+import subprocess
+import sys
+
+PRELUDE = """
+import json, sys
+from flashcourse.checks import tripwires
+tripwires.install()
+def wired(value):
+    return getattr(value, "__flashcourse_tripwire__", None)
+"""
+
+
+def _run(body: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", PRELUDE + body], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_references_are_wired_as_their_modules_load():
+    found = _run("""
+before = "torch" in sys.modules
+import torch
+copy = torch.nn.functional.scaled_dot_product_attention
+from flashcourse.reference import standard_attention
+print(json.dumps({"torch before": before, "copy": wired(copy),
+                  "softmax": wired(torch.softmax), "method": wired(torch.Tensor.softmax),
+                  "reference": wired(standard_attention), "gone": tripwires.intact()}))
+""")
+    assert found == {"torch before": False,
+                     "copy": "torch.nn.functional.scaled_dot_product_attention",
+                     "softmax": "torch.softmax", "method": "torch.Tensor.softmax",
+                     "reference": "flashcourse.reference.standard_attention", "gone": []}
+
+
+def test_a_reference_loaded_past_the_hook_or_put_back_is_named():
+    found = _run("""
+sys.meta_path[:] = [f for f in sys.meta_path if "tripwire" not in type(f).__module__]
+import torch
+unhooked = tripwires.intact()
+from flashcourse import reference
+original = reference.softmax.__wrapped__
+reference.softmax = original
+print(json.dumps({"unhooked": unhooked, "wired": wired(torch.softmax),
+                  "put back": tripwires.intact()}))
+""")
+    assert found["wired"] is None
+    assert "torch.softmax" in found["unhooked"]
+    assert "torch.nn.functional.scaled_dot_product_attention" in found["unhooked"]
+    assert "flashcourse.reference.softmax" not in found["unhooked"]  # wired at install
+    assert "flashcourse.reference.softmax" in found["put back"]
