@@ -340,6 +340,10 @@ HELPERS = {  # a cell of its own (not the answer cell) defining the helper
     "copied-at-import": (
         "import torch\n"
         "attend_copy = getattr(torch.nn.functional, 'scaled_dot_' + 'product_attention')\n"),
+    "import-hook-removed": (
+        "import sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'tripwire' not in type(f).__module__]\n"
+        "import torch\n"),
     "helper-elsewhere": (
         "import torch\n\ndef attend_helper(Q, K, V):\n"
         "    q, k, v = (torch.from_numpy(x)[None] for x in (Q, K, V))\n"
@@ -351,14 +355,11 @@ HELPERS = {  # a cell of its own (not the answer cell) defining the helper
 HIDDEN_SOURCE = ("from flashcourse import reference as r\n"
                  "def decoded_helper(Q, K, V):\n    return r.standard_attention(Q, K, V)\n")
 
-# name -> (a cell inserted after `setup`, flash_attention's body): the import hook that wires
-# the references taken away before torch is imported, so the reference it calls has no
-# tripwire; the records say so, and the exercise earns nothing
+# name -> flash_attention's body, its cell in HELPERS: the import hook that wires the references
+# taken away before torch is imported, so the reference it calls has no tripwire; the records
+# say so, and the exercise earns nothing
 UNHOOKED = {
     "import-hook-removed": (
-        "import sys\n"
-        "sys.meta_path[:] = [f for f in sys.meta_path if 'tripwire' not in type(f).__module__]\n"
-        "import torch\n",
         "    q, k, v = (torch.from_numpy(x)[None] for x in (Q, K, V))\n"
         "    attend = getattr(torch.nn.functional, 'scaled_dot_' + 'product_attention')\n"
         "    return attend(q, k, v)[0].numpy()\n"),
@@ -491,15 +492,7 @@ def _round_two_makers(root: Path) -> dict:
     makers["forged-records-answered"] = functools.partial(forger, FORGERS["forged-records"],
                                                           answered=True)
     makers.update({name: functools.partial(disguised, name, body)
-                   for name, body in DISGUISED.items()})
-
-    def unhooked(cell, body):
-        nb = samples.filled_notebook(root)
-        _cell(nb, "exercise-flash-attention")["source"] = _flash_body(root, body)
-        _insert_after(nb, "setup", cell)
-        return nb
-
-    makers.update({name: functools.partial(unhooked, *made) for name, made in UNHOOKED.items()})
+                   for name, body in {**DISGUISED, **UNHOOKED}.items()})
     makers.update({name: functools.partial(beside_a_right_answer, source)
                    for name, source in {**RESOURCES, "memory-fork-hog": FORK_HOG}.items()})
     malformed = functools.cache(lambda: _malformed(root))

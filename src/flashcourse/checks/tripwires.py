@@ -4,17 +4,17 @@ The static scan (`grader/scan.py`) flags answer cells that name a reference; a r
 still be reached in ways no scan follows (a name built at run time, source decoded and run).
 So the grading sandbox's runner calls `install()` in the notebook's kernel before the first
 cell: every reference below is replaced, as soon as its module is loaded (an import hook; no
-module is imported for it), by a wrapper that, when it is called from student code
-while a check runs that code (`recording.in_student_code()`), publishes a tripwire output at
-once. The runner forwards it to the grader with the cell that produced it, outside the
-student's reach; the exercise being checked then earns nothing and the submission is flagged.
+module is imported for it), by a wrapper that, when it is called from student code while a
+check runs that code (`recording.in_student_code()`), publishes a tripwire output at once.
+The runner forwards it to the grader with the cell that produced it, outside the student's
+reach; the exercise being checked then earns nothing and the submission is flagged.
 
 A call from the package or from torch itself (a launcher the check hands the student's kernel
 to, torch's own layers) is not a hit: only a call whose caller is student code. Each record
 also says whether every loaded reference still had its tripwire when its check ended
 (`intact`), so a notebook that put an original back, or took the hook away before importing
-torch, is flagged too. What remains: a reference reached
-beneath these names (torch's internal operators) is not seen.
+torch, is flagged too. What remains: a reference reached beneath these names (torch's internal
+operators) is not seen.
 """
 
 from __future__ import annotations
@@ -194,8 +194,10 @@ def _wire_loaded() -> None:
         setattr(owner, attribute, wire)
         _installed[(module_name, attribute)] = wire
         replaced[id(original)] = (original, wire)
+    if not replaced:
+        return
     for name, module in list(sys.modules.items()):  # `from .reference import softmax` copies
-        if not replaced or not name.startswith("flashcourse") or module is None:
+        if not name.startswith("flashcourse") or module is None:
             continue
         for key, value in list(vars(module).items()):
             hit = replaced.get(id(value))
