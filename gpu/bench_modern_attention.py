@@ -336,11 +336,12 @@ def mask_case(b: Bench, kernels, ma, sf, flex, create_block_mask, q, k, v, case:
 
         candidates["dense reference causal"] = lambda: dense_causal(q, k, v, causal=True)[0]
         candidates["sdpa is_causal"] = sdpa_causal
-    halves, full_range = sf.reference_variant(plan, D)
+    halves, full_range, partial_tests = sf.reference_variant(plan, D)
     row = {"mask": case.name, "N": n, "dtype": str(q.dtype)[6:], "B": B, "H": H, "D": D,
            "BLOCK_M": block_m, "BLOCK_N": block_n,
            "reference config": "x".join(str(x) for x in config),
            "reference halves": halves, "reference full range": full_range,
+           "reference partial tests": partial_tests,
            "tiles computed": (tiles["full"] + tiles["partial"]) / sum(tiles.values()),
            "partial tiles": tiles["partial"]}
     reference = masked_reference(torch, q, k, v, dense)
@@ -485,8 +486,9 @@ def bench_sparse_steps(b: Bench, kernels, ma, sf, sweep: bool) -> tuple[list[dic
     lists are runs of consecutive blocks) the last step with those lists walked without their
     loads (full_range=True). At D = 64 the reference takes steps 5 and 6 by default
     (sf.reference_variant); at D = 128 step 6 is timed to show why it does not. 7 (masks with
-    PARTIAL tiles) the reference's default variant with each PARTIAL tile masked only by the
-    tests it needs (partial_tests=True, an experiment)."""
+    PARTIAL tiles) the reference's variant of steps 5 and 6 with each PARTIAL tile masked only
+    by the tests it needs (partial_tests=True: the reference's default at D = 128 on masks with
+    documents, where it wins)."""
     torch = b.torch
     n, H = (128, 2) if b.mode == "interpreter" else (16384, 16)
     window = 32 if b.mode == "interpreter" else WINDOW
@@ -536,7 +538,7 @@ def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
                 "3 + tensor descriptors": reference(teaching_config, True, True),
                 "4 + reference tiles": reference(final)}
     final_plan = plan_for(final)
-    halves, full_range = sf.reference_variant(final_plan, D)  # D = 64: as the dense step 7
+    halves, full_range, _ = sf.reference_variant(final_plan, D)  # D = 64: the dense step 7
     if halves:
         variants["5 + two row halves"] = reference(final, halves=True)
     if final_plan.full_ranges:  # timed at D = 128 too, where the reference leaves it off

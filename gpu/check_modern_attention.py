@@ -10,13 +10,18 @@ head dims 64 and 128 (fp32 and fp16 at small sizes with --interpreter): the bloc
 on causal, window and document masks, the GQA forward, and exercise 4's paged split-KV decoding
 (the split kernel with the merge) with pages out of order and ragged lengths, at the split size
 of the lesson's `choose_split_size` and with one split per sequence. Inputs are non-contiguous
-views; outputs sit inside NaN padding that must stay untouched. Exits 1 on any mismatch, 2
+views; outputs sit inside NaN padding that must stay untouched. Then the reference sparse
+forward (kernels/sparse_forward.py) in every variant its plan allows (halves, FULL lists as
+runs, partial tests, pointer loads), and its default, on ragged N with B and H > 1, views with
+the heads as the middle axis of (B, N, H, D), a custom sm_scale with large logits and rows that
+see no key, at head dims 64, 80 and 128 (its output and logsumexp). Exits 1 on any mismatch, 2
 without a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -170,6 +175,64 @@ def check_decode(c: Checker, kernels, ma):
                                  dtype_name)
 
 
+def check_sparse_reference(c: Checker, ma):
+    """The reference sparse forward, every variant: o against float64 and its LSE (natural
+    log, -inf exactly on rows that see no key)."""
+    from flashcourse.kernels import sparse_forward as sf
+
+    torch = c.torch
+    sizes = [(1, 2, 77, (16, 32))] if c.small else [(2, 3, 1000, (64, 80, 128)),
+                                                    (1, 2, 2125, (128,))]
+    for B, H, N, dims in sizes:
+        window = max(8, N // 8)
+        docs = ma.packed_documents([N // 3, N // 2], padding=N - N // 3 - N // 2)
+        masks = {"causal": (ma.UNLIMITED, 0, None),
+                 f"sliding {window // 2}": (window // 2, window // 2, None),
+                 "causal documents + padding": (ma.UNLIMITED, 0, docs)}
+        for D, (dtype_name, dtype), (name, (left, right, ids)) in itertools.product(
+                dims, c.dtypes.items(), masks.items()):
+            gen = torch.Generator().manual_seed(N + D)
+            # (B, N, H, D) storage seen as (B, H, N, D); logits up to about 40 with sm_scale 0.5
+            q, k, v = (torch.randn(B, N, H, D, generator=gen, dtype=torch.float64)
+                       .mul(scale).to(dtype).to(c.device).transpose(1, 2)
+                       for scale in (3.0, 3.0, 1.0))
+            mask = ma.dense_mask(N, N, left, right,
+                                 np.zeros(N, np.int32) if ids is None else ids)
+            expected = ma.masked_reference(q.cpu(), k.cpu(), v.cpu(), mask, 0.5)
+            scores = (q.cpu().double() @ k.cpu().double().transpose(-1, -2)) * 0.5
+            expected_lse = torch.logsumexp(
+                scores.masked_fill(~torch.as_tensor(mask), float("-inf")), -1)
+            plan = sf.sparse_plan(N, D, c.device, left, right, ids)
+            for variant in sparse_variants(sf, plan, c.small):
+                out, lse = sf.sparse_forward(q, k, v, plan, sm_scale=0.5, **variant)
+                label = (f"reference sparse B={B} H={H} N={N} D={D} {dtype_name} {name} "
+                         + (", ".join(f"{key}={value}" for key, value in variant.items())
+                            or "default"))
+                c.report(label, out, out, expected, dtype_name)
+                hidden = torch.isinf(expected_lse)
+                lse = lse.cpu()
+                lse_ok = (torch.equal(torch.isinf(lse), hidden) and bool(
+                    ((lse.double() - expected_lse)[~hidden].abs() <= 1e-2).all()))
+                c.count += 1
+                c.failures += not lse_ok
+                print(f"{'ok  ' if lse_ok else 'FAIL'} {label}: logsumexp"
+                      + ("" if lse_ok else " differs, or is not -inf exactly on rows that see "
+                         "no key"))
+
+
+def sparse_variants(sf, plan, small: bool) -> list[dict]:
+    """The default, and every combination of the options this plan allows."""
+    variants = [{}]
+    for halves, full_range, tests, tma in itertools.product((False, True), repeat=4):
+        if full_range and not plan.full_ranges or tests and plan.part_tests is None:
+            continue
+        if halves and not small and plan.config[0] < 2 * sf.MIN_DOT_ROWS:
+            continue
+        variants.append({"halves": halves, "full_range": full_range, "partial_tests": tests,
+                         "use_tma": tma})
+    return variants
+
+
 def run_graders() -> int:
     from flashcourse.checks import registry
 
@@ -213,6 +276,7 @@ def main() -> int:
     check_sparse(checker, kernels, ma)
     check_gqa(checker, kernels, ma)
     check_decode(checker, kernels, ma)
+    check_sparse_reference(checker, ma)
     print(f"{checker.count - checker.failures} of {checker.count} cases match float64")
     failures = checker.failures
     if not args.no_graders:

@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -104,3 +105,17 @@ def test_the_setup_cell_of_a_notebook_prints_the_runtime_once(tmp_path):
         texts = [o.get("text", "") for o in cell.outputs]
         assert [o.output_type for o in cell.outputs] == ["stream"], cell.outputs
         assert texts[0].count("Runtime: ") == 1 and "Runtime(" not in texts[0], texts
+
+
+def test_compile_only_picks_compiled_triton_and_refuses_after_the_interpreter(monkeypatch):
+    monkeypatch.setenv("FLASHCOURSE_INTERPRET", "1")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # restored after the test, popped below
+    runtime.reset_for_tests()
+    runtime.setup(verbose=False)
+    with pytest.raises(CourseInputError, match=r"call compile_only\(\) before setup"):
+        runtime.compile_only()
+    runtime.reset_for_tests()
+    chosen = runtime.compile_only()
+    assert not chosen.interpreter and runtime.current() is chosen
+    assert "TRITON_INTERPRET" not in os.environ  # the kernels' @triton.jit must compile
+    runtime.reset_for_tests()

@@ -157,16 +157,26 @@ def test_the_default_variant_follows_the_head_dim_the_tiles_and_the_lists():
     causal = sf.sparse_plan(64, 16, "cpu", right=0, config=HALVES_TILES)
     table = np.array([[1, 0, 1], [1, 1, 1], [0, 1, 0]], bool)  # row 0 skips a block
     gaps = sf.sparse_plan(48, 16, "cpu", kinds=sf.block_table_kinds(table, TILE, 48, TILE, TILE))
-    assert sf.reference_variant(causal, 64) == (True, True)
-    assert sf.reference_variant(causal, 80) == (False, False)  # runs at width 128
-    assert sf.reference_variant(gaps, 16) == (False, False)  # 16 rows, lists with a gap
-    assert sf.reference_variant(sf.sparse_plan(64, 16, "cpu", right=0), 16) == (False, True)
+    docs = sf.sparse_plan(64, 16, "cpu", right=0, docs=np.repeat([0, 1], 32))
+    assert sf.reference_variant(causal, 64) == (True, True, False)
+    assert sf.reference_variant(causal, 80) == (False, False, False)  # runs at width 128
+    assert sf.reference_variant(gaps, 16) == (False, False, False)  # 16 rows, lists with a gap
+    assert sf.reference_variant(sf.sparse_plan(64, 16, "cpu", right=0), 16) == (
+        False, True, False)
+    assert sf.reference_variant(docs, 64) == (False, True, False)  # narrow: no tests
+    assert sf.reference_variant(docs, 128) == (False, False, True)
+    assert sf.reference_variant(dataclasses.replace(docs, part_tests=None), 128)[2] is False
     q, k, v = inputs(1, 2, 64, 16, seed=9)
     chosen = sf.sparse_forward(q, k, v, causal)
     spelled = sf.sparse_forward(q, k, v, causal, halves=True, full_range=True)
     assert all(torch.equal(a, b) for a, b in zip(chosen, spelled, strict=True))
     with pytest.raises(CourseInputError, match="True, False or None"):
         sf.sparse_forward(q, k, v, causal, halves=1)
+    q, k, v = inputs(1, 2, 64, 80, seed=10)  # runs at width 128: the tests by default
+    chosen = sf.sparse_forward(q, k, v, docs)
+    spelled = sf.sparse_forward(q, k, v, docs, halves=False, full_range=False,
+                                partial_tests=True)
+    assert all(torch.equal(a, b) for a, b in zip(chosen, spelled, strict=True))
 
 
 def test_full_lists_that_are_not_runs_are_refused():
@@ -302,8 +312,8 @@ def test_partial_tests_refused_where_they_cannot_apply():
     assert not sf.tests_fit(2**30 + 1, 128, 64)  # rows + a window side would pass int32
     plan = sf.sparse_plan(32, 16, "cpu", right=0)
     q, k, v = inputs(1, 1, 32, 16)
-    with pytest.raises(CourseInputError, match="True or False"):
-        sf.sparse_forward(q, k, v, plan, partial_tests=None)
+    with pytest.raises(CourseInputError, match="True, False or None"):
+        sf.sparse_forward(q, k, v, plan, partial_tests=1)
     with pytest.raises(CourseInputError, match="leaves no room"):
         sf.sparse_forward(q, k, v, dataclasses.replace(plan, part_tests=None),
                           partial_tests=True)

@@ -106,6 +106,18 @@ def setup(verbose: bool = True, student: str | None = None) -> Runtime:
     return _current
 
 
+def compile_only() -> Runtime:
+    """Pick compiled Triton without a GPU, for a script that compiles kernels for a GPU target
+    and never launches them (gpu/sparse_spills.py); before any kernel module is imported."""
+    global _current
+    require(_current is None or not _current.interpreter, "the interpreter was already chosen "
+            "in this process: call compile_only() before setup() and before importing any "
+            "kernel module.")
+    os.environ.pop("TRITON_INTERPRET", None)
+    _current = Runtime(False, "cuda", N_("compiling only, nothing launched"))
+    return _current
+
+
 def book_page() -> bool:
     """True while Quarto renders a book page: lines meant for the notebook's reader (which
     runtime this machine has, what it cannot measure) are left out there."""

@@ -18,9 +18,10 @@ same four arrays). What this kernel adds, each the reference forward's (forward.
   7), and FULL lists that are runs of consecutive blocks (a causal mask's, a window's, a
   document mask's) walked without loading their entries (`reference_variant`).
 
-An experiment, off by default (`partial_tests=True`): each PARTIAL tile applies only the tests
-it needs (the window's right side, its left side, the documents, the bound n), which
-`sparse_plan` works out per tile (`partial_tile_tests`).
+* at wider head dims, on masks with documents, each PARTIAL tile masked only by the tests it
+  needs (the window's right side, its left side, the documents, the bound n), which
+  `sparse_plan` works out per tile (`partial_tile_tests`): there the full mask's code spills
+  registers; at d = 64 the branches cost more than they save (`reference_variant`).
 
 Host side: `sparse_plan` builds the block lists and the program order once per mask (not per
 head or per call), `sparse_forward` launches; any head dim up to 256 (zero-padded, as the other
@@ -484,27 +485,31 @@ def consecutive_lists(counts: np.ndarray, index: np.ndarray) -> bool:
 HALVES_AND_RANGES_UP_TO = 64
 
 
-def reference_variant(plan: SparsePlan, d: int) -> tuple[bool, bool]:
-    """(halves, full_range) that sparse_forward takes by default for this plan and head dim d:
-    both at kernel head dims up to HALVES_AND_RANGES_UP_TO, halves only where BLOCK_M splits
-    into two tiles tl.dot takes, full_range only where the plan's FULL lists are runs."""
+def reference_variant(plan: SparsePlan, d: int) -> tuple[bool, bool, bool]:
+    """(halves, full_range, partial_tests) that sparse_forward takes by default for this plan
+    and head dim d, as timed on an H200 (gpu/bench_modern_attention.py --part steps): halves
+    and full_range at kernel head dims up to HALVES_AND_RANGES_UP_TO, halves only where BLOCK_M
+    splits into two tiles tl.dot takes, full_range only where the plan's FULL lists are runs;
+    partial_tests only above that width and only on a plan with documents (where the full
+    mask's code spills registers), and where the plan has room for the tests."""
     narrow = kernel_head_dim(d) <= HALVES_AND_RANGES_UP_TO
-    return (narrow and plan.config[0] >= 2 * MIN_DOT_ROWS, narrow and plan.full_ranges)
+    tests = not narrow and plan.docs is not None and plan.part_tests is not None
+    return (narrow and plan.config[0] >= 2 * MIN_DOT_ROWS, narrow and plan.full_ranges, tests)
 
 
 def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
                    use_tma: bool = True, halves: bool | None = None,
-                   full_range: bool | None = None, partial_tests: bool = False):
+                   full_range: bool | None = None, partial_tests: bool | None = None):
     """Block-sparse attention of q, k, v (B, H, N, D), any strides, with the plan's mask;
     returns (o, lse): o like q, lse (B, H, N) float32 in natural log (-inf for a row that sees
     no key; its o is 0). sm_scale: 1 / sqrt(D) of the real head dim unless given. use_tma:
     tensor descriptors where this Triton, the GPU and the tensors' alignment allow. halves:
     hold each query block as two halves (lesson 8's step 7). full_range: walk each FULL list as
     a run of consecutive blocks without loading its entries (only for a plan whose FULL lists
-    are runs, SparsePlan.full_ranges). None (the default) for either: reference_variant's
-    choice; gpu/bench_modern_attention.py --part steps times each on and off. partial_tests:
-    an experiment: mask each PARTIAL tile only by the tests it needs (SparsePlan.part_tests;
-    gpu/measure_partial_cost.py times it)."""
+    are runs, SparsePlan.full_ranges). partial_tests: mask each PARTIAL tile only by the tests
+    it needs (SparsePlan.part_tests; gpu/measure_partial_cost.py times it). None (the default)
+    for any of the three: reference_variant's choice; gpu/bench_modern_attention.py --part
+    steps times each on and off."""
     check_reference_qkv(q, k, v)
     B, H, N, D = q.shape
     _require(N == plan.n, f"the plan was built for n={plan.n}, but q, k, v have N={N}: build "
@@ -520,7 +525,7 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
              f"halves={halves!r} must be True, False or None (the reference's choice).")
     _require(full_range is None or isinstance(full_range, bool),
              f"full_range={full_range!r} must be True, False or None (the reference's choice).")
-    chosen_halves, chosen_range = reference_variant(plan, D)
+    chosen_halves, chosen_range, chosen_tests = reference_variant(plan, D)
     halves = chosen_halves if halves is None else halves
     full_range = chosen_range if full_range is None else full_range
     _require(not full_range or plan.full_ranges, "full_range=True walks each FULL list as a "
@@ -530,8 +535,10 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
              f"halves=True splits BLOCK_M={plan.config[0]} into two halves, and tl.dot needs "
              f"at least {MIN_DOT_ROWS} rows on a GPU: build the plan with BLOCK_M >= "
              f"{2 * MIN_DOT_ROWS}.")
-    _require(isinstance(partial_tests, bool), f"partial_tests={partial_tests!r} must be True "
-             "or False.")
+    _require(partial_tests is None or isinstance(partial_tests, bool),
+             f"partial_tests={partial_tests!r} must be True, False or None (the reference's "
+             "choice).")
+    partial_tests = chosen_tests if partial_tests is None else partial_tests
     _require(not partial_tests or plan.part_tests is not None, "partial_tests=True packs each "
              f"PARTIAL tile's tests above its key block's index, and n={plan.n} leaves no room "
              "at these tiles (tests_fit): leave it False.")
