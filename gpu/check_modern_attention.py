@@ -12,10 +12,10 @@ on causal, window and document masks, the GQA forward, and exercise 4's paged sp
 of the lesson's `choose_split_size` and with one split per sequence. Inputs are non-contiguous
 views; outputs sit inside NaN padding that must stay untouched. Then the reference sparse
 forward (kernels/sparse_forward.py) in every variant its plan allows (halves, FULL lists as
-runs, partial tests, pointer loads), and its default, on ragged N with B and H > 1, views with
-the heads as the middle axis of (B, N, H, D), a custom sm_scale with large logits and rows that
-see no key, at head dims 64, 80 and 128 (its output and logsumexp). Exits 1 on any mismatch, 2
-without a GPU.
+runs, partial tests or row ranges, pointer loads), and its default, on ragged N with B and
+H > 1, views with the heads as the middle axis of (B, N, H, D), a custom sm_scale with large
+logits and rows that see no key, at head dims 64, 80 and 128 (its output and logsumexp). Exits
+1 on any mismatch, 2 without a GPU.
 """
 
 from __future__ import annotations
@@ -223,13 +223,17 @@ def check_sparse_reference(c: Checker, ma):
 def sparse_variants(sf, plan, small: bool) -> list[dict]:
     """The default, and every combination of the options this plan allows."""
     variants = [{}]
-    for halves, full_range, tests, tma in itertools.product((False, True), repeat=4):
-        if full_range and not plan.full_ranges or tests and plan.part_tests is None:
+    masks = ({"partial_tests": False}, {"partial_tests": True}, {"row_ranges": True})
+    for halves, full_range, tma, mask in itertools.product((False, True), (False, True),
+                                                          (False, True), masks):
+        if full_range and not plan.full_ranges or (mask.get("partial_tests")
+                                                   and plan.part_tests is None):
+            continue
+        if mask.get("row_ranges") and plan.row_ranges is None:
             continue
         if halves and not small and plan.config[0] < 2 * sf.MIN_DOT_ROWS:
             continue
-        variants.append({"halves": halves, "full_range": full_range, "partial_tests": tests,
-                         "use_tma": tma})
+        variants.append({"halves": halves, "full_range": full_range, "use_tma": tma, **mask})
     return variants
 
 

@@ -5,13 +5,15 @@
 
 On the two masks where the reference sparse forward with every PARTIAL tile fully masked
 stays under 1.15x FlexAttention (the causal window at d = 64, the causal documents at
-d = 128), fp16, B = 1, H = 16, N = 8k to 32k, four calls are timed side by side, median of
+d = 128), fp16, B = 1, H = 16, N = 8k to 32k, five calls are timed side by side, median of
 bench_modern_attention.REPEATS interleaved timings:
 
 * the reference sparse forward with every test on every PARTIAL tile ("every test",
   partial_tests=False), checked against float32 attention first;
 * the same with each PARTIAL tile masked only by the tests it needs ("partial tests",
   partial_tests=True: the reference's default at d = 128 with documents), checked first too;
+* the same with each PARTIAL tile masked by its rows' ranges of keys ("row ranges",
+  row_ranges=True, an experiment: two compares per pair, no key ids), checked first too;
 * the same kernel on the same tiles with every PARTIAL tile sent down the FULL path (no mask,
   no safe max, no bounds checks). Its output is wrong, so it is never checked and never a
   kernel to use: it is a bound on what cheaper masked code could win on those tiles;
@@ -101,7 +103,9 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads, win
     checked_calls = {"every test": lambda: sf.sparse_forward(q, k, v, plan,
                                                              partial_tests=False)[0],
                      "partial tests": lambda: sf.sparse_forward(q, k, v, plan,
-                                                                partial_tests=True)[0]}
+                                                                partial_tests=True)[0],
+                     "row ranges": lambda: sf.sparse_forward(q, k, v, plan,
+                                                             row_ranges=True)[0]}
     for label, call in checked_calls.items():
         if bma.checked(b, row, label, call, reference, True):
             timed[label] = call
@@ -112,11 +116,11 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads, win
     for label, timing in bma.interleaved(b, timed).items():
         bma.spread_columns(row, label, timing)
     if row.get("flex ms"):
-        for label in ("every test", "partial tests", "partial as full"):
+        for label in ("every test", "partial tests", "row ranges", "partial as full"):
             if row.get(f"{label} ms"):
                 row[f"{label} vs flex"] = row["flex ms"] / row[f"{label} ms"]
     if row.get("every test ms"):
-        for label in ("partial tests", "partial as full"):
+        for label in ("partial tests", "row ranges", "partial as full"):
             if row.get(f"{label} ms"):
                 row[f"{label} speed-up"] = row["every test ms"] / row[f"{label} ms"]
     return row

@@ -3,11 +3,11 @@
     python gpu/sparse_spills.py [--out assets/results/09-sparse-spills.csv]
 
 Compiles `sparse_forward_kernel` for sm_90a with the installed Triton and its ptxas, at the
-reference's tiles (tiles.SPARSE_REFERENCE), with and without document ids and with and without
-partial_tests, and prints ptxas's registers and spilled bytes per thread. Nothing is launched,
-so it runs on a machine without a GPU; the counts are those of the Triton that runs it. Lesson
-9 reads them beside the timings of --part steps: partial_tests pays where the full mask's code
-spills.
+reference's tiles (tiles.SPARSE_REFERENCE), with and without document ids, with every test,
+with partial_tests and with row_ranges, and prints ptxas's registers and spilled bytes per
+thread. Nothing is launched, so it runs on a machine without a GPU; the counts are those of the
+Triton that runs it. Lesson 9 reads them beside the timings of --part steps: partial_tests pays
+where the full mask's code spills.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ def ptxas_path(triton) -> str:
     raise SystemExit(f"no ptxas in {folder}: this Triton wheel has no NVIDIA backend.")
 
 
-def compile_variant(triton, sf, tiles, d, has_docs, halves, full_range, tests) -> dict:
+def compile_variant(triton, sf, tiles, d, has_docs, halves, full_range, tests,
+                    ranges=False) -> dict:
     """ptxas's counts for one variant (tensor descriptors, fp16)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -49,9 +50,9 @@ def compile_variant(triton, sf, tiles, d, has_docs, halves, full_range, tests) -
              "LSE": "*fp32", "qk_scale": "fp32", "Docs": "*i32", "Order": "*i32",
              "full_counts": "*i32", "full_index": "*i32", "part_counts": "*i32",
              "part_index": "*i32"}
-    constants = {"HEAD_D": d, "BLOCK_M": block_m, "BLOCK_N": block_n, "HAS_DOCS": has_docs,
-                 "USE_TMA": True, "HALVES": halves, "FULL_RANGE": full_range,
-                 "PARTIAL_TESTS": tests}
+    constants = {"HEAD_D": d, "BLOCK_M": block_m, "BLOCK_N": block_n,
+                 "HAS_DOCS": has_docs and not ranges, "USE_TMA": True, "HALVES": halves,
+                 "FULL_RANGE": full_range, "PARTIAL_TESTS": tests, "ROW_RANGES": ranges}
     names = sf.sparse_forward_kernel.arg_names
     signature = {a: "constexpr" if a in constants else kinds.get(a, "i32") for a in names}
     source = ASTSource(sf.sparse_forward_kernel, signature,
@@ -66,6 +67,7 @@ def compile_variant(triton, sf, tiles, d, has_docs, halves, full_range, tests) -
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     return {"gpu": "none: compiled for sm_90a, not launched", "D": d, "documents": has_docs,
             "halves": halves, "full range": full_range, "partial tests": tests,
+            "row ranges": ranges,
             "registers": int(re.search(r"Used (\d+) registers", report).group(1)),
             "spill stores B": int(spills.group(1)), "spill loads B": int(spills.group(2))}
 
@@ -84,8 +86,9 @@ def main(argv=None) -> int:
 
     rows = []
     for d, has_docs, halves, full_range in VARIANTS:
-        for tests in (False, True):
-            row = compile_variant(triton, sf, tiles, d, has_docs, halves, full_range, tests)
+        for tests, ranges in ((False, False), (True, False), (False, True)):
+            row = compile_variant(triton, sf, tiles, d, has_docs, halves, full_range, tests,
+                                  ranges)
             rows.append(row)
             print(", ".join(f"{key} {value}" for key, value in row.items()), flush=True)
     if args.out is not None:

@@ -317,3 +317,59 @@ def test_partial_tests_refused_where_they_cannot_apply():
     with pytest.raises(CourseInputError, match="leaves no room"):
         sf.sparse_forward(q, k, v, dataclasses.replace(plan, part_tests=None),
                           partial_tests=True)
+
+
+@pytest.mark.parametrize("name", list(RULE_MASKS))
+def test_key_ranges_are_the_rule_row_by_row(name):
+    n, left, right, docs = RULE_MASKS[name]
+    first, last = sf.key_ranges(n, left, right, docs)
+    keys = np.arange(n)
+    in_range = (keys[None, :] >= first[:, None]) & (keys[None, :] <= last[:, None])
+    assert np.array_equal(in_range, ma.dense_mask(n, n, left, right, docs))
+
+
+def test_key_ranges_by_hand_and_refused_for_a_split_document():
+    docs = np.array([0, 0, 0, 1, 1, -1])  # documents 0-2 and 3-4, a padding row
+    assert sf.key_ranges(6, UNLIMITED, 0, docs).tolist() == [[0, 0, 0, 3, 3, 0],
+                                                            [0, 1, 2, 3, 4, -1]]
+    assert sf.key_ranges(6, 1, 1).tolist() == [[0, 0, 1, 2, 3, 4], [1, 2, 3, 4, 5, 5]]
+    split = np.array([0, 0, 1, 1, 0, 0])  # document 0 in two runs: not one range per row
+    assert sf.key_ranges(6, docs=split) is None
+    plan = sf.sparse_plan(6, 16, "cpu", docs=split)
+    assert plan.row_ranges is None
+    q, k, v = inputs(1, 1, 6, 16)
+    with pytest.raises(CourseInputError, match="two separate runs"):
+        sf.sparse_forward(q, k, v, plan, row_ranges=True)
+    with pytest.raises(CourseInputError, match="leave partial_tests unset"):
+        sf.sparse_forward(q, k, v, sf.sparse_plan(6, 16, "cpu", right=0), row_ranges=True,
+                          partial_tests=True)
+    with pytest.raises(CourseInputError, match="True or False"):
+        sf.sparse_forward(q, k, v, sf.sparse_plan(6, 16, "cpu", right=0), row_ranges=None)
+
+
+@pytest.mark.parametrize("halves", [False, True], ids=["one tile", "two halves"])
+@pytest.mark.parametrize("name", list(RULE_MASKS))
+def test_row_ranges_give_the_same_output_bit_for_bit(name, halves):
+    """The ranges hide the same pairs of every real row as the rule, tile by tile."""
+    n, left, right, docs = RULE_MASKS[name]
+    q, k, v = inputs(2, 2, n, 16, seed=n + 3)
+    plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs,
+                          config=HALVES_TILES if halves else None)
+    whole_rule = sf.sparse_forward(q, k, v, plan, halves=halves, partial_tests=False)
+    ranged = sf.sparse_forward(q, k, v, plan, halves=halves, row_ranges=True)
+    assert all(torch.equal(a, b) for a, b in zip(whole_rule, ranged, strict=True))
+
+
+def test_a_row_range_one_key_too_wide_gives_a_wrong_output():
+    """The ranges matter: widen one row's range by one key and that row sees a hidden key."""
+    n, left, right, docs = RULE_MASKS["causal documents with padding"]
+    q, k, v = inputs(1, 1, n, 16, seed=11)
+    plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs)
+    expected = ma.masked_reference(q, k, v, ma.dense_mask(n, n, left, right, docs))
+    ranged = sf.sparse_forward(q, k, v, plan, row_ranges=True)[0]
+    assert (ranged.double() - expected).abs().max() < TOL[q.dtype]
+    wide = plan.row_ranges.clone()
+    wide[n + 13] += 1  # row 13, last of the first document, now sees key 14 of the next one
+    wrong = sf.sparse_forward(q, k, v, dataclasses.replace(plan, row_ranges=wide),
+                              row_ranges=True)[0]
+    assert (wrong[0, 0, 13].double() - expected[0, 0, 13]).abs().max() > 0.01

@@ -23,6 +23,10 @@ same four arrays). What this kernel adds, each the reference forward's (forward.
   `sparse_plan` works out per tile (`partial_tile_tests`): there the full mask's code spills
   registers; at d = 64 the branches cost more than they save (`reference_variant`).
 
+An experiment, off by default until timed (`row_ranges=True`): each PARTIAL tile masked by its
+rows' ranges of keys (`key_ranges`: under a window and packed documents each row sees one
+range), two compares per pair and no key ids loaded.
+
 Host side: `sparse_plan` builds the block lists and the program order once per mask (not per
 head or per call), `sparse_forward` launches; any head dim up to 256 (zero-padded, as the other
 launchers). Masks given as a table of visible blocks (a random block mask): `block_table_kinds`.
@@ -111,16 +115,21 @@ def needed_tests(s, rows, cols, docs_q, Docs, N, left, right,  # scores, where, 
 
 @triton.jit
 def tile_update(s, acc, l_i, m_i, v,  # raw scores (rows, BLOCK_N), running state, values
-                rows, cols, docs_q, Docs,  # query rows, keys, the rows' document ids
+                rows, cols, docs_q, Docs,  # query rows, keys, the rows' ids (or key ranges)
                 N, left, right, qk_scale, tests,  # sizes, the rule, the scale, TEST_* flags
                 MASKED: tl.constexpr, HAS_DOCS: tl.constexpr,  # meta-parameters
-                TESTS: tl.constexpr):
+                TESTS: tl.constexpr, ROW_RANGES: tl.constexpr):
     """One online-softmax step of a listed tile. MASKED=False: a FULL tile, through the dense
     reference's step (no mask, no safe max). MASKED=True: a PARTIAL tile, masked by the window,
-    the documents and N (with TESTS, only by the tests `tests` flags), with the safe max (a row
-    may have seen no key yet; rows that see nothing stay at m = -inf, l = 0)."""
+    the documents and N (with TESTS, only by the tests `tests` flags; with ROW_RANGES, by each
+    row's range of keys, docs_q = (first, last)), with the safe max (a row may have seen no key
+    yet; rows that see nothing stay at m = -inf, l = 0)."""
     if MASKED:
-        if TESTS:
+        if ROW_RANGES:  # the whole rule in two compares, no key ids to load
+            first, last = docs_q
+            keep = (cols[None, :] >= first[:, None]) & (cols[None, :] <= last[:, None])
+            s = tl.where(keep, s, float("-inf"))
+        elif TESTS:
             s = needed_tests(s, rows, cols, docs_q, Docs, N, left, right, tests,
                              HAS_DOCS=HAS_DOCS)
         else:
@@ -167,12 +176,13 @@ def attend_listed_blocks(acc, l_i, m_i, q,  # running state (fp32) and the query
                          count, index_row, N, left, right, qk_scale,  # the list, the rule
                          BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
                          HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr, RANGE: tl.constexpr,
-                         TESTS: tl.constexpr):
+                         TESTS: tl.constexpr, ROW_RANGES: tl.constexpr):
     """Online softmax of one query block over the key blocks index_row[0 .. count): FULL
     blocks (MASKED=False; every key of the tile visible to every row, and < N) or PARTIAL ones
     (MASKED=True). RANGE: the list is index_row[0], index_row[0] + 1, ...: the first index is
     read once, not one per step (an experiment that measures what the list's loads cost).
-    TESTS: each entry carries the tests its PARTIAL tile needs (SparsePlan.part_tests)."""
+    TESTS: each entry carries the tests its PARTIAL tile needs (SparsePlan.part_tests).
+    ROW_RANGES: docs_q is each row's (first, last) visible key (SparsePlan.row_ranges)."""
     offs_n = tl.arange(0, BLOCK_N)
     first = tl.load(index_row) if RANGE else 0  # in bounds: every row has one entry or more
     for i in tl.range(0, count):
@@ -185,7 +195,7 @@ def attend_listed_blocks(acc, l_i, m_i, q,  # running state (fp32) and the query
                       MASK_ROWS=MASKED, USE_TMA=USE_TMA)
         acc, l_i, m_i = tile_update(s, acc, l_i, m_i, v, rows, start_n + offs_n, docs_q, Docs,
                                     N, left, right, qk_scale, tests, MASKED=MASKED,
-                                    HAS_DOCS=HAS_DOCS, TESTS=TESTS)
+                                    HAS_DOCS=HAS_DOCS, TESTS=TESTS, ROW_RANGES=ROW_RANGES)
     return acc, l_i, m_i
 
 
@@ -197,7 +207,8 @@ def attend_listed_blocks_halves(acc0, l0, m0, acc1, l1, m1, q0, q1,  # two halve
                                 count, index_row, N, left, right, qk_scale,  # list, rule, scale
                                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
                                 HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr,
-                                RANGE: tl.constexpr, TESTS: tl.constexpr):
+                                RANGE: tl.constexpr, TESTS: tl.constexpr,
+                                ROW_RANGES: tl.constexpr):
     """attend_listed_blocks for a query block held as two halves (lesson 8's step 7): both
     halves' Q K^T are issued before either softmax, so that the tensor cores work on one half's
     matmuls while the other half's softmax runs. Both halves walk the block's one list."""
@@ -214,20 +225,27 @@ def attend_listed_blocks_halves(acc0, l0, m0, acc1, l1, m1, q0, q1,  # two halve
         cols = start_n + offs_n
         acc0, l0, m0 = tile_update(s0, acc0, l0, m0, v, rows0, cols, docs0, Docs, N, left,
                                    right, qk_scale, tests, MASKED=MASKED, HAS_DOCS=HAS_DOCS,
-                                   TESTS=TESTS)
+                                   TESTS=TESTS, ROW_RANGES=ROW_RANGES)
         acc1, l1, m1 = tile_update(s1, acc1, l1, m1, v, rows1, cols, docs1, Docs, N, left,
                                    right, qk_scale, tests, MASKED=MASKED, HAS_DOCS=HAS_DOCS,
-                                   TESTS=TESTS)
+                                   TESTS=TESTS, ROW_RANGES=ROW_RANGES)
     return acc0, l0, m0, acc1, l1, m1
 
 
 @triton.jit
-def document_ids(Docs, rows, N, HAS_DOCS: tl.constexpr):
-    """The document id of each query row (-1 past N); the rows themselves (unused) without
-    documents."""
-    if HAS_DOCS:
-        return tl.load(Docs + rows, mask=rows < N, other=-1)
-    return rows
+def document_ids(Docs, rows, N, HAS_DOCS: tl.constexpr, ROW_RANGES: tl.constexpr):
+    """The document id of each query row (-1 past N); with ROW_RANGES, Docs is
+    SparsePlan.row_ranges and each row's (first, last) visible key comes instead (none past N);
+    the rows themselves (unused) otherwise."""
+    # one return for every branch: the compiler types a function by all its returns
+    if ROW_RANGES:
+        row_info = (tl.load(Docs + rows, mask=rows < N, other=0),
+                    tl.load(Docs + N + rows, mask=rows < N, other=-1))
+    elif HAS_DOCS:
+        row_info = tl.load(Docs + rows, mask=rows < N, other=-1)
+    else:
+        row_info = rows
+    return row_info
 
 
 @triton.jit
@@ -255,7 +273,8 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
                           HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr,  # meta-parameters
                           BLOCK_N: tl.constexpr, HAS_DOCS: tl.constexpr,
                           USE_TMA: tl.constexpr, HALVES: tl.constexpr,
-                          FULL_RANGE: tl.constexpr, PARTIAL_TESTS: tl.constexpr):
+                          FULL_RANGE: tl.constexpr, PARTIAL_TESTS: tl.constexpr,
+                          ROW_RANGES: tl.constexpr):
     """O = softmax(mask(sm_scale Q K^T)) V and LSE (natural log; -inf for a row that sees no
     key, whose O is 0) for one query block of one head; qk_scale = sm_scale * log2(e).
 
@@ -265,7 +284,8 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
     halves of BLOCK_M // 2 rows, each with its own state (lesson 8's step 7). FULL_RANGE: every
     FULL list is a run of consecutive blocks (SparsePlan.full_ranges), walked without its loads.
     PARTIAL_TESTS: part_index is SparsePlan.part_tests, each PARTIAL tile masked only by the tests
-    it needs.
+    it needs. ROW_RANGES: Docs is SparsePlan.row_ranges, each PARTIAL tile masked by its rows'
+    ranges of keys (HAS_DOCS is then False).
     """
     start_m = tl.load(Order + tl.program_id(0))  # the longest lists first
     bh = tl.program_id(1)
@@ -288,8 +308,8 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
                        ROWS=HALF, USE_TMA=USE_TMA)
         q1 = load_tile(Q, b, h, start + HALF, offs_d, stride_qb, stride_qh, stride_qn,
                        stride_qd, N, ROWS=HALF, USE_TMA=USE_TMA)
-        docs0 = document_ids(Docs, rows0, N, HAS_DOCS=HAS_DOCS)
-        docs1 = document_ids(Docs, rows1, N, HAS_DOCS=HAS_DOCS)
+        docs0 = document_ids(Docs, rows0, N, HAS_DOCS=HAS_DOCS, ROW_RANGES=ROW_RANGES)
+        docs1 = document_ids(Docs, rows1, N, HAS_DOCS=HAS_DOCS, ROW_RANGES=ROW_RANGES)
         m0 = tl.full([HALF], float("-inf"), dtype=tl.float32)
         l0 = tl.zeros([HALF], dtype=tl.float32)
         acc0 = tl.zeros([HALF, HEAD_D], dtype=tl.float32)
@@ -300,12 +320,14 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
             acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
             stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, full_count,
             full_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=False,
-            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=FULL_RANGE, TESTS=False)
+            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=FULL_RANGE, TESTS=False,
+            ROW_RANGES=False)
         acc0, l0, m0, acc1, l1, m1 = attend_listed_blocks_halves(
             acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
             stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, part_count,
             part_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=True,
-            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False, TESTS=PARTIAL_TESTS)
+            HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False, TESTS=PARTIAL_TESTS,
+            ROW_RANGES=ROW_RANGES)
         finish_rows(O, LSE, acc0, l0, m0, b, h, bh, start, offs_d, stride_ob, stride_oh,
                     stride_on, stride_od, N, ROWS=HALF, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
         finish_rows(O, LSE, acc1, l1, m1, b, h, bh, start + HALF, offs_d, stride_ob,
@@ -315,7 +337,7 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
         rows = start + tl.arange(0, BLOCK_M)
         q = load_tile(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
                       ROWS=BLOCK_M, USE_TMA=USE_TMA)
-        docs_q = document_ids(Docs, rows, N, HAS_DOCS=HAS_DOCS)
+        docs_q = document_ids(Docs, rows, N, HAS_DOCS=HAS_DOCS, ROW_RANGES=ROW_RANGES)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
@@ -323,12 +345,12 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
             acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
             rows, offs_d, docs_q, Docs, full_count, full_row, N, left, right, qk_scale,
             BLOCK_N=BLOCK_N, MASKED=False, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA,
-            RANGE=FULL_RANGE, TESTS=False)
+            RANGE=FULL_RANGE, TESTS=False, ROW_RANGES=False)
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
             rows, offs_d, docs_q, Docs, part_count, part_row, N, left, right, qk_scale,
             BLOCK_N=BLOCK_N, MASKED=True, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False,
-            TESTS=PARTIAL_TESTS)
+            TESTS=PARTIAL_TESTS, ROW_RANGES=ROW_RANGES)
         finish_rows(O, LSE, acc, l_i, m_i, b, h, bh, start, offs_d, stride_ob, stride_oh,
                     stride_on, stride_od, N, ROWS=BLOCK_M, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
 
@@ -361,6 +383,9 @@ class SparsePlan:
     # part_index with each PARTIAL tile's TEST_* flags from bit TESTS_SHIFT on (partial_tests);
     # None where the indices or the rows do not leave room for them
     part_tests: torch.Tensor | None = None
+    # (2 * n,) int32: each row's first visible key, then each row's last (row_ranges); None
+    # where a row's keys are not one range (a document id in two separate runs)
+    row_ranges: torch.Tensor | None = None
 
 
 _require = runtime.require
@@ -429,9 +454,37 @@ def sparse_plan(n: int, d: int, device, left: int = UNLIMITED, right: int = UNLI
     if tests_fit(n, block_m, block_n):
         tests = partial_tile_tests(kinds, n, block_m, block_n, left, right, docs)
         part_tests = torch.from_numpy(host_lists[3] | (tests << TESTS_SHIFT)).to(device)
+    ranges = key_ranges(n, left, right, docs)
     return SparsePlan(n=int(n), config=config, left=left, right=right, docs=docs_t,
                       lists=lists, order=order, tile_counts=counts,
-                      full_ranges=consecutive_lists(*host_lists[:2]), part_tests=part_tests)
+                      full_ranges=consecutive_lists(*host_lists[:2]), part_tests=part_tests,
+                      row_ranges=None if ranges is None else torch.from_numpy(
+                          ranges.reshape(-1)).to(device))
+
+
+def key_ranges(n: int, left: int = UNLIMITED, right: int = UNLIMITED, docs=None):
+    """(2, n) int32: row i sees exactly the keys first[i] <= j <= last[i] under the rule (a
+    row that sees none gets first 0, last -1), or None when some row's keys are not one range:
+    a document id >= 0 that occurs in two separate runs. Packed documents are runs, so the
+    window, the documents and the bound n become two compares per pair (row_ranges)."""
+    rows = np.arange(n, dtype=np.int64)
+    first = np.maximum(rows - left, 0)
+    last = np.minimum(rows + right, n - 1)
+    if docs is not None:
+        ids = np.asarray(docs).astype(np.int64)
+        starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
+        run_ids = ids[starts]
+        named = run_ids[run_ids >= 0]
+        if len(np.unique(named)) != len(named):
+            return None
+        run = np.cumsum(np.concatenate([[0], ids[1:] != ids[:-1]]))  # each row's run
+        ends = np.concatenate([starts[1:], [n]])
+        first = np.maximum(first, starts[run])
+        last = np.minimum(last, ends[run] - 1)
+        last = np.where(ids >= 0, last, -1)
+    empty = first > last
+    first, last = np.where(empty, 0, first), np.where(empty, -1, last)
+    return np.stack([first, last]).astype(np.int32)
 
 
 def tests_fit(n: int, block_m: int, block_n: int) -> bool:
@@ -499,7 +552,8 @@ def reference_variant(plan: SparsePlan, d: int) -> tuple[bool, bool, bool]:
 
 def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
                    use_tma: bool = True, halves: bool | None = None,
-                   full_range: bool | None = None, partial_tests: bool | None = None):
+                   full_range: bool | None = None, partial_tests: bool | None = None,
+                   row_ranges: bool = False):
     """Block-sparse attention of q, k, v (B, H, N, D), any strides, with the plan's mask;
     returns (o, lse): o like q, lse (B, H, N) float32 in natural log (-inf for a row that sees
     no key; its o is 0). sm_scale: 1 / sqrt(D) of the real head dim unless given. use_tma:
@@ -509,7 +563,9 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
     are runs, SparsePlan.full_ranges). partial_tests: mask each PARTIAL tile only by the tests
     it needs (SparsePlan.part_tests; gpu/measure_partial_cost.py times it). None (the default)
     for any of the three: reference_variant's choice; gpu/bench_modern_attention.py --part
-    steps times each on and off."""
+    steps times each on and off. row_ranges: an experiment, off by default until timed: mask
+    each PARTIAL tile by its rows' ranges of keys (SparsePlan.row_ranges: two compares per
+    pair, no key ids loaded), instead of the rule's tests."""
     check_reference_qkv(q, k, v)
     B, H, N, D = q.shape
     _require(N == plan.n, f"the plan was built for n={plan.n}, but q, k, v have N={N}: build "
@@ -538,18 +594,26 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
     _require(partial_tests is None or isinstance(partial_tests, bool),
              f"partial_tests={partial_tests!r} must be True, False or None (the reference's "
              "choice).")
-    partial_tests = chosen_tests if partial_tests is None else partial_tests
+    _require(isinstance(row_ranges, bool), f"row_ranges={row_ranges!r} must be True or False.")
+    _require(not row_ranges or plan.row_ranges is not None, "row_ranges=True masks each row "
+             "by one range of keys, but this plan's document ids repeat an id in two separate "
+             "runs, so some row's keys are not one range: leave it False.")
+    _require(not (row_ranges and partial_tests), "row_ranges=True replaces the rule's tests on "
+             "every PARTIAL tile: leave partial_tests unset (or False) with it.")
+    # the ranges replace every test, so the plan's default tests make way for them
+    partial_tests = (not row_ranges and chosen_tests) if partial_tests is None else partial_tests
     _require(not partial_tests or plan.part_tests is not None, "partial_tests=True packs each "
              f"PARTIAL tile's tests above its key block's index, and n={plan.n} leaves no room "
              "at these tiles (tests_fit): leave it False.")
     launch = functools.partial(_launch, plan=plan, lse=lse, qk_scale=sm_scale * LOG2E,
                                use_tma=use_tma, halves=halves, full_range=full_range,
-                               partial_tests=partial_tests)
+                               partial_tests=partial_tests, row_ranges=row_ranges)
     run_at_kernel_width(launch, (q, k, v), (o,))
     return o, lse
 
 
-def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, partial_tests):
+def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, partial_tests,
+            row_ranges):
     """sparse_forward's launch at a kernel head dim (q.shape[-1] a power of two)."""
     B, H, N, D = q.shape
     block_m, block_n, warps, stages = plan.config
@@ -559,6 +623,8 @@ def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, par
         args = tensor_descriptors(q, k, v, o, block_m // 2 if halves else block_m, block_n)
     full_counts, full_index, part_counts, part_index = plan.lists
     docs = plan.docs if plan.docs is not None else plan.order  # unused without documents
+    if row_ranges:
+        docs = plan.row_ranges
     left, right = plan.left, plan.right
     if partial_tests:  # rows +- left, right must fit int32; every pair has |offset| < n anyway
         part_index = plan.part_tests
@@ -567,8 +633,9 @@ def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, par
         *args, lse, qk_scale, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, N,
         docs, left, right, plan.order, full_counts, full_index, part_counts,
         part_index, full_index.stride(0), HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n,
-        HAS_DOCS=plan.docs is not None, USE_TMA=tma, HALVES=halves, FULL_RANGE=full_range,
-        PARTIAL_TESTS=partial_tests, num_warps=warps, num_stages=stages)
+        HAS_DOCS=plan.docs is not None and not row_ranges, USE_TMA=tma, HALVES=halves,
+        FULL_RANGE=full_range, PARTIAL_TESTS=partial_tests, ROW_RANGES=row_ranges,
+        num_warps=warps, num_stages=stages)
 
 
 # ---------------------------------------------------------------- block masks given as tables
