@@ -44,7 +44,8 @@ KERNEL_STARTUP_TIMEOUT = 600
 RECORD_MIME = "application/vnd.flashcourse.record+json"  # as in checks/recording.py
 TRIPWIRE_MIME = "application/vnd.flashcourse.tripwire+json"
 HINT_MIME = "application/vnd.flashcourse.hint+json"
-# Seconds past the per-cell limit (and its interrupt) after which a cell's kernel is killed.
+# Seconds past the per-cell limit (and its interrupt) after which a cell's kernel is killed;
+# never more than the limit itself: a kernel that ignores an interrupt that long is stuck.
 STUCK_GRACE = 30
 TRIPWIRES_PER_CELL = 20  # tripwire outputs forwarded per cell (one is enough to flag it)
 HINTS_PER_CELL = 20  # hint notes forwarded per cell
@@ -220,7 +221,8 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
         # a cell still running STUCK_GRACE seconds past its limit and interrupt: the kernel
         # answers nothing any more (one that raised before replying, or died unseen), and
         # nbclient would wait for it forever
-        await asyncio.wait_for(client.async_execute_cell(cell, index), timeout + STUCK_GRACE)
+        await asyncio.wait_for(client.async_execute_cell(cell, index),
+                               timeout + min(STUCK_GRACE, timeout))
 
     bounded = run_sync(run_bounded)
     with client.setup_kernel():
