@@ -4,6 +4,8 @@ file to hand in. Every test works in a temporary course, never in the repository
 
 import json
 import os
+import shutil
+import subprocess
 from datetime import datetime
 from pathlib import Path
 
@@ -340,3 +342,18 @@ def test_an_untouched_copy_of_a_moved_lesson_is_replaced_by_the_new_lessons(renu
     assert sorted(report.copied) == ["06-flash-forward.ipynb", "07-flash-backward.ipynb",
                                      "08-performance.ipynb"]
     assert not (work / "backups").exists()
+
+
+def test_course_help_changes_nothing(tmp_path):
+    """`./course --help` and `./course lab --help` say what each command does, exit 0, and
+    neither install nor copy a lesson (the script works in its own folder: a copy of it here)."""
+    script = tmp_path / "course"
+    shutil.copy2(Path(__file__).resolve().parents[1] / "course", script)
+    for args in (["--help"], ["lab", "--help"], ["help"]):
+        done = subprocess.run(["bash", str(script), *args], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0 and "./course submit NN" in done.stdout, (args, done)
+    unknown = subprocess.run(["bash", str(script), "lesson"], capture_output=True, text=True,
+                             timeout=60)
+    assert unknown.returncode == 2 and "./course --help" in unknown.stderr, unknown
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["course"]  # no .venv, no work/
