@@ -233,10 +233,10 @@ def attend_listed_blocks_halves(acc0, l0, m0, acc1, l1, m1, q0, q1,  # two halve
 
 
 @triton.jit
-def document_ids(Docs, rows, N, HAS_DOCS: tl.constexpr, ROW_RANGES: tl.constexpr):
-    """The document id of each query row (-1 past N); with ROW_RANGES, Docs is
-    SparsePlan.row_ranges and each row's (first, last) visible key comes instead (none past N);
-    the rows themselves (unused) otherwise."""
+def row_rule_inputs(Docs, rows, N, HAS_DOCS: tl.constexpr, ROW_RANGES: tl.constexpr):
+    """What the mask rule of PARTIAL tiles needs per query row: its document id (-1 past N);
+    with ROW_RANGES, Docs is SparsePlan.row_ranges and each row's (first, last) visible key
+    comes instead (none past N); the rows themselves (unused) without either."""
     # one return for every branch: the compiler types a function by all its returns
     if ROW_RANGES:
         row_info = (tl.load(Docs + rows, mask=rows < N, other=0),
@@ -308,8 +308,8 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
                        ROWS=HALF, USE_TMA=USE_TMA)
         q1 = load_tile(Q, b, h, start + HALF, offs_d, stride_qb, stride_qh, stride_qn,
                        stride_qd, N, ROWS=HALF, USE_TMA=USE_TMA)
-        docs0 = document_ids(Docs, rows0, N, HAS_DOCS=HAS_DOCS, ROW_RANGES=ROW_RANGES)
-        docs1 = document_ids(Docs, rows1, N, HAS_DOCS=HAS_DOCS, ROW_RANGES=ROW_RANGES)
+        docs0 = row_rule_inputs(Docs, rows0, N, HAS_DOCS=HAS_DOCS, ROW_RANGES=ROW_RANGES)
+        docs1 = row_rule_inputs(Docs, rows1, N, HAS_DOCS=HAS_DOCS, ROW_RANGES=ROW_RANGES)
         m0 = tl.full([HALF], float("-inf"), dtype=tl.float32)
         l0 = tl.zeros([HALF], dtype=tl.float32)
         acc0 = tl.zeros([HALF, HEAD_D], dtype=tl.float32)
@@ -337,7 +337,7 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
         rows = start + tl.arange(0, BLOCK_M)
         q = load_tile(Q, b, h, start, offs_d, stride_qb, stride_qh, stride_qn, stride_qd, N,
                       ROWS=BLOCK_M, USE_TMA=USE_TMA)
-        docs_q = document_ids(Docs, rows, N, HAS_DOCS=HAS_DOCS, ROW_RANGES=ROW_RANGES)
+        docs_q = row_rule_inputs(Docs, rows, N, HAS_DOCS=HAS_DOCS, ROW_RANGES=ROW_RANGES)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
