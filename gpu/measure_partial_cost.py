@@ -79,7 +79,7 @@ def main(argv=None) -> int:
 
 def measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads, window) -> dict:
     """One (mask, d, N): check, then time the reference with every PARTIAL tile fully masked,
-    with partial tests, its PARTIAL-as-FULL bound and flex."""
+    with partial tests, with row ranges, its PARTIAL-as-FULL bound and flex."""
     import numpy as np
     import torch
 
