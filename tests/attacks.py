@@ -521,8 +521,7 @@ def build_round_two(root: Path, folder: Path, names=None) -> dict[str, Path]:
 MALFORMED = ("numeric-id", "list-source", "deep-expression", "five-megabytes", "nested-json",
              "control-char-id")
 ROUND_TWO = [*FORGERS, "forged-records-answered", *DISGUISED, *UNHOOKED, *RESOURCES,
-             "memory-fork-hog",
-             *MALFORMED]
+             "memory-fork-hog", *MALFORMED]
 NAMES = [*PATCHES, *ANSWERS, *ODD]
 FOLDERS = {"csv-formula-name": '=HYPERLINK("evil")'}  # attack -> its folder's name
 

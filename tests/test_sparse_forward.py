@@ -22,13 +22,6 @@ TOL = {torch.float32: 1e-4, torch.float16: 2e-3}
 UNLIMITED = ma.UNLIMITED
 
 
-def reference_lse(q, k, mask, sm_scale=None):
-    """float64 natural-log logsumexp of the visible scaled scores; -inf where none is."""
-    scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
-    s = (q.double() @ k.double().transpose(-1, -2)) * scale
-    return s.masked_fill(~torch.as_tensor(mask), float("-inf")).logsumexp(-1)
-
-
 def inputs(B, H, n, d, dtype=torch.float32, seed=0, scale=1.0):
     gen = torch.Generator().manual_seed(seed)
     return [(torch.randn(B, H, n, d, generator=gen) * scale).to(dtype) for _ in range(3)]
@@ -44,7 +37,7 @@ def assert_matches(q, k, v, mask, plan, sm_scale=None, use_tma=True, halves=Fals
     expected = ma.masked_reference(q, k, v, mask, sm_scale)
     error = (o.double() - expected).abs().max().item()
     assert error < TOL[q.dtype], f"max error {error:.3g}"
-    expected_lse = reference_lse(q, k, mask, sm_scale)
+    expected_lse = ma.masked_lse(q, k, mask, sm_scale)
     hidden = torch.isinf(expected_lse)
     assert torch.equal(torch.isinf(lse), hidden), "LSE is -inf exactly where no key is seen"
     lse_error = (lse.double() - expected_lse)[~hidden].abs().max().item()

@@ -374,13 +374,23 @@ def paged_cache(k, v, lengths, page_size: int, seed: int = 0, spare_pages: int =
 # ---------------------------------------------------------------- references (float64)
 
 
+def _masked_scores(q, k, mask, sm_scale) -> torch.Tensor:
+    """sm_scale q k^T in float64, -inf where the boolean mask hides a pair."""
+    s = (q.double() @ k.double().transpose(-1, -2)) * _scale(q.shape[-1], sm_scale)
+    return s.masked_fill(~torch.as_tensor(np.asarray(mask)), float("-inf"))
+
+
 def masked_reference(q, k, v, mask, sm_scale=None) -> torch.Tensor:
     """softmax(sm_scale q k^T + mask) v in float64 with an explicit boolean mask (N, N) or
     (B, H, N, N); a row with no visible key gives 0 (PyTorch's SDPA does the same)."""
-    scale = _scale(q.shape[-1], sm_scale)
-    s = (q.double() @ k.double().transpose(-1, -2)) * scale
-    s = s.masked_fill(~torch.as_tensor(np.asarray(mask)), float("-inf"))
+    s = _masked_scores(q, k, mask, sm_scale)
     return torch.softmax(s, -1).nan_to_num(0.0) @ v.double()
+
+
+def masked_lse(q, k, mask, sm_scale=None) -> torch.Tensor:
+    """The float64 natural-log logsumexp of each row's visible scaled scores (-inf for a row
+    that sees no key): what a forward that keeps its LSE must store."""
+    return _masked_scores(q, k, mask, sm_scale).logsumexp(-1)
 
 
 def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:

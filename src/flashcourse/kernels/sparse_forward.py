@@ -462,6 +462,14 @@ def sparse_plan(n: int, d: int, device, left: int = UNLIMITED, right: int = UNLI
                           ranges.reshape(-1)).to(device))
 
 
+def document_runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(run, starts) of a sequence of ids: run[i] numbers the run of equal ids position i is
+    in (0, 1, ...), starts[r] is the first position of run r."""
+    change = ids[1:] != ids[:-1]
+    return (np.concatenate([[0], np.cumsum(change)]),
+            np.flatnonzero(np.concatenate([[True], change])))
+
+
 def key_ranges(n: int, left: int = UNLIMITED, right: int = UNLIMITED, docs=None):
     """(2, n) int32: row i sees exactly the keys first[i] <= j <= last[i] under the rule (a
     row that sees none gets first 0, last -1), or None when some row's keys are not one range:
@@ -472,12 +480,11 @@ def key_ranges(n: int, left: int = UNLIMITED, right: int = UNLIMITED, docs=None)
     last = np.minimum(rows + right, n - 1)
     if docs is not None:
         ids = np.asarray(docs).astype(np.int64)
-        starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
+        run, starts = document_runs(ids)
         run_ids = ids[starts]
         named = run_ids[run_ids >= 0]
         if len(np.unique(named)) != len(named):
             return None
-        run = np.cumsum(np.concatenate([[0], ids[1:] != ids[:-1]]))  # each row's run
         ends = np.concatenate([starts[1:], [n]])
         first = np.maximum(first, starts[run])
         last = np.minimum(last, ends[run] - 1)
@@ -512,7 +519,7 @@ def partial_tile_tests(kinds, n: int, block_m: int, block_n: int, left: int = UN
              | np.where(c0 + block_n > n, TEST_BOUND, 0))
     if docs is not None:
         ids = np.asarray(docs)
-        run = np.concatenate([[0], np.cumsum(ids[1:] != ids[:-1])])  # run[i] == run[j]: one id
+        run, _ = document_runs(ids)  # run[i] == run[j]: one id from i to j
         one_doc = ((run[r0] == run[r1]) & (run[c0] == run[c1]) & (ids[r0] == ids[c0])
                    & (ids[r0] >= 0))
         tests |= np.where(one_doc, 0, TEST_DOCS)
@@ -622,9 +629,12 @@ def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, par
     if tma:  # with halves, Q and O move half a query block at a time
         args = tensor_descriptors(q, k, v, o, block_m // 2 if halves else block_m, block_n)
     full_counts, full_index, part_counts, part_index = plan.lists
-    docs = plan.docs if plan.docs is not None else plan.order  # unused without documents
-    if row_ranges:
+    if row_ranges:  # what the rule reads per row
         docs = plan.row_ranges
+    elif plan.docs is not None:
+        docs = plan.docs
+    else:
+        docs = plan.order  # unused: the rule reads nothing per row
     left, right = plan.left, plan.right
     if partial_tests:  # rows +- left, right must fit int32; every pair has |offset| < n anyway
         part_index = plan.part_tests
