@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,22 @@ def test_the_candidate_search_finds_an_answer_where_there_is_one(root):
     name = "flashcourse.checks.softmax.common.blocked_stats"
     found = _candidates(root, ["05-softmax"], only=name)["05-softmax"]
     assert name in found["accepted"].get("softmax/online-stats", []), found
+
+
+def test_a_candidate_passes_only_if_its_check_returns_in_time(monkeypatch):
+    import release_candidates
+
+    monkeypatch.setattr(release_candidates, "CANDIDATE_SECONDS", 1)
+
+    def slow(exercise_id, value):
+        time.sleep(5)
+
+    def wrong(exercise_id, value):
+        raise AssertionError("wrong")
+
+    assert release_candidates.passes_in_time(lambda exercise_id, value: None, "x", 1)
+    assert not release_candidates.passes_in_time(wrong, "x", 1)
+    started = time.monotonic()
+    assert not release_candidates.passes_in_time(slow, "x", 1)
+    assert time.monotonic() - started < 5  # interrupted, not waited out
+    time.sleep(1.5)  # no alarm is left pending to go off here
