@@ -22,7 +22,9 @@ the lesson). The kernels are the solution cells of lessons/09-modern-attention.q
   bf16 GQA at d = 128 (shapes whose K and V pass 16 GiB are left out): exercise 4's paged
   split-KV kernel plus merge (pages of 64, shuffled) at the split size of the lesson's
   `choose_split_size`, the same with one split per sequence ("unsplit"), the course's
-  reference decoding step (kernels/decode.py: splits from decode_splits, planned once),
+  reference decoding step (kernels/decode.py: splits from decode_splits, planned once), the
+  same step on a pool that keeps each K/V head's rows of a page together ("reference, heads
+  together": (pages, H_KV, 64, D) seen as the kernel's (pages, 64, H_KV, D) through strides),
   SDPA's flash, efficient, cuDNN and math backends (enable_gqa=True) and FlexAttention
   compiled. Figures are bytes of K and V read per second. Ours, the reference, flash and cuDNN
   are timed twice: launched from Python ("ms"), and replayed in a CUDA graph ("graph ms", the
@@ -654,7 +656,9 @@ def read_only_figure(b: Bench, kv_bytes: int) -> tuple[float, float]:
     return rate, median * kv_bytes / size
 
 
-GRAPHED = ("ours split-KV", "reference", "sdpa flash", "sdpa cudnn")  # also timed in a graph
+HEADS_TOGETHER = "reference, heads together"  # the pool as (pages, H_KV, PAGE_SIZE, D)
+GRAPHED = ("ours split-KV", "reference", HEADS_TOGETHER, "sdpa flash",
+           "sdpa cudnn")  # also timed in a graph
 
 
 def bench_decode(b: Bench, kernels, ma) -> list[dict]:
@@ -672,7 +676,8 @@ def bench_decode(b: Bench, kernels, ma) -> list[dict]:
               f"ours {row.get('ours split-KV GB/s', 0):7.0f} GB/s, unsplit "
               f"{row.get('ours paged, unsplit GB/s', 0):7.0f}, flash "
               f"{row.get('sdpa flash GB/s', 0):7.0f}, flex {row.get('flex GB/s', 0):7.0f}; "
-              f"in a graph: reference {row.get('reference graph GB/s', 0):7.0f}, cudnn "
+              f"in a graph: reference {row.get('reference graph GB/s', 0):7.0f} (heads "
+              f"together {row.get(HEADS_TOGETHER + ' graph GB/s', 0):7.0f}), cudnn "
               f"{row.get('sdpa cudnn graph GB/s', 0):7.0f}, read-only "
               f"{row['read-only GB/s']:7.0f}", flush=True)
     return rows
@@ -724,8 +729,13 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
     plan = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache,
                              num_sms=sms)  # planned once, outside the timings
     row["reference splits"], row["reference BLOCK_N"] = plan.splits, plan.block_n
+    k_heads, v_heads = (pool.transpose(1, 2).contiguous().transpose(1, 2)
+                        for pool in (k_pages, v_pages))  # each K/V head's rows of a page together
+    plan_heads = decode.DecodePlan(q, k_heads, v_heads, table, lengths, max_len=cache,
+                                   num_sms=sms)
 
-    candidates = {"ours split-KV": ours, "ours paged, unsplit": paged, "reference": plan.run}
+    candidates = {"ours split-KV": ours, "ours paged, unsplit": paged, "reference": plan.run,
+                  HEADS_TOGETHER: plan_heads.run}
     q4 = q[:, :, None]
     for name, backend in backends.items():
         if name == "sdpa math" and kv_bytes > 2**30:
@@ -750,7 +760,7 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
             result = fn()
             b.sync()
         except Exception as err:  # noqa: BLE001  (an unsupported baseline is reported)
-            if name.startswith("ours") or name == "reference":
+            if name.startswith(("ours", "reference")):
                 b.failures.append(f"{name}, {row}: raised {type(err).__name__}: {err}")
             row[f"{name} note"] = f"failed: {type(err).__name__}: {str(err)[:100]}"
             continue
@@ -760,7 +770,7 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
         error = max_error(result, reference)
         row[f"{name} max err"] = error
         if not error <= tolerance:
-            if name.startswith("ours") or name == "reference":
+            if name.startswith(("ours", "reference")):
                 b.failures.append(f"{name}, batch {batch}, cache {cache}, {dtype_name}, "
                                   f"d={d}, {h}/{h_kv} heads: max error {error:.3g}")
             row[f"{name} note"] = f"wrong (max error {error:.3g}), not timed"
@@ -781,15 +791,16 @@ def share_columns(row: dict) -> None:
     read-only kernel's, and the reference against cuDNN (speed ratios, eager and graph)."""
     from flashcourse.hardware import H200_HBM_TBS
 
-    for name in ("ours split-KV", "reference", "sdpa cudnn"):
+    for name in ("ours split-KV", "reference", HEADS_TOGETHER, "sdpa cudnn"):
         rate = row.get(f"{name} graph GB/s")
         if rate and row["read-only GB/s"]:
             row[f"{name} % of HBM"] = 100 * rate / (H200_HBM_TBS * 1000)
             row[f"{name} % of read-only"] = 100 * rate / row["read-only GB/s"]
-    for mode in ("", " graph"):
-        if row.get(f"reference{mode} ms") and row.get(f"sdpa cudnn{mode} ms"):
-            row[f"reference vs cudnn{mode}"] = (row[f"sdpa cudnn{mode} ms"]
-                                                / row[f"reference{mode} ms"])
+    for name in ("reference", HEADS_TOGETHER):
+        for mode in ("", " graph"):
+            if row.get(f"{name}{mode} ms") and row.get(f"sdpa cudnn{mode} ms"):
+                row[f"{name} vs cudnn{mode}"] = (row[f"sdpa cudnn{mode} ms"]
+                                                 / row[f"{name}{mode} ms"])
 
 
 def write(path: Path, rows: list[dict], bench_module) -> None:

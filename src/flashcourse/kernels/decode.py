@@ -197,10 +197,12 @@ class DecodePlan:
     The plan checks q (B, H, D), the pools k_pages, v_pages (num_pages, PAGE_SIZE, H_KV, D),
     the page table (B, max_pages) int32 and lengths (B,) int32, chooses the splits for
     `max_len` (the longest a sequence may be; default: all the table addresses) on `num_sms`
-    SMs (default: the GPU's), and allocates the states and the output. `run()` launches and
-    returns the output (B, H, D). The tensors are bound: a next step writes its q, pages,
-    table and lengths into them in place (as replaying a CUDA graph needs anyway); no length
-    may pass max_len (checked once, here)."""
+    SMs (default: the GPU's), and allocates the states and the output. The pools may have
+    any strides with a contiguous last axis: a pool stored (num_pages, H_KV, PAGE_SIZE, D),
+    each K/V head's rows of a page together, is passed as its view .transpose(1, 2).
+    `run()` launches and returns the output (B, H, D). The tensors are bound: a next step
+    writes its q, pages, table and lengths into them in place (as replaying a CUDA graph needs
+    anyway); no length may pass max_len (checked once, here)."""
 
     def __init__(self, q, k_pages, v_pages, page_table, lengths, max_len: int | None = None,
                  num_sms: int | None = None, sm_scale: float | None = None,
