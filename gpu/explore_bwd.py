@@ -2,18 +2,20 @@
 
     python gpu/explore_bwd.py [--out DIR] [--n 4096] [--d 64,128] [--repeats 3]
                               [--kernels dkdv,dq,fused,pair,pair+tma,fused+tma,pair+tma+ws,
-                                         pair+tma+stats]
+                                         pair+tma+stats,blocks+tma]
 
 For d = 64 and 128, causal and not (fp16, B * N = 32k tokens), times the whole backward
 (delta pre-pass, dK/dV kernel, dQ kernel) while one kernel's config varies over a candidate
 list and the other keeps its tiles.LADDER_BACKWARD entry; and the fused variant ("fused",
 host.backward(fused_dq=True): the dK/dV kernel also adds dQ up with fp32 atomics, so P and dP
 are computed once, as FlashAttention-2's CUDA backward and FA3 do); "pair" changes both
-kernels' configs at once (PAIRS, beside the table's pair). A list name alone reads and writes
-through pointers; "+tma" adds tensor descriptors (with "fused", dQ is added up by one TMA
-reduction per tile), "+ws" warp-specialised loops, "+stats" (with "+tma") the logsumexp and
-delta rows through descriptors in dK/dV (where N is a multiple of 4). cuDNN's backward (autograd
-of SDPA pinned to cuDNN, forward excluded) is timed round-robin with them. Every config is
+kernels' configs at once (PAIRS, beside the table's pair); "blocks" times the pairs that fit
+more blocks on an SM (BLOCK_PAIRS, some with registers capped: a config's fifth entry). A list
+name alone reads and writes through pointers; "+tma" adds tensor descriptors (with "fused", dQ
+is added up by one TMA reduction per tile), "+ws" warp-specialised loops, "+stats" (with
+"+tma") the logsumexp and delta rows through descriptors in dK/dV (where N is a multiple of 4).
+cuDNN's backward (autograd of SDPA pinned to cuDNN, forward excluded) is timed round-robin with
+them. Every config is
 compiled first in parallel worker processes (Triton's cache is shared), and its dq, dk, dv are
 checked against the fp32 reference before timing, on the timing case and on ragged, batched,
 multi-head and transposed inputs, and with large logits and a custom sm_scale. Writes
@@ -67,7 +69,17 @@ PAIRS = {
             ((64, 128, 8, 3), (128, 64, 8, 3)), ((64, 64, 4, 2), (128, 32, 8, 3)),
             ((64, 64, 4, 3), (128, 64, 8, 3)), ((64, 64, 4, 3), (128, 32, 8, 3))],
 }
-LISTS = (*CANDIDATES, "pair")
+# "blocks": pairs that put more blocks of a kernel on an SM than the table's, as read from the
+# compiler (gpu/backward_registers.py, 08-backward-registers.csv), with a fifth entry where the
+# registers per thread are capped (maxnreg) to fit that block: each beside the table's pair.
+BLOCK_PAIRS = {
+    True: [((32, 64, 4, 3), (128, 64, 4, 3)), ((32, 64, 4, 3, 128), (128, 64, 4, 3)),
+           ((64, 64, 4, 3, 168), (128, 64, 4, 3)), ((64, 64, 4, 3), (64, 64, 4, 2)),
+           ((32, 64, 4, 3, 128), (64, 64, 4, 2))],
+    False: [((64, 64, 4, 2), (64, 32, 4, 2)), ((32, 64, 4, 2, 168), (128, 64, 8, 3)),
+            ((32, 64, 4, 2, 168), (64, 32, 4, 2)), ((64, 64, 4, 2, 168), (128, 64, 8, 3))],
+}
+LISTS = (*CANDIDATES, "pair", "blocks")
 # a kernel name's "+" suffixes: host.backward's switches
 OPTIONS = {"tma": "tma", "ws": "warp_spec", "stats": "stats_tma"}
 
@@ -89,8 +101,9 @@ def configs_for(kernel: str, d: int):
     fused kernel's configs."""
     kernel, _ = parse_kernel(kernel)
     kv_cfg, q_cfg = tiles.LADDER_BACKWARD[d <= 64]
-    if kernel == "pair":
-        return [(kv_cfg, q_cfg), *(p for p in PAIRS[d <= 64] if p != (kv_cfg, q_cfg))]
+    if kernel in ("pair", "blocks"):
+        pairs = (PAIRS if kernel == "pair" else BLOCK_PAIRS)[d <= 64]
+        return [(kv_cfg, q_cfg), *(p for p in pairs if p != (kv_cfg, q_cfg))]
     if kernel == "dkdv":
         return [(cfg, q_cfg) for cfg in CANDIDATES["dkdv"]]
     if kernel == "dq":
@@ -101,7 +114,7 @@ def configs_for(kernel: str, d: int):
 def config_name(kernel: str, spec) -> str:
     """The config column: the varied kernel's config, both ("dkdv+dq") for a pair."""
     kernel, _ = parse_kernel(kernel)
-    if kernel == "pair":
+    if kernel in ("pair", "blocks"):
         return "+".join("x".join(map(str, cfg)) for cfg in spec)
     cfg = {"dkdv": spec[0], "dq": spec[1]}.get(kernel, spec)
     return "x".join(map(str, cfg))

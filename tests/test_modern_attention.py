@@ -360,24 +360,6 @@ def test_paged_split_decode_matches_the_reference(root):
     assert torch.allclose(out.double(), ma.decode_reference(q, k, v, lengths), atol=1e-5)
 
 
-def test_reference_decode_reads_a_pool_with_each_heads_rows_together():
-    """The pool as (num_pages, H_KV, PAGE_SIZE, D), seen through a transposed view: the
-    kernel follows the strides, so the output is the side-by-side pool's, bit for bit."""
-    from flashcourse.kernels import decode
-
-    lengths = torch.tensor([70, 33], dtype=torch.int32)
-    q = torch.randn(2, 4, 16)
-    k, v = (torch.randn(2, 2, 70, 16) for _ in range(2))
-    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths.tolist(), page_size=8, seed=3)
-    k_heads, v_heads = (pool.transpose(1, 2).contiguous().transpose(1, 2)
-                        for pool in (k_pages, v_pages))  # each head's rows together
-    assert k_heads.stride(2) == 8 * 16 and k_heads.stride(1) == 16
-    outs = [decode.DecodePlan(q, kp, vp, table, lengths, max_len=70, num_sms=4, splits=3).run()
-            for kp, vp in ((k_pages, v_pages), (k_heads, v_heads))]
-    assert torch.equal(outs[0], outs[1])
-    assert torch.allclose(outs[1].double(), ma.decode_reference(q, k, v, [70, 33]), atol=1e-5)
-
-
 @pytest.mark.parametrize("change, message", [
     (dict(lengths=torch.tensor([70, 33])), r"lengths must be a \(B,\) = \(2,\) int32"),
     (dict(table_dtype=torch.int64), r"page_table must be a \(B, max_pages\) = \(2, ...\) int32"),

@@ -703,6 +703,20 @@ def test_fused_dq_backward_matches_autograd():
         assert verify.gradient_problems(grads, ref_grads, 1e-4) == [], causal
 
 
+def test_backward_config_may_cap_registers_and_a_malformed_one_is_named():
+    # a fifth entry caps registers per thread (maxnreg, compiled only): the same gradients
+    q, k, v, do = (torch.randn(1, 2, 37, 16, generator=torch.Generator().manual_seed(9))
+                   for _ in range(4))
+    o, lse = host.forward(q, k, v, True)
+    plain = host.backward(q, k, v, o, lse, do, True, configs=((16, 16, 4, 1), (16, 16, 4, 1)))
+    capped = host.backward(q, k, v, o, lse, do, True,
+                           configs=((16, 16, 4, 1, 128), (16, 16, 4, 1, None)))
+    assert all(torch.equal(a, b) for a, b in zip(plain, capped, strict=True))
+    with pytest.raises(fc.CourseInputError, match=r"a backward config must be \(BLOCK_M, "
+                       r"BLOCK_N, num_warps, num_stages\) or \(\.\.\., maxnreg\); got \(16, 16\)"):
+        host.backward(q, k, v, o, lse, do, True, configs=((16, 16), (16, 16, 4, 1)))
+
+
 @pytest.mark.parametrize("tma, fused, warp_spec", [
     (False, False, False), (True, False, False), (True, True, False), (True, False, True)])
 def test_backward_variants_match_autograd(tma, fused, warp_spec):
@@ -891,6 +905,11 @@ def test_backward_explorer_warms_configs_and_reports_failures(root, monkeypatch)
     assert len(set(pairs)) == len(pairs)  # the table's own pair is not timed twice
     assert explore.config_name("pair", pairs[1]) == "32x64x4x3+128x64x8x3"
     assert explore.config_name("dq", pairs[1]) == "128x64x8x3"
+    blocks = explore.configs_for("blocks", 128)
+    assert blocks[0] == explore.tiles.LADDER_BACKWARD[False] and len(set(blocks)) == 5
+    assert explore.config_name("blocks", blocks[2]) == "32x64x4x2x168+128x64x8x3"  # capped
+    capped = (16, False, 40, "blocks+tma", ((16, 16, 4, 1, 96), (16, 16, 4, 1)))
+    assert explore.warm([capped]) == {}
     assert "power of 2" in failures[bad] or "arange" in failures[bad], failures[bad]
     assert explore.parse_kernel("pair+tma+ws") == ("pair", {"tma": True, "warp_spec": True})
     assert explore.parse_kernel("dq") == ("dq", {"tma": False})  # the pointer loads

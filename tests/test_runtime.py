@@ -116,6 +116,6 @@ def test_compile_only_picks_compiled_triton_and_refuses_after_the_interpreter(mo
         runtime.compile_only()
     runtime.reset_for_tests()
     chosen = runtime.compile_only()
-    assert not chosen.interpreter and runtime.current() is chosen
+    assert not chosen.interpreter and runtime.current() is chosen and chosen.device == "cpu"
     assert "TRITON_INTERPRET" not in os.environ  # the kernels' @triton.jit must compile
     runtime.reset_for_tests()

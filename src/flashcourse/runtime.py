@@ -108,13 +108,14 @@ def setup(verbose: bool = True, student: str | None = None) -> Runtime:
 
 def compile_only() -> Runtime:
     """Pick compiled Triton without a GPU, for a script that compiles kernels for a GPU target
-    and never launches them (gpu/sparse_spills.py); before any kernel module is imported."""
+    and never launches them (bench/ptxas.py); before any kernel module is imported. Kernel
+    inputs live on the CPU: a launcher is called with CPU tensors to record its launches."""
     global _current
     require(_current is None or not _current.interpreter, "the interpreter was already chosen "
             "in this process: call compile_only() before setup() and before importing any "
             "kernel module.")
     os.environ.pop("TRITON_INTERPRET", None)
-    _current = Runtime(False, "cuda", N_("compiling only, nothing launched"))
+    _current = Runtime(False, "cpu", N_("compiling only, nothing launched"))
     return _current
 
 

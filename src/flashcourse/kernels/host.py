@@ -243,8 +243,10 @@ def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
              warp_spec: bool = False, stats_tma: bool = False):
     """dq, dk, dv of attention, given the forward's output and logsumexp.
 
-    configs: (dK/dV config, dQ config). tma: read and write through tensor descriptors (None:
-    wherever this Triton, GPU and the tensors' strides allow it; False: pointer loads).
+    configs: (dK/dV config, dQ config), each (BLOCK_M, BLOCK_N, num_warps, num_stages) or with a
+    fifth entry, maxnreg (an experiment, compiled only: registers per thread capped). tma: read
+    and write through tensor descriptors (None: wherever this Triton, GPU and the tensors'
+    strides allow it; False: pointer loads).
     fused_dq=True (an experiment, timed by gpu/explore_bwd.py): the dK/dV kernel adds dQ up in
     an fp32 buffer, with atomics or, with tensor descriptors on a GPU, one TMA reduction per
     tile, and no dQ kernel runs (its config is ignored). warp_spec=True (an experiment):
@@ -263,6 +265,23 @@ def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
                                warp_spec=warp_spec, stats_tma=stats_tma)
     run_at_kernel_width(launch, (q, k, v, o, do), (dq, dk, dv))
     return dq, dk, dv
+
+
+def _tile_options(config) -> tuple[int, int, dict]:
+    """(BLOCK_M, BLOCK_N, launch options) of a backward config (BLOCK_M, BLOCK_N, num_warps,
+    num_stages) or, capping the registers per thread as an experiment, (..., maxnreg)."""
+    _require_config(config)
+    bm, bn, warps, stages, *cap = config
+    options = dict(num_warps=warps, num_stages=stages)
+    if cap and cap[0] is not None:
+        options["maxnreg"] = cap[0]
+    return bm, bn, options
+
+
+def _require_config(config) -> None:
+    if not (isinstance(config, (tuple, list)) and len(config) in (4, 5)):
+        raise CourseInputError(f"a backward config must be (BLOCK_M, BLOCK_N, num_warps, "
+                               f"num_stages) or (..., maxnreg); got {config!r}.")
 
 
 def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, configs, fused_dq,
@@ -291,7 +310,7 @@ def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, confi
             # (B, H, N, D) fp32 dQ sums when fused; otherwise delta stands in, unused
             dq_acc = torch.zeros((B, H, N, D), dtype=torch.float32, device=q.device) \
                 if fused_dq else delta
-            bm, bn, warps, stages = kv_cfg
+            bm, bn, options = _tile_options(kv_cfg)
             tensors = [q, k, v, do, dk, dv, dq_acc]
             if tma:
                 tensors[:6] = descriptors((q, bm), (k, bn), (v, bn), (do, bm), (dk, bn),
@@ -306,20 +325,18 @@ def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, confi
                 *tensors[:4], *stats, *tensors[4:], sm_scale, *_strides(q), *_strides(k),
                 *_strides(v), *_strides(do), *_strides(dk), *_strides(dv), H, N, HEAD_D=D,
                 BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, FUSED_DQ=fused_dq, USE_TMA=tma,
-                DQ_BULK=bulk, WARP_SPEC=warp_spec, STATS_TMA=stats_tma, num_warps=warps,
-                num_stages=stages)
+                DQ_BULK=bulk, WARP_SPEC=warp_spec, STATS_TMA=stats_tma, **options)
             if fused_dq:
                 dq.copy_(dq_acc)
                 break
-            bm, bn, warps, stages = q_cfg
+            bm, bn, options = _tile_options(q_cfg)
             tensors = [q, k, v, do, dq]
             if tma:
                 tensors = descriptors((q, bm), (k, bn), (v, bn), (do, bm), (dq, bm))
             attn_bwd_dq_kernel[(triton.cdiv(N, bm), B * H)](
                 *tensors[:4], lse, delta, tensors[4], sm_scale, *_strides(q), *_strides(k),
                 *_strides(v), *_strides(do), *_strides(dq), H, N, HEAD_D=D, BLOCK_M=bm,
-                BLOCK_N=bn, CAUSAL=causal, USE_TMA=tma, WARP_SPEC=warp_spec,
-                num_warps=warps, num_stages=stages)
+                BLOCK_N=bn, CAUSAL=causal, USE_TMA=tma, WARP_SPEC=warp_spec, **options)
             break
         except triton.runtime.errors.OutOfResources:  # too much shared memory: smaller tiles
             if number == len(attempts) - 1:

@@ -20,8 +20,9 @@ same four arrays). What this kernel adds, each the reference forward's (forward.
 
 * at wider head dims, on masks with documents, each PARTIAL tile masked only by the tests it
   needs (the window's right side, its left side, the documents, the bound n), which
-  `sparse_plan` works out per tile (`partial_tile_tests`): there the full mask's code spills
-  registers; at d = 64 the branches cost more than they save (`reference_variant`).
+  `sparse_plan` works out per tile (`partial_tile_tests`): there it saves the key ids' loads
+  and compares of tiles that need none; elsewhere its branches cost more than they save
+  (`reference_variant`).
 
 An experiment, off by default until timed (`row_ranges=True`): each PARTIAL tile masked by its
 rows' ranges of keys (`key_ranges`: under a window and packed documents each row sees one
@@ -550,8 +551,8 @@ def reference_variant(plan: SparsePlan, d: int) -> tuple[bool, bool, bool]:
     and head dim d, as timed on an H200 (gpu/bench_modern_attention.py --part steps): halves
     and full_range at kernel head dims up to HALVES_AND_RANGES_UP_TO, halves only where BLOCK_M
     splits into two tiles tl.dot takes, full_range only where the plan's FULL lists are runs;
-    partial_tests only above that width and only on a plan with documents (where the full
-    mask's code spills registers), and where the plan has room for the tests."""
+    partial_tests only above that width and only on a plan with documents (where it won;
+    it lost on every other mask and width), and where the plan has room for the tests."""
     narrow = kernel_head_dim(d) <= HALVES_AND_RANGES_UP_TO
     tests = not narrow and plan.docs is not None and plan.part_tests is not None
     return (narrow and plan.config[0] >= 2 * MIN_DOT_ROWS, narrow and plan.full_ranges, tests)

@@ -1,0 +1,100 @@
+"""Registers, spills and shared memory of the course's kernels as compiled for Hopper.
+
+Used by the scripts in gpu/ that read what the compiler made of a kernel without launching it
+(gpu/sparse_spills.py, gpu/backward_registers.py): they call a launcher with CPU tensors inside
+`captured_launches()`, compile each launch it makes for sm_90a exactly as Triton would at that
+launch, and read the binary's resource use, the figures the CUDA driver reports for it on a GPU
+(Triton's `n_regs`, and `n_spills`, which is that local memory in 4-byte words). They run on a
+machine without a GPU, after `runtime.compile_only()`; the counts are those of the Triton that
+runs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+TARGET = ("cuda", 90, 32)  # sm_90a, 32 threads a warp
+HOPPER = (9, 0)
+GPU_NOTE = "none: compiled for sm_90a, not launched"
+# An H200 SM: 64K 32-bit registers, 228 KiB of shared memory (1 KiB of it kept per block),
+# at most 64 warps. Registers are given out per warp in units of 256 (8 a thread).
+SM_REGISTERS = 65536
+SM_SHARED_BYTES = 228 * 1024
+SHARED_RESERVED_PER_BLOCK = 1024
+SM_WARPS = 64
+REGISTER_UNIT = 8
+
+
+def tool(triton, name: str) -> str:
+    """A tool of Triton's NVIDIA backend (ptxas, cuobjdump), as shipped in its wheel."""
+    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+    if not path.exists():
+        raise SystemExit(f"no {name} in {path.parent}: this Triton wheel has no NVIDIA backend.")
+    return str(path)
+
+
+@contextlib.contextmanager
+def captured_launches():
+    """Inside, every @triton.jit launch is recorded instead of run, and the course's host code
+    sees a Hopper GPU (so it builds tensor descriptors), so that a launcher can be called with
+    CPU tensors to get the exact arguments it would launch with. Yields the list of records
+    (kernel, args, kwargs). Needs runtime.compile_only()."""
+    from triton.runtime.jit import JITFunction
+
+    from ..kernels import ladder
+
+    launches = []
+
+    def record(kernel, *args, grid, warmup, **kwargs):
+        launches.append((kernel, args, kwargs))
+
+    with mock.patch.object(JITFunction, "run", record), \
+            mock.patch.object(ladder, "_capability", return_value=HOPPER):
+        yield launches
+
+
+def resources(kernel, args, kwargs) -> dict:
+    """Compile one recorded launch for sm_90a as Triton would at that launch (the same
+    specialisation of its arguments, the same options) and read the binary's resource use
+    with cuobjdump: registers per thread, the local memory each thread spills into, shared
+    memory per block, and blocks per SM by each limit."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget(*TARGET)
+    backend = make_backend(target)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound,
+                                                              specialization, options)
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
+                              options=options.__dict__)
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        usage = subprocess.run([tool(triton, "cuobjdump"), "--dump-resource-usage",
+                                cubin.name], capture_output=True, text=True, check=True).stdout
+    registers = int(re.search(r"REG:(\d+)", usage).group(1))
+    local = int(re.search(r"STACK:(\d+)", usage).group(1)) + int(
+        re.search(r"LOCAL:(\d+)", usage).group(1))
+    shared = int(compiled.metadata.shared)
+    return {"registers": registers, "spilled B": local, "shared KiB": round(shared / 1024, 1),
+            **blocks_per_sm(registers, shared, kwargs["num_warps"])}
+
+
+def blocks_per_sm(registers: int, shared: int, num_warps: int) -> dict:
+    """Blocks of num_warps warps that fit on one SM by registers, by shared memory and by
+    warps, and the fewest of the three (what runs at once)."""
+    per_warp = -(-registers // REGISTER_UNIT) * REGISTER_UNIT * 32
+    by_registers = SM_REGISTERS // (per_warp * num_warps)
+    by_shared = SM_SHARED_BYTES // (shared + SHARED_RESERVED_PER_BLOCK)
+    by_warps = SM_WARPS // num_warps
+    return {"blocks/SM by registers": by_registers, "blocks/SM by shared": by_shared,
+            "blocks/SM": min(by_registers, by_shared, by_warps)}
