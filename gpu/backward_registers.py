@@ -4,15 +4,16 @@
 
 Records the launches of the reference backward (host.backward, tensor descriptors, fp16,
 N = 4096, H = 16, d = 64 and 128, with and without the causal mask) with CPU tensors and
-compiles its dK/dV and dQ kernels for sm_90a as Triton would at those launches (bench/ptxas.py):
-at the tiles of tiles.LADDER_BACKWARD and at candidate tiles (smaller tiles, fewer stages), each
-as it compiles and then, where shared memory leaves room for one more block on an SM, capped at
-the registers per thread that let that block fit (Triton's `maxnreg`). For each it prints the
-registers and spilled bytes per thread, the shared memory per block, and how many blocks fit
-on an SM by registers, by shared memory and in all. Nothing is launched, so it runs on a
-machine without a GPU; the counts are those of the Triton that runs it. Lesson 8's profile
-found every backward kernel at 2 blocks of 4 warps per SM (12.5% of the warp slots); this
-table says which tiles could run more, and at what cost in spills, before any is timed.
+compiles its dK/dV and dQ kernels for sm_90a as Triton would at those launches
+(bench/compile_counts.py): at the tiles of tiles.LADDER_BACKWARD and at candidate tiles
+(smaller tiles, fewer stages), each as it compiles and then, where shared memory leaves room
+for one more block on an SM, capped at the registers per thread that let that block fit
+(Triton's `maxnreg`). For each it prints the registers and spilled bytes per thread, the shared
+memory per block, and how many blocks fit on an SM by registers, by shared memory and in all.
+Nothing is launched, so it runs on a machine without a GPU; the counts are those of the Triton
+that runs it. Lesson 8's profile found every backward kernel at 2 blocks of 4 warps per SM
+(12.5% of the warp slots); this table says which tiles could run more, and at what cost in
+spills, before any is timed.
 """
 
 from __future__ import annotations
@@ -37,32 +38,22 @@ CANDIDATES = {
 }
 
 
-def one_more_block_cap(ptxas, row: dict) -> int | None:
-    """The most registers per thread at which one more block of this tile fits on an SM by
-    registers, when its shared memory and warps leave room for it (else None)."""
-    wanted = row["blocks/SM by registers"] + 1
-    if row["blocks/SM by shared"] < wanted or wanted * row["warps"] > ptxas.SM_WARPS:
-        return None
-    per_thread = ptxas.SM_REGISTERS // (wanted * row["warps"] * 32)
-    return per_thread // ptxas.REGISTER_UNIT * ptxas.REGISTER_UNIT
-
-
 def compile_one(torch, host, d: int, causal: bool, dkdv, dq, only: str) -> dict:
     """Record host.backward's launches at these configs (each a tuple of BLOCK_M, BLOCK_N,
     warps, stages, maxnreg) with CPU tensors, and compile the launch of kernel `only`
     ("dK/dV" or "dQ")."""
-    from flashcourse.bench import ptxas
+    from flashcourse.bench import compile_counts
     from flashcourse.kernels import backward
 
     q, k, v, o, do = (torch.empty(1, HEADS, N, d, dtype=torch.float16) for _ in range(5))
     lse = torch.empty(1, HEADS, N)
-    with ptxas.captured_launches() as launches:
+    with compile_counts.captured_launches() as launches:
         host.backward(q, k, v, o, lse, do, causal, configs=(dkdv, dq))
     wanted, config = ((backward.attn_bwd_dkdv_kernel, dkdv) if only == "dK/dV"
                       else (backward.attn_bwd_dq_kernel, dq))
     (args, kwargs), = [(a, kw) for kernel, a, kw in launches if kernel is wanted]
-    counts = ptxas.resources(wanted, args, kwargs)
-    return {"gpu": ptxas.GPU_NOTE, "kernel": only, "d": d, "causal": causal,
+    counts = compile_counts.resources(wanted, args, kwargs)
+    return {"gpu": compile_counts.GPU_NOTE, "kernel": only, "d": d, "causal": causal,
             "BLOCK_M": config[0], "BLOCK_N": config[1], "warps": config[2],
             "stages": config[3], "maxnreg": config[4] or "", **counts}
 
@@ -76,7 +67,7 @@ def main(argv=None) -> int:
     runtime.compile_only()  # before the kernels' import: their @triton.jit must compile
     import torch
 
-    from flashcourse.bench import ptxas
+    from flashcourse.bench import compile_counts
     from flashcourse.kernels import host, tiles
 
     rows = []
@@ -96,7 +87,7 @@ def main(argv=None) -> int:
                         rows.append(row)
                         print(", ".join(f"{key} {value}" for key, value in row.items()
                                         if key != "gpu"), flush=True)
-                        cap = one_more_block_cap(ptxas, row)
+                        cap = compile_counts.cap_for_one_more_block(row, row["warps"])
                         if cap is None:
                             break
     if args.out is not None:

@@ -8,9 +8,9 @@ without the causal mask, pointer loads and tensor descriptors), then reads every
 kernel's register count and spilled bytes per thread from Triton's cache (the driver reports
 the local memory a thread spills into; Triton's `n_spills` is that in 4-byte words).
 --compile-only records the same launches with CPU tensors and compiles each for sm_90a as
-Triton would (bench/ptxas.py), on a machine without a GPU. A spill is a value that did not fit
-in registers and lives in local memory: each use of it is a load that shows up in Nsight Compute
-as a long-scoreboard stall, like a load from global memory.
+Triton would (bench/compile_counts.py), on a machine without a GPU. A spill is a value that
+did not fit in registers and lives in local memory: each use of it is a load that shows up in
+Nsight Compute as a long-scoreboard stall, like a load from global memory.
 """
 
 from __future__ import annotations
@@ -72,18 +72,18 @@ def on_gpu(kernels) -> list[dict]:
 def compile_only(kernels) -> list[dict]:
     import torch
 
-    from flashcourse.bench import ptxas
+    from flashcourse.bench import compile_counts
     from flashcourse.kernels import host, verify
 
     names = {kernel: name for name, kernel in kernels.items()}
     rows = []
     for d, causal, tma in cases():
-        with ptxas.captured_launches() as launches:
+        with compile_counts.captured_launches() as launches:
             run_once(torch, host, verify, d, causal, tma, "cpu")
         for kernel, args, kwargs in launches:
             if kernel in names:  # not the delta pre-pass
-                counts = ptxas.resources(kernel, args, kwargs)
-                rows.append({"gpu": ptxas.GPU_NOTE, "kernel": names[kernel], "d": d,
+                counts = compile_counts.resources(kernel, args, kwargs)
+                rows.append({"gpu": compile_counts.GPU_NOTE, "kernel": names[kernel], "d": d,
                              "causal": causal,
                              "backward loads": "descriptors" if tma else "pointers",
                              "registers": counts["registers"],

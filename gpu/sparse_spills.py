@@ -5,10 +5,11 @@
 Calls the reference sparse forward's launcher with CPU tensors (fp16, N = 16384, B = 1, H = 16,
 a causal mask with and without packed documents, the reference's tiles tiles.SPARSE_REFERENCE),
 records the launch it makes, with every test, with partial_tests and with row_ranges, and
-compiles each for sm_90a as Triton would at that launch (bench/ptxas.py). Prints the binary's
-registers and spilled bytes per thread. Nothing is launched, so it runs on a machine without a
-GPU; the counts are those of the Triton that runs it. Lesson 9 reads them beside the timings of
---part steps: partial_tests pays where the full mask's code spills.
+compiles each for sm_90a as Triton would at that launch (bench/compile_counts.py). Prints the
+binary's registers and spilled bytes per thread. Nothing is launched, so it runs on a machine
+without a GPU; the counts are those of the Triton that runs it (another version unpacked in a
+folder first on PYTHONPATH gives that version's). Lesson 9 reads them beside the timings of
+--part steps.
 """
 
 from __future__ import annotations
@@ -37,19 +38,19 @@ def compile_variant(sf, d, has_docs, halves, full_range, tests, ranges=False) ->
     """The binary's counts for one variant (tensor descriptors, fp16)."""
     import torch
 
-    from flashcourse.bench import ptxas
+    from flashcourse.bench import compile_counts
 
     plan = sf.sparse_plan(N, d, "cpu", right=0,
                           docs=document_ids(N) if has_docs else None)
     q, k, v, o = (torch.empty(1, HEADS, N, d, dtype=torch.float16) for _ in range(4))
     lse = torch.empty(1, HEADS, N)
-    with ptxas.captured_launches() as launches:
+    with compile_counts.captured_launches() as launches:
         sf._launch(q, k, v, o, plan=plan, lse=lse, qk_scale=0.1275, use_tma=True,
                    halves=halves, full_range=full_range, partial_tests=tests,
                    row_ranges=ranges)
     (kernel, args, kwargs), = launches
-    counts = ptxas.resources(kernel, args, kwargs)
-    return {"gpu": ptxas.GPU_NOTE, "D": d, "documents": has_docs,
+    counts = compile_counts.resources(kernel, args, kwargs)
+    return {"gpu": compile_counts.GPU_NOTE, "D": d, "documents": has_docs,
             "halves": halves, "full range": full_range, "partial tests": tests,
             "row ranges": ranges, "registers": counts["registers"],
             "spilled B": counts["spilled B"]}

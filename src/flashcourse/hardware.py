@@ -41,6 +41,14 @@ WARP_SIZE = 32
 # 48 KB) and registers per thread (more spill to local memory).
 HOPPER_SHARED_BYTES_PER_BLOCK = 227 * 1024
 HOPPER_REGISTERS_PER_THREAD = 255
+# What one SM holds at once on Hopper (same guide): 64K 32-bit registers, given out per warp in
+# units of 256 (8 a thread); 228 KB of shared memory, of which the system keeps 1 KB per block;
+# at most 64 warps.
+HOPPER_SM_REGISTERS = 65536
+HOPPER_REGISTER_UNIT = 8
+HOPPER_SM_SHARED_BYTES = 228 * 1024
+HOPPER_SHARED_RESERVED_PER_BLOCK = 1024
+HOPPER_SM_WARPS = 64
 
 # Measured on the course's NVIDIA H200 (torch 2.11, Triton 3.6): assets/results/02-ceilings.csv
 # (gpu/measure_ceilings.py), a bf16 8192^3 cuBLAS GEMM and a 2 GiB device-to-device copy, each

@@ -108,7 +108,7 @@ def setup(verbose: bool = True, student: str | None = None) -> Runtime:
 
 def compile_only() -> Runtime:
     """Pick compiled Triton without a GPU, for a script that compiles kernels for a GPU target
-    and never launches them (bench/ptxas.py); before any kernel module is imported. Kernel
+    and never launches them (bench/compile_counts.py); before any kernel module is imported. Kernel
     inputs live on the CPU: a launcher is called with CPU tensors to record its launches."""
     global _current
     require(_current is None or not _current.interpreter, "the interpreter was already chosen "

@@ -18,16 +18,11 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
-TARGET = ("cuda", 90, 32)  # sm_90a, 32 threads a warp
+from .. import hardware
+
+TARGET = ("cuda", 90, hardware.WARP_SIZE)  # sm_90a
 HOPPER = (9, 0)
 GPU_NOTE = "none: compiled for sm_90a, not launched"
-# An H200 SM: 64K 32-bit registers, 228 KiB of shared memory (1 KiB of it kept per block),
-# at most 64 warps. Registers are given out per warp in units of 256 (8 a thread).
-SM_REGISTERS = 65536
-SM_SHARED_BYTES = 228 * 1024
-SHARED_RESERVED_PER_BLOCK = 1024
-SM_WARPS = 64
-REGISTER_UNIT = 8
 
 
 def tool(triton, name: str) -> str:
@@ -90,11 +85,24 @@ def resources(kernel, args, kwargs) -> dict:
 
 
 def blocks_per_sm(registers: int, shared: int, num_warps: int) -> dict:
-    """Blocks of num_warps warps that fit on one SM by registers, by shared memory and by
-    warps, and the fewest of the three (what runs at once)."""
-    per_warp = -(-registers // REGISTER_UNIT) * REGISTER_UNIT * 32
-    by_registers = SM_REGISTERS // (per_warp * num_warps)
-    by_shared = SM_SHARED_BYTES // (shared + SHARED_RESERVED_PER_BLOCK)
-    by_warps = SM_WARPS // num_warps
+    """Blocks of num_warps warps that fit on one Hopper SM by registers, by shared memory and
+    by warps, and the fewest of the three (what runs at once)."""
+    unit = hardware.HOPPER_REGISTER_UNIT
+    per_warp = -(-registers // unit) * unit * hardware.WARP_SIZE
+    by_registers = hardware.HOPPER_SM_REGISTERS // (per_warp * num_warps)
+    by_shared = hardware.HOPPER_SM_SHARED_BYTES // (
+        shared + hardware.HOPPER_SHARED_RESERVED_PER_BLOCK)
+    by_warps = hardware.HOPPER_SM_WARPS // num_warps
     return {"blocks/SM by registers": by_registers, "blocks/SM by shared": by_shared,
             "blocks/SM": min(by_registers, by_shared, by_warps)}
+
+
+def cap_for_one_more_block(counts: dict, num_warps: int) -> int | None:
+    """The most registers per thread at which one more block than `counts` (a `resources`
+    result) fits on an SM by registers, when its shared memory and warps leave room for that
+    block; None when they do not."""
+    wanted = counts["blocks/SM by registers"] + 1
+    if counts["blocks/SM by shared"] < wanted or wanted * num_warps > hardware.HOPPER_SM_WARPS:
+        return None
+    per_thread = hardware.HOPPER_SM_REGISTERS // (wanted * num_warps * hardware.WARP_SIZE)
+    return per_thread // hardware.HOPPER_REGISTER_UNIT * hardware.HOPPER_REGISTER_UNIT

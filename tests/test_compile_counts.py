@@ -1,6 +1,6 @@
-"""bench/ptxas.py: a launcher's launches recorded with CPU tensors and compiled for sm_90a as
-Triton would compile them, with no GPU (gpu/kernel_resources.py --compile-only and the other
-scripts that read registers and spills)."""
+"""bench/compile_counts.py: a launcher's launches recorded with CPU tensors and compiled for
+sm_90a as Triton would compile them, with no GPU (gpu/kernel_resources.py --compile-only and
+the other scripts that read registers and spills)."""
 
 import json
 import subprocess
@@ -12,19 +12,19 @@ SCRIPT = r"""
 import json, sys, torch
 from flashcourse import runtime
 runtime.compile_only()
-from flashcourse.bench import ptxas
+from flashcourse.bench import compile_counts
 from flashcourse.kernels import backward, host
 
 q, k, v, o, do = (torch.randn(1, 2, 64, 16, dtype=torch.float16) for _ in range(5))
 lse = torch.zeros(1, 2, 64)
 out = {}
 for cap in (None, 64):
-    with ptxas.captured_launches() as launches:
+    with compile_counts.captured_launches() as launches:
         host.backward(q, k, v, o, lse, do, True, configs=((32, 32, 4, 1, cap), (32, 32, 4, 1)))
     out["kernels"] = [kernel.__name__ for kernel, _, _ in launches]
     (args, kwargs), = [(a, kw) for kernel, a, kw in launches
                        if kernel is backward.attn_bwd_dkdv_kernel]
-    out[str(cap)] = ptxas.resources(backward.attn_bwd_dkdv_kernel, args, kwargs)
+    out[str(cap)] = compile_counts.resources(backward.attn_bwd_dkdv_kernel, args, kwargs)
     out["descriptors"] = type(args[0]).__name__
 print(json.dumps(out))
 """
