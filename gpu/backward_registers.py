@@ -18,7 +18,6 @@ spills, before any is timed.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -58,19 +57,13 @@ def compile_one(torch, host, d: int, causal: bool, dkdv, dq, only: str) -> dict:
             "stages": config[3], "maxnreg": config[4] or "", **counts}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="the CSV to write")
-    args = parser.parse_args(argv)
-    from flashcourse import bench, runtime
-
-    runtime.compile_only()  # before the kernels' import: their @triton.jit must compile
+def measure():
+    """One row per (head dim, mask, kernel, tile), and per cap where one more block fits."""
     import torch
 
     from flashcourse.bench import compile_counts
     from flashcourse.kernels import host, tiles
 
-    rows = []
     for d in (64, 128):
         table = [(*config, None) for config in tiles.LADDER_BACKWARD[d <= 64]]
         for causal in (False, True):
@@ -84,17 +77,13 @@ def main(argv=None) -> int:
                         pair[index] = (*tile, cap)  # the other kernel keeps the table's tiles
                         row = compile_one(torch, host, d, causal, *pair, only=name)
                         row["table's"] = number == 0 and cap is None
-                        rows.append(row)
-                        print(", ".join(f"{key} {value}" for key, value in row.items()
-                                        if key != "gpu"), flush=True)
+                        yield row
                         cap = compile_counts.cap_for_one_more_block(row, row["warps"])
                         if cap is None:
                             break
-    if args.out is not None:
-        bench.write_csv(args.out, rows)
-        print(f"wrote {len(rows)} rows to {args.out}")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from flashcourse.bench import compile_counts
+
+    sys.exit(compile_counts.script_main(__doc__, measure))

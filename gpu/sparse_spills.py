@@ -14,7 +14,6 @@ folder first on PYTHONPATH gives that version's). Lesson 9 reads them beside the
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -56,26 +55,17 @@ def compile_variant(sf, d, has_docs, halves, full_range, tests, ranges=False) ->
             "spilled B": counts["spilled B"]}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="the CSV to write")
-    args = parser.parse_args(argv)
-    from flashcourse import bench, runtime
-
-    runtime.compile_only()  # before the kernels' import: their @triton.jit must compile
+def measure():
+    """One row per variant: each head dim's default, with and without documents, with every
+    test, partial tests and row ranges."""
     from flashcourse.kernels import sparse_forward as sf
 
-    rows = []
     for d, has_docs, halves, full_range in VARIANTS:
         for tests, ranges in ((False, False), (True, False), (False, True)):
-            row = compile_variant(sf, d, has_docs, halves, full_range, tests, ranges)
-            rows.append(row)
-            print(", ".join(f"{key} {value}" for key, value in row.items()), flush=True)
-    if args.out is not None:
-        bench.write_csv(args.out, rows)
-        print(f"wrote {len(rows)} rows to {args.out}")
-    return 0
+            yield compile_variant(sf, d, has_docs, halves, full_range, tests, ranges)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from flashcourse.bench import compile_counts
+
+    sys.exit(compile_counts.script_main(__doc__, measure))

@@ -42,3 +42,18 @@ def test_launches_are_recorded_not_run_and_compiled_for_hopper():
     assert 0 < capped["registers"] <= 64 < plain["registers"] <= 255, (plain, capped)
     assert plain["shared KiB"] > 0 and plain["blocks/SM"] >= 1
     assert capped["blocks/SM by registers"] > plain["blocks/SM by registers"]
+
+
+def test_blocks_per_sm_and_the_cap_that_fits_one_more():
+    from flashcourse.bench import compile_counts
+
+    # lesson 8's d = 128 dK/dV tile: registers and shared memory each allow two blocks
+    table = compile_counts.blocks_per_sm(240, 98816, 4)
+    assert table == {"blocks/SM by registers": 2, "blocks/SM by shared": 2, "blocks/SM": 2}
+    assert compile_counts.cap_for_one_more_block(table, 4) is None  # no shared memory for it
+    # 193 registers round up to 200 a thread: two blocks; three fit at 168 (170 rounded down)
+    smaller = compile_counts.blocks_per_sm(193, 65792, 4)
+    assert smaller["blocks/SM by registers"] == 2 and smaller["blocks/SM by shared"] == 3
+    assert compile_counts.cap_for_one_more_block(smaller, 4) == 168
+    assert compile_counts.blocks_per_sm(168, 65792, 4)["blocks/SM"] == 3
+    assert compile_counts.blocks_per_sm(32, 0, 32)["blocks/SM"] == 2  # 64 warps at most

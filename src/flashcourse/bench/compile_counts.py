@@ -11,6 +11,7 @@ runs them.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import re
 import subprocess
@@ -18,7 +19,7 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
-from .. import hardware
+from .. import hardware, runtime
 
 TARGET = ("cuda", 90, hardware.WARP_SIZE)  # sm_90a
 HOPPER = (9, 0)
@@ -106,3 +107,24 @@ def cap_for_one_more_block(counts: dict, num_warps: int) -> int | None:
         return None
     per_thread = hardware.HOPPER_SM_REGISTERS // (wanted * num_warps * hardware.WARP_SIZE)
     return per_thread // hardware.HOPPER_REGISTER_UNIT * hardware.HOPPER_REGISTER_UNIT
+
+
+def script_main(doc: str, measure, argv=None) -> int:
+    """main() of a gpu/ script that compiles without a GPU: reads --out, picks compile-only
+    Triton (before `measure` imports any kernel module), prints each row `measure()` yields
+    as it comes and writes them all as CSV to --out when given."""
+    from . import write_csv
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="the CSV to write")
+    args = parser.parse_args(argv)
+    runtime.compile_only()  # the kernels' @triton.jit must compile, not interpret
+    rows = []
+    for row in measure():
+        rows.append(row)
+        print(", ".join(f"{key} {value}" for key, value in row.items() if key != "gpu"),
+              flush=True)
+    if args.out is not None:
+        write_csv(args.out, rows)
+        print(f"wrote {len(rows)} rows to {args.out}")
+    return 0
