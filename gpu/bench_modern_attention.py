@@ -490,9 +490,10 @@ def bench_sparse_steps(b: Bench, kernels, ma, sf, sweep: bool) -> tuple[list[dic
     (sf.reference_variant); at D = 128 step 6 is timed to show why it does not. 7 (masks with
     PARTIAL tiles) the reference's variant of steps 5 and 6 with each PARTIAL tile masked only
     by the tests it needs (partial_tests=True: the reference's default at D = 128 on masks with
-    documents, where it wins); 8 (masks whose rows each see one range of keys) the variant of
-    step 7 with each PARTIAL tile masked by its rows' ranges instead (row_ranges=True, an
-    experiment)."""
+    documents, where it wins); 7s the same with those tests applied as selects, without
+    branches (tests_as_selects=True, an experiment); 8 (masks whose rows each see one range of
+    keys) the variant of step 7 with each PARTIAL tile masked by its rows' ranges instead
+    (row_ranges=True, an experiment)."""
     torch = b.torch
     n, H = (128, 2) if b.mode == "interpreter" else (16384, 16)
     window = 32 if b.mode == "interpreter" else WINDOW
@@ -530,11 +531,12 @@ def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
                               longest_first=longest_first)
 
     def reference(config, longest_first=True, use_tma=True, halves=False, full_range=False,
-                  partial_tests=False, row_ranges=False):
+                  partial_tests=False, row_ranges=False, tests_as_selects=False):
         plan = plan_for(config, longest_first)
         return lambda: sf.sparse_forward(q, k, v, plan, use_tma=use_tma, halves=halves,
                                          full_range=full_range, partial_tests=partial_tests,
-                                         row_ranges=row_ranges)[0]
+                                         row_ranges=row_ranges,
+                                         tests_as_selects=tests_as_selects)[0]
 
     final = sf.sparse_reference_config(D)
     variants = {"0 teaching kernel": teaching,
@@ -552,6 +554,9 @@ def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
     if final_plan.tile_counts["partial"]:  # on the reference's own variant
         variants["7 + PARTIAL tiles given only their tests"] = reference(
             final, halves=halves, full_range=full_range, partial_tests=True)
+        variants["7s step 7 with the tests as selects"] = reference(
+            final, halves=halves, full_range=full_range, partial_tests=True,
+            tests_as_selects=True)
         if final_plan.row_ranges is not None:
             variants["8 PARTIAL tiles masked by row ranges (not 7)"] = reference(
                 final, halves=halves, full_range=full_range, row_ranges=True)

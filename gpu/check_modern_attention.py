@@ -222,7 +222,8 @@ def check_sparse_reference(c: Checker, ma):
 def sparse_variants(sf, plan, small: bool) -> list[dict]:
     """The default, and every combination of the options this plan allows."""
     variants = [{}]
-    masks = ({"partial_tests": False}, {"partial_tests": True}, {"row_ranges": True})
+    masks = ({"partial_tests": False}, {"partial_tests": True},
+             {"partial_tests": True, "tests_as_selects": True}, {"row_ranges": True})
     for halves, full_range, tma, mask in itertools.product((False, True), (False, True),
                                                           (False, True), masks):
         if full_range and not plan.full_ranges or (mask.get("partial_tests")

@@ -5,18 +5,25 @@
 
 On the two masks where the reference sparse forward with every PARTIAL tile fully masked
 stays under 1.15x FlexAttention (the causal window at d = 64, the causal documents at
-d = 128), fp16, B = 1, H = 16, N = 8k to 32k, five calls are timed side by side, median of
+d = 128), fp16, B = 1, H = 16, N = 8k to 32k, seven calls are timed side by side, median of
 bench_modern_attention.REPEATS interleaved timings:
 
 * the reference sparse forward with every test on every PARTIAL tile ("every test",
   partial_tests=False), checked against float32 attention first;
 * the same with each PARTIAL tile masked only by the tests it needs ("partial tests",
   partial_tests=True: the reference's default at d = 128 with documents), checked first too;
+* the same with those tests applied as selects, without branches ("tests as selects",
+  tests_as_selects=True, an experiment: ptxas serializes the wgmma instructions of the
+  branches' form on plans with documents), checked first too;
 * the same with each PARTIAL tile masked by its rows' ranges of keys ("row ranges",
   row_ranges=True, an experiment: two compares per pair, no key ids), checked first too;
 * the same kernel on the same tiles with every PARTIAL tile sent down the FULL path (no mask,
   no safe max, no bounds checks). Its output is wrong, so it is never checked and never a
-  kernel to use: it is a bound on what cheaper masked code could win on those tiles;
+  kernel to use: it is a bound on what cheaper masked code could win on those tiles. Timed
+  twice: as the reference's default variant compiles it ("partial as full"), and compiled
+  without the partial tests' code ("partial as full, every-test code": its wgmma instructions
+  not serialized; no PARTIAL tile runs, so which masked code the binary holds changes only
+  how it was compiled);
 * FlexAttention compiled with the mask's own mask_mod (the fair one of --fair-flex), checked
   first, its block map equal to ours at 128 x 128.
 """
@@ -79,7 +86,8 @@ def main(argv=None) -> int:
 
 def measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads, window) -> dict:
     """One (mask, d, N): check, then time the reference with every PARTIAL tile fully masked,
-    with partial tests, with row ranges, its PARTIAL-as-FULL bound and flex."""
+    with partial tests (branches and selects), with row ranges, its PARTIAL-as-FULL bound
+    (compiled two ways) and flex."""
     import numpy as np
     import torch
 
@@ -99,11 +107,15 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads, win
            / (tiles["full"] + tiles["partial"])}
     reference = bma.masked_reference(torch, q, k, v,
                                      torch.from_numpy(case.dense(ma, sf)).to(b.device))
-    timed = {"partial as full": lambda: sf.sparse_forward(q, k, v, unmasked)[0]}
+    timed = {"partial as full": lambda: sf.sparse_forward(q, k, v, unmasked)[0],
+             "partial as full, every-test code": lambda: sf.sparse_forward(
+                 q, k, v, unmasked, partial_tests=False)[0]}
     checked_calls = {"every test": lambda: sf.sparse_forward(q, k, v, plan,
                                                              partial_tests=False)[0],
                      "partial tests": lambda: sf.sparse_forward(q, k, v, plan,
                                                                 partial_tests=True)[0],
+                     "tests as selects": lambda: sf.sparse_forward(
+                         q, k, v, plan, partial_tests=True, tests_as_selects=True)[0],
                      "row ranges": lambda: sf.sparse_forward(q, k, v, plan,
                                                              row_ranges=True)[0]}
     for label, call in checked_calls.items():
@@ -116,11 +128,13 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads, win
     for label, timing in bma.interleaved(b, timed).items():
         bma.spread_columns(row, label, timing)
     if row.get("flex ms"):
-        for label in ("every test", "partial tests", "row ranges", "partial as full"):
+        for label in ("every test", "partial tests", "tests as selects", "row ranges",
+                      "partial as full", "partial as full, every-test code"):
             if row.get(f"{label} ms"):
                 row[f"{label} vs flex"] = row["flex ms"] / row[f"{label} ms"]
     if row.get("every test ms"):
-        for label in ("partial tests", "row ranges", "partial as full"):
+        for label in ("partial tests", "tests as selects", "row ranges", "partial as full",
+                      "partial as full, every-test code"):
             if row.get(f"{label} ms"):
                 row[f"{label} speed-up"] = row["every test ms"] / row[f"{label} ms"]
     return row

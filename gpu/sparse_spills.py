@@ -4,7 +4,8 @@
 
 Calls the reference sparse forward's launcher with CPU tensors (fp16, N = 16384, B = 1, H = 16,
 a causal mask with and without packed documents, the reference's tiles tiles.SPARSE_REFERENCE),
-records the launch it makes, with every test, with partial_tests and with row_ranges, and
+records the launch it makes, with every test, with partial_tests (with branches, and as
+selects: tests_as_selects) and with row_ranges, and
 compiles each for sm_90a as Triton would at that launch (bench/compile_counts.py). Prints the
 binary's registers and spilled bytes per thread. Nothing is launched, so it runs on a machine
 without a GPU; the counts are those of the Triton that runs it (another version unpacked in a
@@ -33,7 +34,8 @@ def document_ids(n: int, length: int = N // 8):
     return (np.arange(n) // length).astype(np.int32)
 
 
-def compile_variant(sf, d, has_docs, halves, full_range, tests, ranges=False) -> dict:
+def compile_variant(sf, d, has_docs, halves, full_range, tests, ranges=False,
+                    selects=False) -> dict:
     """The binary's counts for one variant (tensor descriptors, fp16)."""
     import torch
 
@@ -46,23 +48,25 @@ def compile_variant(sf, d, has_docs, halves, full_range, tests, ranges=False) ->
     with compile_counts.captured_launches() as launches:
         sf._launch(q, k, v, o, plan=plan, lse=lse, qk_scale=0.1275, use_tma=True,
                    halves=halves, full_range=full_range, partial_tests=tests,
-                   row_ranges=ranges)
+                   row_ranges=ranges, tests_as_selects=selects)
     (kernel, args, kwargs), = launches
     counts = compile_counts.resources(kernel, args, kwargs)
     return {"gpu": compile_counts.GPU_NOTE, "D": d, "documents": has_docs,
             "halves": halves, "full range": full_range, "partial tests": tests,
-            "row ranges": ranges, "registers": counts["registers"],
-            "spilled B": counts["spilled B"]}
+            "row ranges": ranges, "tests as selects": selects, "registers": counts["registers"],
+            "spilled B": counts["spilled B"], "ptxas notes": counts["ptxas notes"],
+            "warpgroup syncs": counts["warpgroup syncs"]}
 
 
 def measure():
     """One row per variant: each head dim's default, with and without documents, with every
-    test, partial tests and row ranges."""
+    test, partial tests (branches or selects) and row ranges."""
     from flashcourse.kernels import sparse_forward as sf
 
     for d, has_docs, halves, full_range in VARIANTS:
-        for tests, ranges in ((False, False), (True, False), (False, True)):
-            yield compile_variant(sf, d, has_docs, halves, full_range, tests, ranges)
+        for tests, ranges, selects in ((False, False, False), (True, False, False),
+                                       (True, False, True), (False, True, False)):
+            yield compile_variant(sf, d, has_docs, halves, full_range, tests, ranges, selects)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,21 @@ def test_launches_are_recorded_not_run_and_compiled_for_hopper():
     assert 0 < capped["registers"] <= 64 < plain["registers"] <= 255, (plain, capped)
     assert plain["shared KiB"] > 0 and plain["blocks/SM"] >= 1
     assert capped["blocks/SM by registers"] > plain["blocks/SM by registers"]
+    assert plain["ptxas notes"] == "" and plain["warpgroup syncs"] >= 0  # nothing serialized
+
+
+def test_ptxas_performance_notes_are_read_from_its_log():
+    from flashcourse.bench import compile_counts
+
+    log = ("ptxas info    : Used 255 registers\n"
+           "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are "
+           "serialized due to non wgmma instructions defining accumulator registers of a wgmma "
+           "between start and end of the pipeline stage in the function 'k' in line 12\n")
+    assert compile_counts.performance_notes(log) == (
+        "C7515: wgmma.mma_async instructions are serialized due to non wgmma instructions "
+        "defining accumulator registers of a wgmma between start and end of the pipeline stage")
+    assert compile_counts.performance_notes(log + log) == compile_counts.performance_notes(log)
+    assert compile_counts.performance_notes("ptxas info    : Used 40 registers\n") == ""
 
 
 def test_blocks_per_sm_and_the_cap_that_fits_one_more():

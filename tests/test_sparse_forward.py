@@ -246,17 +246,20 @@ def test_partial_tile_tests_of_a_custom_block_map():
     assert tests[:, 0].tolist() == [0, 0, B] and not tests[:, 1:].any()
 
 
+@pytest.mark.parametrize("selects", [False, True], ids=["branches", "selects"])
 @pytest.mark.parametrize("halves", [False, True], ids=["one tile", "two halves"])
 @pytest.mark.parametrize("name", list(RULE_MASKS))
-def test_partial_tests_give_the_same_output_bit_for_bit(name, halves):
+def test_partial_tests_give_the_same_output_bit_for_bit(name, halves, selects):
     """Bit for bit, not within a tolerance: the flagged tests hide the same pairs of every real
-    row as the whole rule, and the tiles go through the same softmax in the same order."""
+    row as the whole rule, and the tiles go through the same softmax in the same order; so do
+    the tests applied as selects (tests_as_selects)."""
     n, left, right, docs = RULE_MASKS[name]
     q, k, v = inputs(2, 2, n, 16, seed=n + 2)
     plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs,
                           config=HALVES_TILES if halves else None)
     whole_rule = sf.sparse_forward(q, k, v, plan, halves=halves)
-    tested = sf.sparse_forward(q, k, v, plan, halves=halves, partial_tests=True)
+    tested = sf.sparse_forward(q, k, v, plan, halves=halves, partial_tests=True,
+                               tests_as_selects=selects)
     assert all(torch.equal(a, b) for a, b in zip(whole_rule, tested, strict=True))
 
 
@@ -283,19 +286,21 @@ def without_test(plan, row, test):
     return dataclasses.replace(plan, part_tests=packed)
 
 
+@pytest.mark.parametrize("selects", [False, True], ids=["branches", "selects"])
 @pytest.mark.parametrize("name, row, test", [
     ("causal documents with padding", 0, R), ("causal documents with padding", 0, D),
     ("causal window of 8 keys", 1, L), ("two-sided window, ragged", 3, B),
 ], ids=["the diagonal", "a document boundary", "a window's far edge", "the bound"])
-def test_a_tile_without_one_of_its_tests_gives_a_wrong_output(name, row, test):
+def test_a_tile_without_one_of_its_tests_gives_a_wrong_output(name, row, test, selects):
     """The flags matter: take one test off one tile, and its rows see keys they must not."""
     n, left, right, docs = RULE_MASKS[name]
     q, k, v = inputs(1, 1, n, 16, seed=8)
     plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs)
     expected = ma.masked_reference(q, k, v, ma.dense_mask(n, n, left, right, docs))
-    tested = sf.sparse_forward(q, k, v, plan, partial_tests=True)[0]
+    tested = sf.sparse_forward(q, k, v, plan, partial_tests=True, tests_as_selects=selects)[0]
     assert (tested.double() - expected).abs().max() < TOL[q.dtype]
-    wrong = sf.sparse_forward(q, k, v, without_test(plan, row, test), partial_tests=True)[0]
+    wrong = sf.sparse_forward(q, k, v, without_test(plan, row, test), partial_tests=True,
+                              tests_as_selects=selects)[0]
     assert (wrong.double() - expected).abs().max() > 0.01
 
 
@@ -310,6 +315,10 @@ def test_partial_tests_refused_where_they_cannot_apply():
     with pytest.raises(CourseInputError, match="leaves no room"):
         sf.sparse_forward(q, k, v, dataclasses.replace(plan, part_tests=None),
                           partial_tests=True)
+    with pytest.raises(CourseInputError, match="pass partial_tests=True with it"):
+        sf.sparse_forward(q, k, v, plan, partial_tests=False, tests_as_selects=True)
+    with pytest.raises(CourseInputError, match="tests_as_selects=1 must be True or False"):
+        sf.sparse_forward(q, k, v, plan, partial_tests=True, tests_as_selects=1)
 
 
 @pytest.mark.parametrize("name", list(RULE_MASKS))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import re
 import subprocess
 import tempfile
@@ -58,7 +59,9 @@ def resources(kernel, args, kwargs) -> dict:
     """Compile one recorded launch for sm_90a as Triton would at that launch (the same
     specialisation of its arguments, the same options) and read the binary's resource use
     with cuobjdump: registers per thread, the local memory each thread spills into, shared
-    memory per block, and blocks per SM by each limit."""
+    memory per block, blocks per SM by each limit, what ptxas said of performance (such as
+    wgmma instructions it had to serialize) and how many warpgroup arrives and waits the code
+    holds (two per wgmma where they are serialized)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
@@ -70,19 +73,36 @@ def resources(kernel, args, kwargs) -> dict:
     bound, specialization, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound,
                                                               specialization, options)
-    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
-                              options=options.__dict__)
+    # a cache of its own, so that Triton runs ptxas (a cached binary has no log) and says
+    # what ptxas reported
+    with tempfile.TemporaryDirectory() as cache, triton.knobs.cache.scope(), \
+            triton.knobs.nvidia.scope(), contextlib.redirect_stdout(io.StringIO()) as log:
+        triton.knobs.cache.dir = cache
+        triton.knobs.nvidia.dump_ptxas_log = True
+        compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs),
+                                  target=target, options=options.__dict__)
     with tempfile.NamedTemporaryFile("wb", suffix=".cubin") as cubin:
         cubin.write(compiled.asm["cubin"])
         cubin.flush()
-        usage = subprocess.run([tool(triton, "cuobjdump"), "--dump-resource-usage",
-                                cubin.name], capture_output=True, text=True, check=True).stdout
+        usage, sass = (subprocess.run([tool(triton, "cuobjdump"), flag, cubin.name],
+                                      capture_output=True, text=True, check=True).stdout
+                       for flag in ("--dump-resource-usage", "--dump-sass"))
     registers = int(re.search(r"REG:(\d+)", usage).group(1))
     local = int(re.search(r"STACK:(\d+)", usage).group(1)) + int(
         re.search(r"LOCAL:(\d+)", usage).group(1))
     shared = int(compiled.metadata.shared)
     return {"registers": registers, "spilled B": local, "shared KiB": round(shared / 1024, 1),
-            **blocks_per_sm(registers, shared, kwargs["num_warps"])}
+            **blocks_per_sm(registers, shared, kwargs["num_warps"]),
+            "ptxas notes": performance_notes(log.getvalue()),
+            "warpgroup syncs": len(re.findall(r"\bWARPGROUP\.", sass))}
+
+
+def performance_notes(ptxas_log: str) -> str:
+    """ptxas's "Potential Performance Loss" lines of a compile, each as its code and reason
+    (e.g. "C7515: wgmma.mma_async instructions are serialized due to ..."), joined by "; "."""
+    found = re.findall(r"\((C\d+)\) Potential Performance Loss: (.*?)(?: in the function|$)",
+                       ptxas_log, re.M)
+    return "; ".join(dict.fromkeys(f"{code}: {reason.strip()}" for code, reason in found))
 
 
 def blocks_per_sm(registers: int, shared: int, num_warps: int) -> dict:

@@ -86,12 +86,13 @@ TESTS_SHIFT = 27
 _RIGHT, _LEFT, _DOCS, _BOUND, _SHIFT = (tl.constexpr(x) for x in (
     TEST_RIGHT, TEST_LEFT, TEST_DOCS, TEST_BOUND, TESTS_SHIFT))
 _INDEX_MASK = tl.constexpr((1 << TESTS_SHIFT) - 1)
+_UNLIMITED = tl.constexpr(UNLIMITED)
 
 
 @triton.jit
 def needed_tests(s, rows, cols, docs_q, Docs, N, left, right,  # scores, where, the rule
                  tests,  # the tile's TEST_* flags
-                 HAS_DOCS: tl.constexpr):
+                 HAS_DOCS: tl.constexpr, SELECTS: tl.constexpr):
     """s with -inf on the pairs the flagged tests hide: the pairs the whole rule hides on this
     tile, since sparse_plan flags every test that hides one. One branch per test, on a scalar
     that every thread of the program shares: it never diverges, and the K and V loads stay
@@ -100,6 +101,9 @@ def needed_tests(s, rows, cols, docs_q, Docs, N, left, right,  # scores, where, 
     side, into pipelines that mostly fill and drain). Each side of the window is one compare
     against a per-row limit; left and right come clamped to +-UNLIMITED, so that rows +- them
     fits in int32."""
+    if SELECTS:
+        return tests_as_selects(s, rows, cols, docs_q, Docs, N, left, right, tests,
+                                HAS_DOCS=HAS_DOCS)
     if (tests & _RIGHT) != 0:
         s = tl.where(cols[None, :] <= (rows + right)[:, None], s, float("-inf"))
     if (tests & _LEFT) != 0:
@@ -115,11 +119,30 @@ def needed_tests(s, rows, cols, docs_q, Docs, N, left, right,  # scores, where, 
 
 
 @triton.jit
+def tests_as_selects(s, rows, cols, docs_q, Docs, N, left, right, tests,
+                     HAS_DOCS: tl.constexpr):
+    """needed_tests without a branch (an experiment): a test the tile does not need gets a
+    limit that hides nothing, so every pair takes the window's two compares against per-row
+    limits (the bound n folded into the right one) and, with documents, the id compare unless
+    the flags leave it out. With branches and documents, ptxas serializes the kernel's wgmma
+    instructions (lesson 9); without them it does not."""
+    hi = tl.where((tests & _RIGHT) != 0, rows + right, rows + _UNLIMITED)
+    hi = tl.minimum(hi, tl.where((tests & _BOUND) != 0, N - 1, _UNLIMITED))
+    lo = tl.where((tests & _LEFT) != 0, rows - left, rows - _UNLIMITED)
+    keep = (cols[None, :] >= lo[:, None]) & (cols[None, :] <= hi[:, None])
+    if HAS_DOCS:
+        docs_k = tl.load(Docs + cols, mask=cols < N, other=-1)
+        same = (docs_q[:, None] == docs_k[None, :]) & (docs_q[:, None] >= 0)
+        keep = keep & (same | ((tests & _DOCS) == 0))
+    return tl.where(keep, s, float("-inf"))
+
+
+@triton.jit
 def tile_update(s, acc, l_i, m_i, v,  # raw scores (rows, BLOCK_N), running state, values
                 rows, cols, docs_q, Docs,  # query rows, keys, the rows' ids (or key ranges)
                 N, left, right, qk_scale, tests,  # sizes, the rule, the scale, TEST_* flags
                 MASKED: tl.constexpr, HAS_DOCS: tl.constexpr,  # meta-parameters
-                TESTS: tl.constexpr, ROW_RANGES: tl.constexpr):
+                TESTS: tl.constexpr, ROW_RANGES: tl.constexpr, SELECTS: tl.constexpr):
     """One online-softmax step of a listed tile. MASKED=False: a FULL tile, through the dense
     reference's step (no mask, no safe max). MASKED=True: a PARTIAL tile, masked by the window,
     the documents and N (with TESTS, only by the tests `tests` flags; with ROW_RANGES, by each
@@ -132,7 +155,7 @@ def tile_update(s, acc, l_i, m_i, v,  # raw scores (rows, BLOCK_N), running stat
             s = tl.where(keep, s, float("-inf"))
         elif TESTS:
             s = needed_tests(s, rows, cols, docs_q, Docs, N, left, right, tests,
-                             HAS_DOCS=HAS_DOCS)
+                             HAS_DOCS=HAS_DOCS, SELECTS=SELECTS)
         else:
             offset = cols[None, :] - rows[:, None]  # key position minus query position
             keep = (offset <= right) & (-offset <= left)
@@ -177,13 +200,15 @@ def attend_listed_blocks(acc, l_i, m_i, q,  # running state (fp32) and the query
                          count, index_row, N, left, right, qk_scale,  # the list, the rule
                          BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
                          HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr, RANGE: tl.constexpr,
-                         TESTS: tl.constexpr, ROW_RANGES: tl.constexpr):
+                         TESTS: tl.constexpr, ROW_RANGES: tl.constexpr,
+                         SELECTS: tl.constexpr):
     """Online softmax of one query block over the key blocks index_row[0 .. count): FULL
     blocks (MASKED=False; every key of the tile visible to every row, and < N) or PARTIAL ones
     (MASKED=True). RANGE: the list is index_row[0], index_row[0] + 1, ...: the first index is
     read once, not one per step (an experiment that measures what the list's loads cost).
-    TESTS: each entry carries the tests its PARTIAL tile needs (SparsePlan.part_tests).
-    ROW_RANGES: docs_q is each row's (first, last) visible key (SparsePlan.row_ranges)."""
+    TESTS: each entry carries the tests its PARTIAL tile needs (SparsePlan.part_tests), applied
+    as selects without branches with SELECTS. ROW_RANGES: docs_q is each row's (first, last)
+    visible key (SparsePlan.row_ranges)."""
     offs_n = tl.arange(0, BLOCK_N)
     first = tl.load(index_row) if RANGE else 0  # in bounds: every row has one entry or more
     for i in tl.range(0, count):
@@ -196,7 +221,8 @@ def attend_listed_blocks(acc, l_i, m_i, q,  # running state (fp32) and the query
                       MASK_ROWS=MASKED, USE_TMA=USE_TMA)
         acc, l_i, m_i = tile_update(s, acc, l_i, m_i, v, rows, start_n + offs_n, docs_q, Docs,
                                     N, left, right, qk_scale, tests, MASKED=MASKED,
-                                    HAS_DOCS=HAS_DOCS, TESTS=TESTS, ROW_RANGES=ROW_RANGES)
+                                    HAS_DOCS=HAS_DOCS, TESTS=TESTS, ROW_RANGES=ROW_RANGES,
+                                    SELECTS=SELECTS)
     return acc, l_i, m_i
 
 
@@ -209,7 +235,7 @@ def attend_listed_blocks_halves(acc0, l0, m0, acc1, l1, m1, q0, q1,  # two halve
                                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
                                 HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr,
                                 RANGE: tl.constexpr, TESTS: tl.constexpr,
-                                ROW_RANGES: tl.constexpr):
+                                ROW_RANGES: tl.constexpr, SELECTS: tl.constexpr):
     """attend_listed_blocks for a query block held as two halves (lesson 8's step 7): both
     halves' Q K^T are issued before either softmax, so that the tensor cores work on one half's
     matmuls while the other half's softmax runs. Both halves walk the block's one list."""
@@ -226,10 +252,10 @@ def attend_listed_blocks_halves(acc0, l0, m0, acc1, l1, m1, q0, q1,  # two halve
         cols = start_n + offs_n
         acc0, l0, m0 = tile_update(s0, acc0, l0, m0, v, rows0, cols, docs0, Docs, N, left,
                                    right, qk_scale, tests, MASKED=MASKED, HAS_DOCS=HAS_DOCS,
-                                   TESTS=TESTS, ROW_RANGES=ROW_RANGES)
+                                   TESTS=TESTS, ROW_RANGES=ROW_RANGES, SELECTS=SELECTS)
         acc1, l1, m1 = tile_update(s1, acc1, l1, m1, v, rows1, cols, docs1, Docs, N, left,
                                    right, qk_scale, tests, MASKED=MASKED, HAS_DOCS=HAS_DOCS,
-                                   TESTS=TESTS, ROW_RANGES=ROW_RANGES)
+                                   TESTS=TESTS, ROW_RANGES=ROW_RANGES, SELECTS=SELECTS)
     return acc0, l0, m0, acc1, l1, m1
 
 
@@ -275,7 +301,7 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
                           BLOCK_N: tl.constexpr, HAS_DOCS: tl.constexpr,
                           USE_TMA: tl.constexpr, HALVES: tl.constexpr,
                           FULL_RANGE: tl.constexpr, PARTIAL_TESTS: tl.constexpr,
-                          ROW_RANGES: tl.constexpr):
+                          ROW_RANGES: tl.constexpr, TEST_SELECTS: tl.constexpr):
     """O = softmax(mask(sm_scale Q K^T)) V and LSE (natural log; -inf for a row that sees no
     key, whose O is 0) for one query block of one head; qk_scale = sm_scale * log2(e).
 
@@ -285,8 +311,9 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
     halves of BLOCK_M // 2 rows, each with its own state (lesson 8's step 7). FULL_RANGE: every
     FULL list is a run of consecutive blocks (SparsePlan.full_ranges), walked without its loads.
     PARTIAL_TESTS: part_index is SparsePlan.part_tests, each PARTIAL tile masked only by the tests
-    it needs. ROW_RANGES: Docs is SparsePlan.row_ranges, each PARTIAL tile masked by its rows'
-    ranges of keys (HAS_DOCS is then False).
+    it needs (TEST_SELECTS: applied as selects, without branches). ROW_RANGES: Docs is
+    SparsePlan.row_ranges, each PARTIAL tile masked by its rows' ranges of keys (HAS_DOCS is
+    then False).
     """
     start_m = tl.load(Order + tl.program_id(0))  # the longest lists first
     bh = tl.program_id(1)
@@ -322,13 +349,13 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
             stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, full_count,
             full_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=False,
             HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=FULL_RANGE, TESTS=False,
-            ROW_RANGES=False)
+            ROW_RANGES=False, SELECTS=False)
         acc0, l0, m0, acc1, l1, m1 = attend_listed_blocks_halves(
             acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
             stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, part_count,
             part_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=True,
             HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False, TESTS=PARTIAL_TESTS,
-            ROW_RANGES=ROW_RANGES)
+            ROW_RANGES=ROW_RANGES, SELECTS=TEST_SELECTS)
         finish_rows(O, LSE, acc0, l0, m0, b, h, bh, start, offs_d, stride_ob, stride_oh,
                     stride_on, stride_od, N, ROWS=HALF, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
         finish_rows(O, LSE, acc1, l1, m1, b, h, bh, start + HALF, offs_d, stride_ob,
@@ -346,12 +373,12 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
             acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
             rows, offs_d, docs_q, Docs, full_count, full_row, N, left, right, qk_scale,
             BLOCK_N=BLOCK_N, MASKED=False, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA,
-            RANGE=FULL_RANGE, TESTS=False, ROW_RANGES=False)
+            RANGE=FULL_RANGE, TESTS=False, ROW_RANGES=False, SELECTS=False)
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
             rows, offs_d, docs_q, Docs, part_count, part_row, N, left, right, qk_scale,
             BLOCK_N=BLOCK_N, MASKED=True, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False,
-            TESTS=PARTIAL_TESTS, ROW_RANGES=ROW_RANGES)
+            TESTS=PARTIAL_TESTS, ROW_RANGES=ROW_RANGES, SELECTS=TEST_SELECTS)
         finish_rows(O, LSE, acc, l_i, m_i, b, h, bh, start, offs_d, stride_ob, stride_oh,
                     stride_on, stride_od, N, ROWS=BLOCK_M, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
 
@@ -561,7 +588,7 @@ def reference_variant(plan: SparsePlan, d: int) -> tuple[bool, bool, bool]:
 def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
                    use_tma: bool = True, halves: bool | None = None,
                    full_range: bool | None = None, partial_tests: bool | None = None,
-                   row_ranges: bool = False):
+                   row_ranges: bool = False, tests_as_selects: bool = False):
     """Block-sparse attention of q, k, v (B, H, N, D), any strides, with the plan's mask;
     returns (o, lse): o like q, lse (B, H, N) float32 in natural log (-inf for a row that sees
     no key; its o is 0). sm_scale: 1 / sqrt(D) of the real head dim unless given. use_tma:
@@ -573,7 +600,10 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
     for any of the three: reference_variant's choice; gpu/bench_modern_attention.py --part
     steps times each on and off. row_ranges: an experiment, off by default until timed: mask
     each PARTIAL tile by its rows' ranges of keys (SparsePlan.row_ranges: two compares per
-    pair, no key ids loaded), instead of the rule's tests."""
+    pair, no key ids loaded), instead of the rule's tests. tests_as_selects: an experiment,
+    off until timed: with partial_tests, each tile's tests applied as selects against per-row
+    limits, with no branch (the branches make ptxas serialize the wgmma instructions on plans
+    with documents: lesson 9)."""
     check_reference_qkv(q, k, v)
     B, H, N, D = q.shape
     _require(N == plan.n, f"the plan was built for n={plan.n}, but q, k, v have N={N}: build "
@@ -613,15 +643,21 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
     _require(not partial_tests or plan.part_tests is not None, "partial_tests=True packs each "
              f"PARTIAL tile's tests above its key block's index, and n={plan.n} leaves no room "
              "at these tiles (tests_fit): leave it False.")
+    _require(isinstance(tests_as_selects, bool),
+             f"tests_as_selects={tests_as_selects!r} must be True or False.")
+    _require(not tests_as_selects or partial_tests, "tests_as_selects=True changes how the "
+             "partial tests are applied, and this call runs without them: pass "
+             "partial_tests=True with it.")
     launch = functools.partial(_launch, plan=plan, lse=lse, qk_scale=sm_scale * LOG2E,
                                use_tma=use_tma, halves=halves, full_range=full_range,
-                               partial_tests=partial_tests, row_ranges=row_ranges)
+                               partial_tests=partial_tests, row_ranges=row_ranges,
+                               tests_as_selects=tests_as_selects)
     run_at_kernel_width(launch, (q, k, v), (o,))
     return o, lse
 
 
 def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, partial_tests,
-            row_ranges):
+            row_ranges, tests_as_selects):
     """sparse_forward's launch at a kernel head dim (q.shape[-1] a power of two)."""
     B, H, N, D = q.shape
     block_m, block_n, warps, stages = plan.config
@@ -646,6 +682,7 @@ def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, par
         part_index, full_index.stride(0), HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n,
         HAS_DOCS=plan.docs is not None and not row_ranges, USE_TMA=tma, HALVES=halves,
         FULL_RANGE=full_range, PARTIAL_TESTS=partial_tests, ROW_RANGES=row_ranges,
+        TEST_SELECTS=tests_as_selects,
         num_warps=warps, num_stages=stages)
 
 
