@@ -56,6 +56,11 @@ def test_ptxas_performance_notes_are_read_from_its_log():
         "C7515: wgmma.mma_async instructions are serialized due to non wgmma instructions "
         "defining accumulator registers of a wgmma between start and end of the pipeline stage")
     assert compile_counts.performance_notes(log + log) == compile_counts.performance_notes(log)
+    assert compile_counts.performance_notes(
+        "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are "
+        "serialized due to insufficient register resources for the function 'k'\n") == (
+        "C7512: wgmma.mma_async instructions are serialized due to insufficient register "
+        "resources")
     assert compile_counts.performance_notes("ptxas info    : Used 40 registers\n") == ""
 
 

@@ -100,8 +100,8 @@ def resources(kernel, args, kwargs) -> dict:
 def performance_notes(ptxas_log: str) -> str:
     """ptxas's "Potential Performance Loss" lines of a compile, each as its code and reason
     (e.g. "C7515: wgmma.mma_async instructions are serialized due to ..."), joined by "; "."""
-    found = re.findall(r"\((C\d+)\) Potential Performance Loss: (.*?)(?: in the function|$)",
-                       ptxas_log, re.M)
+    found = re.findall(r"\((C\d+)\) Potential Performance Loss: (.*?)"
+                       r"(?: (?:in|for) the function '[^']*'.*)?$", ptxas_log, re.M)
     return "; ".join(dict.fromkeys(f"{code}: {reason.strip()}" for code, reason in found))
 
 
