@@ -24,9 +24,10 @@ same four arrays). What this kernel adds, each the reference forward's (forward.
   and compares of tiles that need none; elsewhere its branches cost more than they save
   (`reference_variant`).
 
-An experiment, off by default until timed (`row_ranges=True`): each PARTIAL tile masked by its
+Two experiments, off by default until timed: `row_ranges=True`, each PARTIAL tile masked by its
 rows' ranges of keys (`key_ranges`: under a window and packed documents each row sees one
-range), two compares per pair and no key ids loaded.
+range), two compares per pair and no key ids loaded; `tests_as_selects=True`, the partial
+tests applied as selects against per-row limits, with no branch (`tests_as_selects`).
 
 Host side: `sparse_plan` builds the block lists and the program order once per mask (not per
 head or per call), `sparse_forward` launches; any head dim up to 256 (zero-padded, as the other
@@ -100,7 +101,8 @@ def needed_tests(s, rows, cols, docs_q, Docs, N, left, right,  # scores, where, 
     per class of tiles would cut a causal window's 4 PARTIAL tiles per query block, 2 of each
     side, into pipelines that mostly fill and drain). Each side of the window is one compare
     against a per-row limit; left and right come clamped to +-UNLIMITED, so that rows +- them
-    fits in int32."""
+    fits in int32. With documents these branches make ptxas serialize the kernel's wgmma
+    instructions (lesson 9); SELECTS applies the same tests without them."""
     if SELECTS:
         return tests_as_selects(s, rows, cols, docs_q, Docs, N, left, right, tests,
                                 HAS_DOCS=HAS_DOCS)
