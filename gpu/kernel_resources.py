@@ -87,7 +87,8 @@ def compile_only(kernels) -> list[dict]:
                              "causal": causal,
                              "backward loads": "descriptors" if tma else "pointers",
                              "registers": counts["registers"],
-                             "spilled B": counts["spilled B"]})
+                             "spilled B": counts["spilled B"],
+                             "ptxas notes": counts["ptxas notes"]})
                 print(rows[-1], flush=True)
     return rows
 
