@@ -734,10 +734,9 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
     plan = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache,
                              num_sms=sms)  # planned once, outside the timings
     row["reference splits"], row["reference BLOCK_N"] = plan.splits, plan.block_n
-    k_heads, v_heads = (pool.transpose(1, 2).contiguous().transpose(1, 2)
-                        for pool in (k_pages, v_pages))  # each K/V head's rows of a page together
-    plan_heads = decode.DecodePlan(q, k_heads, v_heads, table, lengths, max_len=cache,
-                                   num_sms=sms)
+    plan_heads = decode.DecodePlan(q, decode.heads_together(k_pages),
+                                   decode.heads_together(v_pages), table, lengths,
+                                   max_len=cache, num_sms=sms)
 
     candidates = {"ours split-KV": ours, "ours paged, unsplit": paged, "reference": plan.run,
                   HEADS_TOGETHER: plan_heads.run}

@@ -21,17 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 N, HEADS = 16384, 16
-DOCUMENTS_SEED = 0
+DOCUMENTS = [N // 8] * 8  # lengths of the packed documents of the plans with documents
 # (D, documents, halves, full_range): each head dim's default variant, with and without ids
 VARIANTS = ((64, False, True, True), (64, True, True, True),
             (128, False, False, False), (128, True, False, False))
-
-
-def document_ids(n: int, length: int = N // 8):
-    """Documents of `length` tokens (the last one shorter) filling n tokens."""
-    import numpy as np
-
-    return (np.arange(n) // length).astype(np.int32)
 
 
 def compile_variant(sf, d, has_docs, halves, full_range, tests, ranges=False,
@@ -40,9 +33,10 @@ def compile_variant(sf, d, has_docs, halves, full_range, tests, ranges=False,
     import torch
 
     from flashcourse.bench import compile_counts
+    from flashcourse.kernels import modern_attention as ma
 
     plan = sf.sparse_plan(N, d, "cpu", right=0,
-                          docs=document_ids(N) if has_docs else None)
+                          docs=ma.packed_documents(DOCUMENTS) if has_docs else None)
     q, k, v, o = (torch.empty(1, HEADS, N, d, dtype=torch.float16) for _ in range(4))
     lse = torch.empty(1, HEADS, N)
     with compile_counts.captured_launches() as launches:

@@ -523,8 +523,7 @@ def test_reference_decode_reads_a_pool_with_each_heads_rows_together():
     q = torch.randn(2, 4, 16)
     k, v = (torch.randn(2, 2, 70, 16) for _ in range(2))
     k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths.tolist(), page_size=8, seed=3)
-    k_heads, v_heads = (pool.transpose(1, 2).contiguous().transpose(1, 2)
-                        for pool in (k_pages, v_pages))  # each head's rows together
+    k_heads, v_heads = decode.heads_together(k_pages), decode.heads_together(v_pages)
     assert k_heads.stride(2) == 8 * 16 and k_heads.stride(1) == 16
     outs = [decode.DecodePlan(q, kp, vp, table, lengths, max_len=70, num_sms=4, splits=3).run()
             for kp, vp in ((k_pages, v_pages), (k_heads, v_heads))]

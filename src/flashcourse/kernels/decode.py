@@ -199,7 +199,8 @@ class DecodePlan:
     `max_len` (the longest a sequence may be; default: all the table addresses) on `num_sms`
     SMs (default: the GPU's), and allocates the states and the output. The pools may have
     any strides with a contiguous last axis: a pool stored (num_pages, H_KV, PAGE_SIZE, D),
-    each K/V head's rows of a page together, is passed as its view .transpose(1, 2).
+    each K/V head's rows of a page together, is passed as its view .transpose(1, 2)
+    (`heads_together`).
     `run()` launches and returns the output (B, H, D). The tensors are bound: a next step
     writes its q, pages, table and lengths into them in place (as replaying a CUDA graph needs
     anyway); no length may pass max_len (checked once, here)."""
@@ -253,6 +254,13 @@ class DecodePlan:
                                           D_BLOCK=self.d_block, S_BLOCK=self.s_block,
                                           num_warps=4)
         return self.out
+
+
+def heads_together(pages: torch.Tensor) -> torch.Tensor:
+    """A copy of a (num_pages, PAGE_SIZE, H_KV, D) pool stored with each K/V head's rows of a
+    page together, (num_pages, H_KV, PAGE_SIZE, D) in memory, seen with the axes the decoding
+    step takes."""
+    return pages.transpose(1, 2).contiguous().transpose(1, 2)
 
 
 def paged_decode(q, k_pages, v_pages, page_table, lengths, max_len: int | None = None,

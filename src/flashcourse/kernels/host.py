@@ -270,18 +270,14 @@ def backward(q, k, v, o, lse, do, causal: bool, sm_scale: float | None = None,
 def _tile_options(config) -> tuple[int, int, dict]:
     """(BLOCK_M, BLOCK_N, launch options) of a backward config (BLOCK_M, BLOCK_N, num_warps,
     num_stages) or, capping the registers per thread as an experiment, (..., maxnreg)."""
-    _require_config(config)
+    if not (isinstance(config, (tuple, list)) and len(config) in (4, 5)):
+        raise CourseInputError(f"a backward config must be (BLOCK_M, BLOCK_N, num_warps, "
+                               f"num_stages) or (..., maxnreg); got {config!r}.")
     bm, bn, warps, stages, *cap = config
     options = dict(num_warps=warps, num_stages=stages)
     if cap and cap[0] is not None:
         options["maxnreg"] = cap[0]
     return bm, bn, options
-
-
-def _require_config(config) -> None:
-    if not (isinstance(config, (tuple, list)) and len(config) in (4, 5)):
-        raise CourseInputError(f"a backward config must be (BLOCK_M, BLOCK_N, num_warps, "
-                               f"num_stages) or (..., maxnreg); got {config!r}.")
 
 
 def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, configs, fused_dq,

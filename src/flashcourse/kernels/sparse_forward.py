@@ -93,7 +93,7 @@ _UNLIMITED = tl.constexpr(UNLIMITED)
 @triton.jit
 def needed_tests(s, rows, cols, docs_q, Docs, N, left, right,  # scores, where, the rule
                  tests,  # the tile's TEST_* flags
-                 HAS_DOCS: tl.constexpr, SELECTS: tl.constexpr):
+                 HAS_DOCS: tl.constexpr):
     """s with -inf on the pairs the flagged tests hide: the pairs the whole rule hides on this
     tile, since sparse_plan flags every test that hides one. One branch per test, on a scalar
     that every thread of the program shares: it never diverges, and the K and V loads stay
@@ -102,10 +102,7 @@ def needed_tests(s, rows, cols, docs_q, Docs, N, left, right,  # scores, where, 
     side, into pipelines that mostly fill and drain). Each side of the window is one compare
     against a per-row limit; left and right come clamped to +-UNLIMITED, so that rows +- them
     fits in int32. With documents these branches make ptxas serialize the kernel's wgmma
-    instructions (lesson 9); SELECTS applies the same tests without them."""
-    if SELECTS:
-        return tests_as_selects(s, rows, cols, docs_q, Docs, N, left, right, tests,
-                                HAS_DOCS=HAS_DOCS)
+    instructions (lesson 9); tests_as_selects applies the same tests without them."""
     if (tests & _RIGHT) != 0:
         s = tl.where(cols[None, :] <= (rows + right)[:, None], s, float("-inf"))
     if (tests & _LEFT) != 0:
@@ -155,9 +152,12 @@ def tile_update(s, acc, l_i, m_i, v,  # raw scores (rows, BLOCK_N), running stat
             first, last = docs_q
             keep = (cols[None, :] >= first[:, None]) & (cols[None, :] <= last[:, None])
             s = tl.where(keep, s, float("-inf"))
+        elif TESTS and SELECTS:
+            s = tests_as_selects(s, rows, cols, docs_q, Docs, N, left, right, tests,
+                                 HAS_DOCS=HAS_DOCS)
         elif TESTS:
             s = needed_tests(s, rows, cols, docs_q, Docs, N, left, right, tests,
-                             HAS_DOCS=HAS_DOCS, SELECTS=SELECTS)
+                             HAS_DOCS=HAS_DOCS)
         else:
             offset = cols[None, :] - rows[:, None]  # key position minus query position
             keep = (offset <= right) & (-offset <= left)
