@@ -25,6 +25,9 @@ the lesson). The kernels are the solution cells of lessons/09-modern-attention.q
   reference decoding step (kernels/decode.py: splits from decode_splits, planned once), the
   same step on a pool that keeps each K/V head's rows of a page together ("reference, heads
   together": (pages, H_KV, 64, D) seen as the kernel's (pages, 64, H_KV, D) through strides),
+  the same step reading K and V each other way of decode.KV_LOADS ("pages ahead": each
+  block's page numbers loaded a block ahead; "TMA pages": a page per block through tensor
+  descriptors, on either pool),
   SDPA's flash, efficient, cuDNN and math backends (enable_gqa=True) and FlexAttention
   compiled. Figures are bytes of K and V read per second. Ours, the reference, flash and cuDNN
   are timed twice: launched from Python ("ms"), and replayed in a CUDA graph ("graph ms", the
@@ -662,7 +665,13 @@ def read_only_figure(b: Bench, kv_bytes: int) -> tuple[float, float]:
 
 
 HEADS_TOGETHER = "reference, heads together"  # the pool as (pages, H_KV, PAGE_SIZE, D)
-GRAPHED = ("ours split-KV", "reference", HEADS_TOGETHER, "sdpa flash",
+# the reference step's other ways of reading K and V (decode.KV_LOADS), each column's pool
+# layout and kv_loads
+REFERENCE_WAYS = {HEADS_TOGETHER: (True, "rows"),
+                  "reference, pages ahead": (False, "pages ahead"),
+                  "reference, TMA pages": (False, "tma"),
+                  "reference, TMA pages, heads together": (True, "tma")}
+GRAPHED = ("ours split-KV", "reference", *REFERENCE_WAYS, "sdpa flash",
            "sdpa cudnn")  # also timed in a graph
 
 
@@ -682,7 +691,9 @@ def bench_decode(b: Bench, kernels, ma) -> list[dict]:
               f"{row.get('ours paged, unsplit GB/s', 0):7.0f}, flash "
               f"{row.get('sdpa flash GB/s', 0):7.0f}, flex {row.get('flex GB/s', 0):7.0f}; "
               f"in a graph: reference {row.get('reference graph GB/s', 0):7.0f} (heads "
-              f"together {row.get(HEADS_TOGETHER + ' graph GB/s', 0):7.0f}), cudnn "
+              f"together {row.get(HEADS_TOGETHER + ' graph GB/s', 0):7.0f}, pages ahead "
+              f"{row.get('reference, pages ahead graph GB/s', 0):7.0f}, TMA pages "
+              f"{row.get('reference, TMA pages graph GB/s', 0):7.0f}), cudnn "
               f"{row.get('sdpa cudnn graph GB/s', 0):7.0f}, read-only "
               f"{row['read-only GB/s']:7.0f}", flush=True)
     return rows
@@ -734,12 +745,13 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
     plan = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache,
                              num_sms=sms)  # planned once, outside the timings
     row["reference splits"], row["reference BLOCK_N"] = plan.splits, plan.block_n
-    plan_heads = decode.DecodePlan(q, decode.heads_together(k_pages),
-                                   decode.heads_together(v_pages), table, lengths,
-                                   max_len=cache, num_sms=sms)
-
-    candidates = {"ours split-KV": ours, "ours paged, unsplit": paged, "reference": plan.run,
-                  HEADS_TOGETHER: plan_heads.run}
+    pools = {False: (k_pages, v_pages),
+             True: (decode.heads_together(k_pages), decode.heads_together(v_pages))}
+    candidates = {"ours split-KV": ours, "ours paged, unsplit": paged, "reference": plan.run}
+    for name, (together, kv_loads) in REFERENCE_WAYS.items():
+        candidates[name] = decode.DecodePlan(q, *pools[together], table, lengths,
+                                             max_len=cache, num_sms=sms,
+                                             kv_loads=kv_loads).run
     q4 = q[:, :, None]
     for name, backend in backends.items():
         if name == "sdpa math" and kv_bytes > 2**30:
@@ -795,12 +807,12 @@ def share_columns(row: dict) -> None:
     read-only kernel's, and the reference against cuDNN (speed ratios, eager and graph)."""
     from flashcourse.hardware import H200_HBM_TBS
 
-    for name in ("ours split-KV", "reference", HEADS_TOGETHER, "sdpa cudnn"):
+    for name in ("ours split-KV", "reference", *REFERENCE_WAYS, "sdpa cudnn"):
         rate = row.get(f"{name} graph GB/s")
         if rate and row["read-only GB/s"]:
             row[f"{name} % of HBM"] = 100 * rate / (H200_HBM_TBS * 1000)
             row[f"{name} % of read-only"] = 100 * rate / row["read-only GB/s"]
-    for name in ("reference", HEADS_TOGETHER):
+    for name in ("reference", *REFERENCE_WAYS):
         for mode in ("", " graph"):
             if row.get(f"{name}{mode} ms") and row.get(f"sdpa cudnn{mode} ms"):
                 row[f"{name} vs cudnn{mode}"] = (row[f"sdpa cudnn{mode} ms"]

@@ -26,6 +26,16 @@ for cap in (None, 64):
                        if kernel is backward.attn_bwd_dkdv_kernel]
     out[str(cap)] = compile_counts.resources(backward.attn_bwd_dkdv_kernel, args, kwargs)
     out["descriptors"] = type(args[0]).__name__
+from flashcourse.kernels import decode
+q = torch.empty(8, 32, 64, dtype=torch.float16)
+pool = torch.empty(64, 64, 8, 64, dtype=torch.float16)
+for loads in ("rows", "pages ahead"):
+    with compile_counts.captured_launches() as launches:
+        decode.DecodePlan(q, pool, pool, torch.zeros(8, 64, dtype=torch.int32),
+                          torch.zeros(8, dtype=torch.int32), splits=1, config=(128, 4, 3),
+                          kv_loads=loads).run()
+    (kernel, args, kwargs), = launches
+    out[loads] = compile_counts.resources(kernel, args, kwargs)
 print(json.dumps(out))
 """
 
@@ -43,6 +53,23 @@ def test_launches_are_recorded_not_run_and_compiled_for_hopper():
     assert plain["shared KiB"] > 0 and plain["blocks/SM"] >= 1
     assert capped["blocks/SM by registers"] > plain["blocks/SM by registers"]
     assert plain["ptxas notes"] == "" and plain["warpgroup syncs"] >= 0  # nothing serialized
+    # the decoding kernel at 3 stages: K and V wait on the page numbers loaded in the same
+    # iteration, so one block of them is in flight; loaded a block ahead, two
+    assert out["rows"]["pipeline buffers"] == 1 and out["pages ahead"]["pipeline buffers"] == 2
+    assert out["pages ahead"]["shared KiB"] > out["rows"]["shared KiB"]
+
+
+def test_pipeline_buffers_are_read_from_the_shared_allocations():
+    from flashcourse.bench import compile_counts
+
+    ttgir = ("%1 = ttg.local_alloc : () -> !ttg.memdesc<2x128x64xf16, #shared, #smem, mutable>\n"
+             "%2 = ttg.local_alloc : () -> !ttg.memdesc<128x64xf16, #shared, #smem, mutable>\n"
+             "%3 = ttg.local_alloc : () -> !ttg.memdesc<3x1x64x1x64xbf16, #shared, #smem, "
+             "mutable>\n%4 = ttg.local_alloc : () -> !ttg.memdesc<4xi64, #shared1, #smem, "
+             "mutable>\n%5 = ttg.memdesc_index %1 : !ttg.memdesc<8x64x64xf16, #shared, #smem>")
+    assert compile_counts.pipeline_buffers(ttgir) == 3  # not the barriers, not an immutable view
+    assert compile_counts.pipeline_buffers(ttgir.splitlines()[1]) == 1  # 2-D: not pipelined
+    assert compile_counts.pipeline_buffers("") == 1
 
 
 def test_ptxas_performance_notes_are_read_from_its_log():

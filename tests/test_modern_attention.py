@@ -531,6 +531,64 @@ def test_reference_decode_reads_a_pool_with_each_heads_rows_together():
     assert torch.allclose(outs[1].double(), ma.decode_reference(q, k, v, [70, 33]), atol=1e-5)
 
 
+@pytest.mark.parametrize("heads, kv_heads, d, splits", [(4, 2, 16, None), (4, 2, 16, 1),
+                                                        (2, 2, 24, 3), (8, 1, 16, 5)])
+@pytest.mark.parametrize("kv_loads", ["pages ahead", "tma"])
+def test_each_way_of_reading_k_and_v_gives_the_rows_output(kv_loads, heads, kv_heads, d,
+                                                          splits):
+    """The page numbers a block ahead, and a page per block through tensor descriptors: the
+    output of the default kernel, bit for bit, on the ragged NaN-padded cache above (the TMA
+    kernel masks the last page's unwritten slots, NaN here, out of V as well as of the
+    scores); a head dim that is not a power of two reads columns past d as 0."""
+    from flashcourse.kernels import decode
+
+    lengths = [70, 33, 0]
+    q = torch.randn(3, heads, d)
+    k, v = (torch.randn(3, kv_heads, 70, d) for _ in range(2))
+    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths, page_size=16, seed=4)
+    lens = torch.tensor(lengths, dtype=torch.int32)
+    rows, other = (decode.DecodePlan(q, k_pages, v_pages, table, lens, max_len=70, num_sms=4,
+                                     config=(16, 4, 1), splits=splits, kv_loads=loads)
+                   for loads in ("rows", kv_loads))
+    assert rows.splits == other.splits
+    out = other.run()
+    assert torch.equal(out, rows.run())
+    assert torch.allclose(out.double(), ma.decode_reference(q, k, v, lengths), atol=1e-5)
+
+
+def test_the_tma_decoding_kernel_reads_a_pool_with_each_heads_rows_together():
+    from flashcourse.kernels import decode
+
+    lengths = torch.tensor([70, 33], dtype=torch.int32)
+    q = torch.randn(2, 4, 16)
+    k, v = (torch.randn(2, 2, 70, 16) for _ in range(2))
+    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths.tolist(), page_size=8, seed=5)
+    outs = [decode.DecodePlan(q, kp, vp, table, lengths, max_len=70, num_sms=4, splits=3,
+                              kv_loads="tma").run()
+            for kp, vp in ((k_pages, v_pages),
+                           (decode.heads_together(k_pages), decode.heads_together(v_pages)))]
+    assert torch.equal(outs[0], outs[1])
+    assert torch.allclose(outs[1].double(), ma.decode_reference(q, k, v, [70, 33]), atol=1e-5)
+
+
+@pytest.mark.parametrize("d, config, kv_loads, message", [
+    (16, None, "columns", r"kv_loads='columns' is not one of \('rows', 'pages ahead', "
+     r"'tma'\)"),
+    (16, (16, 4, 1), "tma", r"BLOCK_N must be the page size 8; got 16"),
+    (15, None, "tma", r"start and strides are multiples of 16 bytes \(strides "
+     r"\(240, 30, 15, 1\) of 4-byte values\); copy them with .contiguous\(\)"),
+])
+def test_the_decoding_kernels_refuse_what_they_cannot_read(d, config, kv_loads, message):
+    from flashcourse.kernels import decode
+
+    q = torch.randn(2, 4, d)
+    k = torch.randn(2, 2, 70, d)
+    k_pages, v_pages, table, _ = ma.paged_cache(k, k, [70, 33], page_size=8)
+    with pytest.raises(runtime.CourseInputError, match=message):
+        decode.DecodePlan(q, k_pages, v_pages, table, torch.tensor([70, 33], dtype=torch.int32),
+                          max_len=70, num_sms=4, config=config, kv_loads=kv_loads)
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(lengths=torch.tensor([70, 33])), r"lengths must be a \(B,\) = \(2,\) int32"),
     (dict(table_dtype=torch.int64), r"page_table must be a \(B, max_pages\) = \(2, ...\) int32"),

@@ -60,8 +60,9 @@ def resources(kernel, args, kwargs) -> dict:
     specialisation of its arguments, the same options) and read the binary's resource use
     with cuobjdump: registers per thread, the local memory each thread spills into, shared
     memory per block, blocks per SM by each limit, what ptxas said of performance (such as
-    wgmma instructions it had to serialize) and how many warpgroup arrives and waits the code
-    holds (two per wgmma where they are serialized)."""
+    wgmma instructions it had to serialize), how many warpgroup arrives and waits the code
+    holds (two per wgmma where they are serialized) and how many buffers the pipeliner gave a
+    pipelined load (pipeline_buffers)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
@@ -93,8 +94,18 @@ def resources(kernel, args, kwargs) -> dict:
     shared = int(compiled.metadata.shared)
     return {"registers": registers, "spilled B": local, "shared KiB": round(shared / 1024, 1),
             **blocks_per_sm(registers, shared, kwargs["num_warps"]),
+            "pipeline buffers": pipeline_buffers(compiled.asm["ttgir"]),
             "ptxas notes": performance_notes(log.getvalue()),
             "warpgroup syncs": len(re.findall(r"\bWARPGROUP\.", sass))}
+
+
+def pipeline_buffers(ttgir: str) -> int:
+    """The most copies of one loaded tile that the software pipeliner keeps in shared memory:
+    the leading size of its multi-buffered allocations (`memdesc<2x128x64xf16, ...,
+    mutable>` is two buffers of a 128 x 64 tile; a tile not pipelined is one buffer, or a
+    2-D allocation). As many tiles of each pipelined load can be in flight at once."""
+    shapes = re.findall(r"memdesc<(\d+)x(\d+)x\d+[x\d]*x[a-z]+\d+[^>]*mutable>", ttgir)
+    return max((int(first) for first, _ in shapes), default=1)
 
 
 def performance_notes(ptxas_log: str) -> str:

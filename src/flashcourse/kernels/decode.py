@@ -31,12 +31,15 @@ import triton.language as tl
 
 from .. import runtime
 from ..models.matmul import cdiv
-from . import LOG2E, tiles
+from . import LOG2E, host, ladder, tiles
+from .ladder import TensorDescriptor
 from .modern_attention import MIN_DOT_ROWS, _scale, check_paged_cache, group_rows
 
 _require = runtime.require
 
 MAX_DECODE_HEAD_DIM = 256
+KV_LOADS = ("rows", "pages ahead", "tma")  # how the kernel reads K and V (DecodePlan)
+MAX_TMA_BOX_ROWS = 256  # a TMA copy spans at most 256 elements along each axis
 
 
 # ---------------------------------------------------------------- how many splits
@@ -74,6 +77,31 @@ def decode_config(d: int) -> tuple[int, int, int]:
     return tiles.DECODE_CONFIGS[min(width, max(tiles.DECODE_CONFIGS))]
 
 
+def decode_tma_config(page_size: int) -> tuple[int, int, int]:
+    """(BLOCK_N, num_warps, num_stages) of the TMA decoding kernel: a block is one page."""
+    if runtime.current().interpreter:
+        return page_size, 4, 1
+    return (page_size, *tiles.DECODE_TMA_CONFIG)
+
+
+def _check_tma(k_pages, v_pages, block_n: int) -> None:
+    """Clear errors where the pools cannot be read a page at a time through TMA."""
+    page_size = k_pages.shape[1]
+    _require(ladder.tma_supported(),
+             'kv_loads="tma" needs tensor descriptors: Triton 3.4 or newer and a Hopper (or '
+             'newer) GPU, or the interpreter; use kv_loads="rows" here.')
+    _require(block_n == page_size,
+             f'kv_loads="tma" reads one page per block: BLOCK_N must be the page size '
+             f"{page_size}; got {block_n}.")
+    _require(page_size <= MAX_TMA_BOX_ROWS,
+             f'kv_loads="tma" reads a page in one copy of at most {MAX_TMA_BOX_ROWS} rows; '
+             f'pages of {page_size} keys need kv_loads="rows".')
+    _require(host.tma_ok(k_pages, v_pages),
+             'kv_loads="tma" needs pools whose start and strides are multiples of 16 bytes '
+             f"(strides {tuple(k_pages.stride())} of {k_pages.element_size()}-byte values); "
+             'copy them with .contiguous() or use kv_loads="rows".')
+
+
 # ---------------------------------------------------------------- kernels
 
 
@@ -87,6 +115,47 @@ def _head_mask(rows_ok, offs_d, D: tl.constexpr, D_BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _block_pages(table_row, start, hi,  # a sequence's page table, first key, end of the split
+                 PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The page of each key start..start + BLOCK_N (int64), 0 past hi (never read)."""
+    pos = start + tl.arange(0, BLOCK_N)
+    return tl.load(table_row + pos // PAGE_SIZE, mask=pos < hi, other=0).to(tl.int64)
+
+
+@triton.jit
+def _attend(q, k, v, inside, m_i, l_i, acc, qk_scale,  # a block of keys, the state
+            MASKED: tl.constexpr):
+    """The state (m_i, l_i, acc) in base 2 after one block of keys; MASKED: the keys where
+    `inside` is false count for nothing."""
+    s = tl.dot(q, tl.trans(k)) * qk_scale                                   # (ROWS, BLOCK_N)
+    if MASKED:
+        s = tl.where(inside[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every block visited holds a key
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _write_result(M, L, O, Out, m_i, l_i, acc, b, heads, real, split, offs_d,
+                  s_outb, s_outh, H_KV,
+                  D: tl.constexpr, D_BLOCK: tl.constexpr, GROUP: tl.constexpr,
+                  ONE_PASS: tl.constexpr):
+    """ONE_PASS: the attention output; otherwise the split's state (M, L, O not divided)."""
+    if ONE_PASS:
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # no key: 0, not NaN
+        tl.store(Out + b * s_outb + heads[:, None] * s_outh + offs_d[None, :],
+                 out.to(Out.dtype.element_ty), mask=_head_mask(real, offs_d, D, D_BLOCK))
+    else:
+        state = (b * H_KV * GROUP + heads) * tl.num_programs(0) + split    # [b, head, split]
+        tl.store(M + state, m_i, mask=real)  # an empty split keeps (-inf, 0, 0)
+        tl.store(L + state, l_i, mask=real)
+        tl.store(O + state[:, None] * D_BLOCK + offs_d[None, :], acc, mask=real[:, None])
+
+
+@triton.jit
 def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
                         K_pages, V_pages,  # (num_pages, PAGE_SIZE, H_KV, D), the same strides
                         Pages,  # (B, max_pages) int32: the page table
@@ -97,11 +166,14 @@ def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
                         H_KV, blocks_per_split, qk_scale,
                         D: tl.constexpr, D_BLOCK: tl.constexpr, GROUP: tl.constexpr,
                         ROWS: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                        ONE_PASS: tl.constexpr):
+                        ONE_PASS: tl.constexpr, PAGES_AHEAD: tl.constexpr):
     """Program (split, b * H_KV + kv_h): the GROUP query heads of K/V head kv_h (rows of a
     tile of ROWS >= 16) over the keys [split, split + 1) * blocks_per_split * BLOCK_N below
     Lengths[b]. ONE_PASS (one split): stores the attention output; otherwise the split's
-    state in base 2: M (max of qk_scale * q.k, qk_scale holding log2 e), L, O (not divided)."""
+    state in base 2: M (max of qk_scale * q.k, qk_scale holding log2 e), L, O (not divided).
+    PAGES_AHEAD: each block's page numbers are loaded one block ahead, so that the K and V
+    loads do not wait on a load of the same iteration (the pipeliner then keeps num_stages - 1
+    blocks of K and V in flight, not one)."""
     split = tl.program_id(0)
     bkv = tl.program_id(1)
     b = bkv // H_KV
@@ -119,31 +191,83 @@ def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([ROWS], dtype=tl.float32)
     acc = tl.zeros([ROWS, D_BLOCK], dtype=tl.float32)
+    if PAGES_AHEAD:
+        next_pages = _block_pages(table_row, lo, hi, PAGE_SIZE, BLOCK_N)
     for start in range(lo, hi, BLOCK_N):  # none for a split past its sequence's end
         pos = start + tl.arange(0, BLOCK_N)
         inside = pos < hi
-        page = tl.load(table_row + pos // PAGE_SIZE, mask=inside, other=0).to(tl.int64)
+        if PAGES_AHEAD:
+            page = next_pages
+            next_pages = _block_pages(table_row, start + BLOCK_N, hi, PAGE_SIZE, BLOCK_N)
+        else:
+            page = _block_pages(table_row, start, hi, PAGE_SIZE, BLOCK_N)
         at = (page * s_page + (pos % PAGE_SIZE) * s_slot)[:, None] + columns[None, :]
         kv_mask = _head_mask(inside, offs_d, D, D_BLOCK)
         k = tl.load(K_pages + at, mask=kv_mask, other=0.0)                  # (BLOCK_N, D_BLOCK)
         v = tl.load(V_pages + at, mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k)) * qk_scale                               # (ROWS, BLOCK_N)
-        s = tl.where(inside[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every block visited holds a key
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
-    if ONE_PASS:
-        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # no key: 0, not NaN
-        tl.store(Out + b * s_outb + heads[:, None] * s_outh + offs_d[None, :],
-                 out.to(Out.dtype.element_ty), mask=_head_mask(real, offs_d, D, D_BLOCK))
-    else:
-        state = (b * H_KV * GROUP + heads) * tl.num_programs(0) + split    # [b, head, split]
-        tl.store(M + state, m_i, mask=real)  # an empty split keeps (-inf, 0, 0)
-        tl.store(L + state, l_i, mask=real)
-        tl.store(O + state[:, None] * D_BLOCK + offs_d[None, :], acc, mask=real[:, None])
+        m_i, l_i, acc = _attend(q, k, v, inside, m_i, l_i, acc, qk_scale, MASKED=True)
+    _write_result(M, L, O, Out, m_i, l_i, acc, b, heads, real, split, offs_d, s_outb, s_outh,
+                  H_KV, D=D, D_BLOCK=D_BLOCK, GROUP=GROUP, ONE_PASS=ONE_PASS)
+
+
+@triton.jit
+def _page_block(K_desc, V_desc, page, start, hi, kv_h, q, m_i, l_i, acc, qk_scale,
+                PAGE_SIZE: tl.constexpr, D_BLOCK: tl.constexpr, MASKED: tl.constexpr):
+    """One page of K/V head kv_h through the descriptors into the state. MASKED (the page
+    that holds the sequence's last key): the slots from hi on hold no key; their V rows are
+    zeroed, since 0 * NaN is NaN and a slot not yet written may hold anything."""
+    k = K_desc.load([page, 0, kv_h, 0]).reshape(PAGE_SIZE, D_BLOCK)      # (PAGE_SIZE, D_BLOCK)
+    v = V_desc.load([page, 0, kv_h, 0]).reshape(PAGE_SIZE, D_BLOCK)
+    inside = start + tl.arange(0, PAGE_SIZE) < hi
+    if MASKED:
+        v = tl.where(inside[:, None], v, 0.0)
+    return _attend(q, k, v, inside, m_i, l_i, acc, qk_scale, MASKED=MASKED)
+
+
+@triton.jit
+def paged_decode_tma_kernel(Q,  # (B, H, D): one new token per sequence
+                            K_desc, V_desc,  # descriptors of the pools, blocks of one page
+                            Pages, Lengths, M, L, O, Out,  # as paged_decode_kernel's
+                            s_qb, s_qh, s_table, s_outb, s_outh,
+                            H_KV, blocks_per_split, qk_scale,
+                            D: tl.constexpr, D_BLOCK: tl.constexpr, GROUP: tl.constexpr,
+                            ROWS: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                            ONE_PASS: tl.constexpr):
+    """paged_decode_kernel's work with a block of one page, which the copy engine (TMA) moves
+    whole through the descriptors (blocks (1, PAGE_SIZE, 1, D_BLOCK) of the pools, columns
+    past D read as 0), the page numbers loaded one page ahead. The full pages are unmasked;
+    the page that holds the last key (if partly filled) comes after the loop, masked."""
+    split = tl.program_id(0)
+    bkv = tl.program_id(1)
+    b = bkv // H_KV
+    kv_h = bkv % H_KV
+    rows = tl.arange(0, ROWS)
+    real = rows < GROUP
+    heads = kv_h * GROUP + rows
+    offs_d = tl.arange(0, D_BLOCK)
+    q = tl.load(Q + b * s_qb + heads[:, None] * s_qh + offs_d[None, :],
+                mask=_head_mask(real, offs_d, D, D_BLOCK), other=0.0)       # (ROWS, D_BLOCK)
+    lo = split * blocks_per_split * PAGE_SIZE
+    hi = tl.minimum(lo + blocks_per_split * PAGE_SIZE, tl.load(Lengths + b))
+    full_hi = tl.maximum(lo, hi - hi % PAGE_SIZE)  # the end of the split's full pages
+    table_row = Pages + b * s_table
+    m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([ROWS], dtype=tl.float32)
+    acc = tl.zeros([ROWS, D_BLOCK], dtype=tl.float32)
+    page = tl.load(table_row + lo // PAGE_SIZE, mask=lo < hi, other=0)
+    for start in range(lo, full_hi, PAGE_SIZE):
+        next_page = tl.load(table_row + start // PAGE_SIZE + 1, mask=start + PAGE_SIZE < hi,
+                            other=0)
+        m_i, l_i, acc = _page_block(K_desc, V_desc, page, start, hi, kv_h, q, m_i, l_i, acc,
+                                    qk_scale, PAGE_SIZE=PAGE_SIZE, D_BLOCK=D_BLOCK,
+                                    MASKED=False)
+        page = next_page
+    if full_hi < hi:
+        m_i, l_i, acc = _page_block(K_desc, V_desc, page, full_hi, hi, kv_h, q, m_i, l_i, acc,
+                                    qk_scale, PAGE_SIZE=PAGE_SIZE, D_BLOCK=D_BLOCK,
+                                    MASKED=True)
+    _write_result(M, L, O, Out, m_i, l_i, acc, b, heads, real, split, offs_d, s_outb, s_outh,
+                  H_KV, D=D, D_BLOCK=D_BLOCK, GROUP=GROUP, ONE_PASS=ONE_PASS)
 
 
 @triton.jit
@@ -201,13 +325,18 @@ class DecodePlan:
     any strides with a contiguous last axis: a pool stored (num_pages, H_KV, PAGE_SIZE, D),
     each K/V head's rows of a page together, is passed as its view .transpose(1, 2)
     (`heads_together`).
+    `kv_loads` picks how the kernel reads K and V (KV_LOADS): "rows" (the default: each
+    block's rows through their pages' pointers), "pages ahead" (the same, each block's page
+    numbers loaded a block ahead) or "tma" (a page per block through tensor descriptors, the
+    page numbers a page ahead: config's BLOCK_N must be the page size).
     `run()` launches and returns the output (B, H, D). The tensors are bound: a next step
     writes its q, pages, table and lengths into them in place (as replaying a CUDA graph needs
     anyway); no length may pass max_len (checked once, here)."""
 
     def __init__(self, q, k_pages, v_pages, page_table, lengths, max_len: int | None = None,
                  num_sms: int | None = None, sm_scale: float | None = None,
-                 config: tuple[int, int, int] | None = None, splits: int | None = None):
+                 config: tuple[int, int, int] | None = None, splits: int | None = None,
+                 kv_loads: str = "rows"):
         page_size = k_pages.shape[1] if k_pages.dim() == 4 else 0
         max_len = page_table.shape[1] * page_size if max_len is None else max_len
         _check_inputs(q, k_pages, v_pages, page_table, lengths, max_len)
@@ -216,6 +345,11 @@ class DecodePlan:
                  f"lengths must lie in 0..max_len={max_len}; the longest is {longest}.")
         B, H, D = q.shape
         H_KV = k_pages.shape[2]
+        _require(kv_loads in KV_LOADS, f"kv_loads={kv_loads!r} is not one of {KV_LOADS}.")
+        self.kv_loads = kv_loads
+        if kv_loads == "tma":
+            config = config or decode_tma_config(page_size)
+            _check_tma(k_pages, v_pages, config[0])
         self.block_n, self.num_warps, self.num_stages = config or decode_config(D)
         runtime.check_block_size("BLOCK_N", self.block_n)
         if num_sms is None:
@@ -234,19 +368,29 @@ class DecodePlan:
         self.l = torch.empty_like(self.m)
         self.o = torch.empty((*shape, self.d_block), device=q.device, dtype=torch.float32)
         self.grid = (self.splits, B * H_KV)
-        self.scalars = (*q.stride()[:2], *k_pages.stride()[:3], page_table.stride(0),
-                        *self.out.stride()[:2], H_KV, self.blocks_per_split,
-                        _scale(D, sm_scale) * LOG2E)
+        qk_scale = _scale(D, sm_scale) * LOG2E
         self.constants = dict(D=D, D_BLOCK=self.d_block, GROUP=H // H_KV,
                               ROWS=group_rows(H // H_KV), PAGE_SIZE=page_size,
-                              BLOCK_N=self.block_n, ONE_PASS=one_pass)
+                              ONE_PASS=one_pass)
+        if kv_loads == "tma":
+            self.kernel = paged_decode_tma_kernel
+            block = [1, page_size, 1, self.d_block]
+            self.tensors = (q, *(TensorDescriptor(x, list(x.shape), list(x.stride()), block)
+                                 for x in (k_pages, v_pages)), page_table, lengths)
+            self.scalars = (*q.stride()[:2], page_table.stride(0), *self.out.stride()[:2],
+                            H_KV, self.blocks_per_split, qk_scale)
+        else:
+            self.kernel = paged_decode_kernel
+            self.scalars = (*q.stride()[:2], *k_pages.stride()[:3], page_table.stride(0),
+                            *self.out.stride()[:2], H_KV, self.blocks_per_split, qk_scale)
+            self.constants.update(BLOCK_N=self.block_n, PAGES_AHEAD=kv_loads == "pages ahead")
         self.merge_grid = (B * H,)
         self.s_block = max(2, 1 << max(0, self.splits - 1).bit_length())
 
     def run(self) -> torch.Tensor:
-        paged_decode_kernel[self.grid](*self.tensors, self.m, self.l, self.o, self.out,
-                                       *self.scalars, **self.constants,
-                                       num_warps=self.num_warps, num_stages=self.num_stages)
+        self.kernel[self.grid](*self.tensors, self.m, self.l, self.o, self.out, *self.scalars,
+                               **self.constants, num_warps=self.num_warps,
+                               num_stages=self.num_stages)
         if self.splits > 1:
             merge_kernel[self.merge_grid](self.m, self.l, self.o, self.out,
                                           *self.out.stride()[:2], self.out.shape[1],

@@ -113,6 +113,10 @@ DECODE_CONFIGS = {16: (128, 4, 3), 32: (128, 4, 3), 64: (128, 4, 3), 128: (64, 4
 # count gave 512 programs on 132 SMs (about 4 per SM) on 10 of the 13 shapes swept, batch 1 to
 # 64, and splits of one block were the fastest on 4k-key caches at batch 1 with GQA.
 DECODE_PROGRAMS_PER_SM = 4
+# (num_warps, num_stages) of the decoding kernel that reads a page per block through TMA
+# (decode.py, kv_loads="tma"): with the page numbers a page ahead, 3 stages keep 2 pages of K
+# and V in flight (the compiler's buffers, gpu/decode_buffers.py). Not timed yet.
+DECODE_TMA_CONFIG = (4, 3)
 DECODE_MIN_SPLIT_BLOCKS = 1  # the shortest split, in blocks of BLOCK_N keys
 # The read-only kernel (decode.read_only): (programs per SM, int32 words per block, num_warps),
 # the fastest of 12 on 8 MiB, 512 MiB and 4 GiB (same sweep; 4.59 TB/s on 4 GiB).
