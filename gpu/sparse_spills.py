@@ -7,7 +7,9 @@ a causal mask with and without packed documents, the reference's tiles tiles.SPA
 records the launch it makes, with every test, with partial_tests (with branches, and as
 selects: tests_as_selects) and with row_ranges, and
 compiles each for sm_90a as Triton would at that launch (bench/compile_counts.py). Prints the
-binary's registers and spilled bytes per thread. Nothing is launched, so it runs on a machine
+binary's registers and spilled bytes per thread, and how many K and V tiles the pipeliner keeps
+in flight in the loop that keeps fewest (also each head dim's FULL lists read the other way:
+entries loaded, step 5, or walked as runs, step 6). Nothing is launched, so it runs on a machine
 without a GPU; the counts are those of the Triton that runs it (another version unpacked in a
 folder first on PYTHONPATH gives that version's). Lesson 9 reads them beside the timings of
 --part steps.
@@ -49,7 +51,8 @@ def compile_variant(sf, d, has_docs, halves, full_range, tests, ranges=False,
             "halves": halves, "full range": full_range, "partial tests": tests,
             "row ranges": ranges, "tests as selects": selects, "registers": counts["registers"],
             "spilled B": counts["spilled B"], "ptxas notes": counts["ptxas notes"],
-            "warpgroup syncs": counts["warpgroup syncs"]}
+            "warpgroup syncs": counts["warpgroup syncs"],
+            "K/V buffers": counts["pipeline buffers"]}
 
 
 def measure():
@@ -61,6 +64,9 @@ def measure():
         for tests, ranges, selects in ((False, False, False), (True, False, False),
                                        (True, False, True), (False, True, False)):
             yield compile_variant(sf, d, has_docs, halves, full_range, tests, ranges, selects)
+    for has_docs in (False, True):  # d = 64 at step 5 (the FULL lists' entries loaded, one
+        yield compile_variant(sf, 64, has_docs, True, False, False)  # per tile), d = 128 at 6
+        yield compile_variant(sf, 128, has_docs, False, True, False)
 
 
 if __name__ == "__main__":

@@ -62,14 +62,23 @@ def test_launches_are_recorded_not_run_and_compiled_for_hopper():
 def test_pipeline_buffers_are_read_from_the_shared_allocations():
     from flashcourse.bench import compile_counts
 
-    ttgir = ("%1 = ttg.local_alloc : () -> !ttg.memdesc<2x128x64xf16, #shared, #smem, mutable>\n"
-             "%2 = ttg.local_alloc : () -> !ttg.memdesc<128x64xf16, #shared, #smem, mutable>\n"
-             "%3 = ttg.local_alloc : () -> !ttg.memdesc<3x1x64x1x64xbf16, #shared, #smem, "
-             "mutable>\n%4 = ttg.local_alloc : () -> !ttg.memdesc<4xi64, #shared1, #smem, "
-             "mutable>\n%5 = ttg.memdesc_index %1 : !ttg.memdesc<8x64x64xf16, #shared, #smem>")
-    assert compile_counts.pipeline_buffers(ttgir) == 3  # not the barriers, not an immutable view
-    assert compile_counts.pipeline_buffers(ttgir.splitlines()[1]) == 1  # 2-D: not pipelined
-    assert compile_counts.pipeline_buffers("") == 1
+    ttgir = "\n".join((
+        "  tt.func public @k() {",
+        "    %1 = ttg.local_alloc : () -> !ttg.memdesc<2x128x64xf16, #shared, #smem, mutable>",
+        "    %2 = ttg.local_alloc : () -> !ttg.memdesc<128x64xf16, #shared, #smem, mutable>",
+        "    %3 = ttg.local_alloc : () -> !ttg.memdesc<3x1x64x1x64xbf16, #shared, #smem, mutable>",
+        "    %4 = ttg.local_alloc : () -> !ttg.memdesc<4xi64, #shared1, #smem, mutable>",
+        "    %5 = ttg.memdesc_index %1 : !ttg.memdesc<8x64x64xf16, #shared, #smem>",
+        "    %6 = scf.if %c -> (tensor<16x64xf32>) {",
+        "      %7 = ttg.local_alloc : () -> !ttg.memdesc<1x64x1x64xf16, #shared, #smem, mutable>",
+    ))
+    # the loop with the fewest: 2; not the barriers, a view of 8, nor the copy in the branch
+    assert compile_counts.pipeline_buffers(ttgir) == 2
+    assert compile_counts.pipeline_buffers(ttgir.replace("2x128x64", "4x128x64")) == 3
+    assert compile_counts.pipeline_buffers(ttgir.replace("<2x128x64", "<1x128x64")) == 1
+    assert compile_counts.pipeline_buffers("\n".join(ttgir.splitlines()[:3])) == 2
+    assert compile_counts.pipeline_buffers(ttgir.splitlines()[2]) == 0  # 2-D: no buffers
+    assert compile_counts.pipeline_buffers("") == 0
 
 
 def test_ptxas_performance_notes_are_read_from_its_log():

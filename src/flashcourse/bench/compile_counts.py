@@ -62,7 +62,7 @@ def resources(kernel, args, kwargs) -> dict:
     memory per block, blocks per SM by each limit, what ptxas said of performance (such as
     wgmma instructions it had to serialize), how many warpgroup arrives and waits the code
     holds (two per wgmma where they are serialized) and how many buffers the pipeliner gave a
-    pipelined load (pipeline_buffers)."""
+    pipelined loop (pipeline_buffers)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
@@ -93,19 +93,26 @@ def resources(kernel, args, kwargs) -> dict:
         re.search(r"LOCAL:(\d+)", usage).group(1))
     shared = int(compiled.metadata.shared)
     return {"registers": registers, "spilled B": local, "shared KiB": round(shared / 1024, 1),
-            **blocks_per_sm(registers, shared, kwargs["num_warps"]),
+            **blocks_per_sm(registers, shared, options.num_warps),
             "pipeline buffers": pipeline_buffers(compiled.asm["ttgir"]),
             "ptxas notes": performance_notes(log.getvalue()),
             "warpgroup syncs": len(re.findall(r"\bWARPGROUP\.", sass))}
 
 
 def pipeline_buffers(ttgir: str) -> int:
-    """The most copies of one loaded tile that the software pipeliner keeps in shared memory:
-    the leading size of its multi-buffered allocations (`memdesc<2x128x64xf16, ...,
-    mutable>` is two buffers of a 128 x 64 tile; a tile not pipelined is one buffer, or a
-    2-D allocation). As many tiles of each pipelined load can be in flight at once."""
-    shapes = re.findall(r"memdesc<(\d+)x(\d+)x\d+[x\d]*x[a-z]+\d+[^>]*mutable>", ttgir)
-    return max((int(first) for first, _ in shapes), default=1)
+    """How many copies of a loaded tile the software pipeliner keeps in shared memory, in the
+    loop that keeps the fewest: the leading size of the buffers it allocates at the top of the
+    function for its loops (`memdesc<2x128x64xf16, ..., mutable>` is two buffers of a 128 x 64
+    tile, as many tiles in flight at once; a tile waiting on a load of its own iteration, such
+    as a block index, gets one fewer). A copy made once, inside a branch, is not counted. 0
+    when no loop's tiles have buffers (2-D allocations only)."""
+    allocations = re.findall(r"^( *)%\S+ = ttg\.local_alloc .*$", ttgir, re.M)
+    if not allocations:
+        return 0
+    top = min(len(indent) for indent in allocations)
+    pattern = rf"^ {{{top}}}%\S+ = ttg\.local_alloc : \(\) -> !ttg\.memdesc<(\d+)x\d+x\d+" \
+        r"[x\d]*x[a-z]+\d+[^>]*mutable>"
+    return min((int(first) for first in re.findall(pattern, ttgir, re.M)), default=0)
 
 
 def performance_notes(ptxas_log: str) -> str:
