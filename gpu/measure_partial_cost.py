@@ -5,7 +5,7 @@
 
 On the two masks where the reference sparse forward with every PARTIAL tile fully masked
 stays under 1.15x FlexAttention (the causal window at d = 64, the causal documents at
-d = 128), fp16, B = 1, H = 16, N = 8k to 32k, seven calls are timed side by side, median of
+d = 128), fp16, B = 1, H = 16, N = 8k to 32k, nine calls are timed side by side, median of
 bench_modern_attention.REPEATS interleaved timings:
 
 * the reference sparse forward with every test on every PARTIAL tile ("every test",
@@ -24,6 +24,10 @@ bench_modern_attention.REPEATS interleaved timings:
   without the partial tests' code ("partial as full, every-test code": its wgmma instructions
   not serialized; no PARTIAL tile runs, so which masked code the binary holds changes only
   how it was compiled);
+* the reference on query blocks of 64 rows (tiles.SPARSE_SMALL_BLOCKS, a plan of its own): its
+  default variant for that plan ("64-row blocks": no halves, each a 32-row matmul), and with
+  its FULL lists walked as runs and the partial tests as selects ("64-row blocks, runs,
+  selects"), both checked first;
 * FlexAttention compiled with the mask's own mask_mod (the fair one of --fair-flex), checked
   first, its block map equal to ours at 128 x 128.
 """
@@ -118,6 +122,14 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads, win
                          q, k, v, plan, partial_tests=True, tests_as_selects=True)[0],
                      "row ranges": lambda: sf.sparse_forward(q, k, v, plan,
                                                              row_ranges=True)[0]}
+    small = sf.sparse_plan(n, d, b.device, case.left, case.right, case.docs,
+                           config=ma.tiles.SPARSE_SMALL_BLOCKS if b.mode != "interpreter"
+                           else None)
+    checked_calls.update({
+        "64-row blocks": lambda: sf.sparse_forward(q, k, v, small)[0],
+        "64-row blocks, runs, selects": lambda: sf.sparse_forward(
+            q, k, v, small, halves=False, full_range=small.full_ranges, partial_tests=True,
+            tests_as_selects=True)[0]})
     for label, call in checked_calls.items():
         if bma.checked(b, row, label, call, reference, True):
             timed[label] = call
@@ -129,7 +141,8 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads, win
         bma.spread_columns(row, label, timing)
     if row.get("flex ms"):
         for label in ("every test", "partial tests", "tests as selects", "row ranges",
-                      "partial as full", "partial as full, every-test code"):
+                      "partial as full", "partial as full, every-test code", "64-row blocks",
+                      "64-row blocks, runs, selects"):
             if row.get(f"{label} ms"):
                 row[f"{label} vs flex"] = row["flex ms"] / row[f"{label} ms"]
     if row.get("every test ms"):

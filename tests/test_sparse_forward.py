@@ -4,6 +4,7 @@ lengths, several batches and heads, transposed inputs, large logits, rows that s
 padded head dims, pointer loads beside tensor descriptors; and its clear errors on bad input."""
 
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -159,6 +160,14 @@ def test_the_default_variant_follows_the_head_dim_the_tiles_and_the_lists():
     assert sf.reference_variant(docs, 64) == (False, True, False)  # narrow: no tests
     assert sf.reference_variant(docs, 128) == (False, False, True)
     assert sf.reference_variant(dataclasses.replace(docs, part_tests=None), 128)[2] is False
+    # on a GPU a half must fill a warpgroup's wgmma (64 rows for each 4 warps)
+    with mock.patch.object(sf.runtime, "current",
+                           return_value=mock.Mock(interpreter=False)):
+        assert sf.halves_fill_the_tensor_cores((128, 64, 4, 3))
+        assert not sf.halves_fill_the_tensor_cores((64, 64, 4, 3))  # halves of 32 rows
+        assert not sf.halves_fill_the_tensor_cores((128, 64, 8, 3))  # 64 rows, 2 warpgroups
+        assert sf.halves_fill_the_tensor_cores((256, 64, 8, 2))
+    assert sf.halves_fill_the_tensor_cores(HALVES_TILES)  # the interpreter: tl.dot's 16 rows
     q, k, v = inputs(1, 2, 64, 16, seed=9)
     chosen = sf.sparse_forward(q, k, v, causal)
     spelled = sf.sparse_forward(q, k, v, causal, halves=True, full_range=True)

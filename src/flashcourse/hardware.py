@@ -49,6 +49,11 @@ HOPPER_REGISTER_UNIT = 8
 HOPPER_SM_SHARED_BYTES = 228 * 1024
 HOPPER_SHARED_RESERVED_PER_BLOCK = 1024
 HOPPER_SM_WARPS = 64
+# Hopper's tensor-core matmul (wgmma) is issued by a warpgroup of 4 warps on 64 rows of A (its
+# M; PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): a tile of fewer rows
+# per warpgroup compiles to the older mma instructions.
+WARPS_PER_WARPGROUP = 4
+HOPPER_WGMMA_ROWS = 64
 
 # Measured on the course's NVIDIA H200 (torch 2.11, Triton 3.6): assets/results/02-ceilings.csv
 # (gpu/measure_ceilings.py), a bf16 8192^3 cuBLAS GEMM and a 2 GiB device-to-device copy, each

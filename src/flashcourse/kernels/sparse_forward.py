@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import runtime
+from .. import hardware, runtime
 from ..models.matmul import cdiv
 from . import LOG2E, tiles
 from .common import (
@@ -578,13 +578,25 @@ HALVES_AND_RANGES_UP_TO = 64
 def reference_variant(plan: SparsePlan, d: int) -> tuple[bool, bool, bool]:
     """(halves, full_range, partial_tests) that sparse_forward takes by default for this plan
     and head dim d, as timed on an H200 (gpu/bench_modern_attention.py --part steps): halves
-    and full_range at kernel head dims up to HALVES_AND_RANGES_UP_TO, halves only where BLOCK_M
-    splits into two tiles tl.dot takes, full_range only where the plan's FULL lists are runs;
+    and full_range at kernel head dims up to HALVES_AND_RANGES_UP_TO, halves only where each
+    half fills the tensor cores' matmul (halves_fill_the_tensor_cores), full_range only where
+    the plan's FULL lists are runs;
     partial_tests only above that width and only on a plan with documents (where it won;
     it lost on every other mask and width), and where the plan has room for the tests."""
     narrow = kernel_head_dim(d) <= HALVES_AND_RANGES_UP_TO
     tests = not narrow and plan.docs is not None and plan.part_tests is not None
-    return (narrow and plan.config[0] >= 2 * MIN_DOT_ROWS, narrow and plan.full_ranges, tests)
+    return (narrow and halves_fill_the_tensor_cores(plan.config), narrow and plan.full_ranges,
+            tests)
+
+
+def halves_fill_the_tensor_cores(config: tuple[int, int, int, int]) -> bool:
+    """Each half of a BLOCK_M query block holds hardware.HOPPER_WGMMA_ROWS rows per warpgroup
+    of the config's warps: a smaller half compiles to the older mma instructions (a 64-row
+    block in 4 warps: halves of 32 rows, no wgmma, 250 registers and more). In the
+    interpreter, where nothing compiles, the rule scales down to tl.dot's MIN_DOT_ROWS."""
+    block_m, _, warps, _ = config
+    rows = MIN_DOT_ROWS if runtime.current().interpreter else hardware.HOPPER_WGMMA_ROWS
+    return block_m // 2 >= rows * max(1, warps // hardware.WARPS_PER_WARPGROUP)
 
 
 def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
