@@ -571,19 +571,22 @@ def test_the_tma_decoding_kernel_reads_a_pool_with_each_heads_rows_together():
     assert torch.allclose(outs[1].double(), ma.decode_reference(q, k, v, [70, 33]), atol=1e-5)
 
 
-@pytest.mark.parametrize("d, config, kv_loads, message", [
-    (16, None, "columns", r"kv_loads='columns' is not one of \('rows', 'pages ahead', "
+@pytest.mark.parametrize("d, page_size, config, kv_loads, message", [
+    (16, 8, None, "columns", r"kv_loads='columns' is not one of \('rows', 'pages ahead', "
      r"'tma'\)"),
-    (16, (16, 4, 1), "tma", r"BLOCK_N must be the page size 8; got 16"),
-    (15, None, "tma", r"start and strides are multiples of 16 bytes \(strides "
+    (16, 8, (16, 4, 1), "tma", r"BLOCK_N must be the page size 8; got 16"),
+    (16, 512, None, "tma", r"in one copy of at most 256 rows; pages of 512 keys need "
+     r'kv_loads="rows"'),
+    (15, 8, None, "tma", r"start and strides are multiples of 16 bytes \(strides "
      r"\(240, 30, 15, 1\) of 4-byte values\); copy them with .contiguous\(\)"),
 ])
-def test_the_decoding_kernels_refuse_what_they_cannot_read(d, config, kv_loads, message):
+def test_the_decoding_kernels_refuse_what_they_cannot_read(d, page_size, config, kv_loads,
+                                                           message):
     from flashcourse.kernels import decode
 
     q = torch.randn(2, 4, d)
     k = torch.randn(2, 2, 70, d)
-    k_pages, v_pages, table, _ = ma.paged_cache(k, k, [70, 33], page_size=8)
+    k_pages, v_pages, table, _ = ma.paged_cache(k, k, [70, 33], page_size=page_size)
     with pytest.raises(runtime.CourseInputError, match=message):
         decode.DecodePlan(q, k_pages, v_pages, table, torch.tensor([70, 33], dtype=torch.int32),
                           max_len=70, num_sms=4, config=config, kv_loads=kv_loads)

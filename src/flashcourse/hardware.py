@@ -54,6 +54,7 @@ HOPPER_SM_WARPS = 64
 # per warpgroup compiles to the older mma instructions.
 WARPS_PER_WARPGROUP = 4
 HOPPER_WGMMA_ROWS = 64
+TMA_BOX_MAX = 256  # a TMA copy spans at most 256 elements along each axis (CUDA driver API)
 
 # Measured on the course's NVIDIA H200 (torch 2.11, Triton 3.6): assets/results/02-ceilings.csv
 # (gpu/measure_ceilings.py), a bf16 8192^3 cuBLAS GEMM and a 2 GiB device-to-device copy, each

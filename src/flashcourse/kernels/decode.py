@@ -15,6 +15,11 @@ answer to "how fast can that algorithm go": the same paged, grouped-query, split
 * `DecodePlan` checks the inputs, allocates the states and fixes the grid once per batch
   shape, and `run()` only launches, as serving engines split it (FlashInfer's plan and run):
   the Python work of a step is its one or two launches. Tiles: tiles.DECODE_CONFIGS.
+* K and V read three ways (`KV_LOADS`): each block's rows through their pages' pointers (the
+  default), the same with the page numbers loaded a block ahead (the K and V loads then wait
+  on no load of their own iteration, and the pipeliner keeps one more block of them in
+  flight), or a page per block through tensor descriptors (TMA); the last two are untimed
+  (gpu/tune_decode.py times them; gpu/decode_buffers.py counts the blocks in flight).
 
 `read_only` launches a kernel that reads a buffer and writes one number per program: timed,
 it is the measured ceiling of a kernel that only reads, as decoding does (it writes a few KB),
@@ -29,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import runtime
+from .. import hardware, runtime
 from ..models.matmul import cdiv
 from . import LOG2E, host, ladder, tiles
 from .ladder import TensorDescriptor
@@ -39,7 +44,6 @@ _require = runtime.require
 
 MAX_DECODE_HEAD_DIM = 256
 KV_LOADS = ("rows", "pages ahead", "tma")  # how the kernel reads K and V (DecodePlan)
-MAX_TMA_BOX_ROWS = 256  # a TMA copy spans at most 256 elements along each axis
 
 
 # ---------------------------------------------------------------- how many splits
@@ -93,8 +97,8 @@ def _check_tma(k_pages, v_pages, block_n: int) -> None:
     _require(block_n == page_size,
              f'kv_loads="tma" reads one page per block: BLOCK_N must be the page size '
              f"{page_size}; got {block_n}.")
-    _require(page_size <= MAX_TMA_BOX_ROWS,
-             f'kv_loads="tma" reads a page in one copy of at most {MAX_TMA_BOX_ROWS} rows; '
+    _require(page_size <= hardware.TMA_BOX_MAX,
+             f'kv_loads="tma" reads a page in one copy of at most {hardware.TMA_BOX_MAX} rows; '
              f'pages of {page_size} keys need kv_loads="rows".')
     _require(host.tma_ok(k_pages, v_pages),
              'kv_loads="tma" needs pools whose start and strides are multiples of 16 bytes '
