@@ -493,7 +493,9 @@ def bench_sparse_steps(b: Bench, kernels, ma, sf, sweep: bool) -> tuple[list[dic
     (sf.reference_variant); at D = 128 step 6 is timed to show why it does not. 7 (masks with
     PARTIAL tiles) the reference's variant of steps 5 and 6 with each PARTIAL tile masked only
     by the tests it needs (partial_tests=True: the reference's default at D = 128 on masks with
-    documents, where it wins); 7s the same with those tests applied as selects, without
+    documents, where it wins); 6a (every mask) step 5 with the lists' entries loaded a step
+    ahead (entries_ahead=True, an experiment; not part of step 6's chain); 7s the same as 7
+    with those tests applied as selects, without
     branches (tests_as_selects=True, an experiment); 8 (masks whose rows each see one range of
     keys) the variant of step 7 with each PARTIAL tile masked by its rows' ranges instead
     (row_ranges=True, an experiment)."""
@@ -534,12 +536,14 @@ def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
                               longest_first=longest_first)
 
     def reference(config, longest_first=True, use_tma=True, halves=False, full_range=False,
-                  partial_tests=False, row_ranges=False, tests_as_selects=False):
+                  partial_tests=False, row_ranges=False, tests_as_selects=False,
+                  entries_ahead=False):
         plan = plan_for(config, longest_first)
         return lambda: sf.sparse_forward(q, k, v, plan, use_tma=use_tma, halves=halves,
                                          full_range=full_range, partial_tests=partial_tests,
                                          row_ranges=row_ranges,
-                                         tests_as_selects=tests_as_selects)[0]
+                                         tests_as_selects=tests_as_selects,
+                                         entries_ahead=entries_ahead)[0]
 
     final = sf.sparse_reference_config(D)
     variants = {"0 teaching kernel": teaching,
@@ -551,6 +555,10 @@ def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
     halves, full_range, _ = sf.reference_variant(final_plan, D)  # D = 64: the dense step 7
     if halves:
         variants["5 + two row halves"] = reference(final, halves=True)
+    # every mask: the lists' entries loaded a step ahead (where the lists are runs, beside
+    # step 6: how much of its gain is the tiles in flight, not the loads)
+    variants["6a step 5 with list entries a step ahead (not 6)"] = reference(
+        final, halves=halves, entries_ahead=True)
     if final_plan.full_ranges:  # timed at D = 128 too, where the reference leaves it off
         variants["6 + FULL lists walked as runs"] = reference(final, halves=halves,
                                                               full_range=True)

@@ -12,10 +12,10 @@ on causal, window and document masks, the GQA forward, and exercise 4's paged sp
 of the lesson's `choose_split_size` and with one split per sequence. Inputs are non-contiguous
 views; outputs sit inside NaN padding that must stay untouched. Then the reference sparse
 forward (kernels/sparse_forward.py) in every variant its plan allows (halves, FULL lists as
-runs, partial tests or row ranges, pointer loads), and its default, on ragged N with B and
-H > 1, views with the heads as the middle axis of (B, N, H, D), a custom sm_scale with large
-logits and rows that see no key, at head dims 64, 80 and 128 (its output and logsumexp). Exits
-1 on any mismatch, 2 without a GPU.
+runs, partial tests or row ranges, pointer loads, entries loaded a step ahead), and its
+default, on ragged N with B and H > 1, views with the heads as the middle axis of (B, N, H,
+D), a custom sm_scale with large logits and rows that see no key, at head dims 64, 80 and 128
+(its output and logsumexp). Exits 1 on any mismatch, 2 without a GPU.
 """
 
 from __future__ import annotations
@@ -234,7 +234,9 @@ def sparse_variants(sf, plan, small: bool) -> list[dict]:
         if halves and not small and plan.config[0] < 2 * sf.MIN_DOT_ROWS:
             continue
         variants.append({"halves": halves, "full_range": full_range, "use_tma": tma, **mask})
-    return variants
+    # the lists' entries loaded a step ahead, with the descriptors the reference uses
+    return variants + [{**variant, "entries_ahead": True} for variant in variants
+                       if variant.get("use_tma")]
 
 
 def run_graders() -> int:

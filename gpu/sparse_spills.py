@@ -9,7 +9,8 @@ selects: tests_as_selects) and with row_ranges, and
 compiles each for sm_90a as Triton would at that launch (bench/compile_counts.py). Prints the
 binary's registers and spilled bytes per thread, and how many K and V tiles the pipeliner keeps
 in flight in the loop that keeps fewest (also each head dim's FULL lists read the other way:
-entries loaded, step 5, or walked as runs, step 6). Nothing is launched, so it runs on a machine
+entries loaded, step 5, or walked as runs, step 6; and at d = 64 the entries loaded a step
+ahead, entries_ahead). Nothing is launched, so it runs on a machine
 without a GPU; the counts are those of the Triton that runs it (another version unpacked in a
 folder first on PYTHONPATH gives that version's). Lesson 9 reads them beside the timings of
 --part steps.
@@ -30,7 +31,7 @@ VARIANTS = ((64, False, True, True), (64, True, True, True),
 
 
 def compile_variant(sf, d, has_docs, halves, full_range, tests, ranges=False,
-                    selects=False) -> dict:
+                    selects=False, ahead=False) -> dict:
     """The binary's counts for one variant (tensor descriptors, fp16)."""
     import torch
 
@@ -44,12 +45,13 @@ def compile_variant(sf, d, has_docs, halves, full_range, tests, ranges=False,
     with compile_counts.captured_launches() as launches:
         sf._launch(q, k, v, o, plan=plan, lse=lse, qk_scale=0.1275, use_tma=True,
                    halves=halves, full_range=full_range, partial_tests=tests,
-                   row_ranges=ranges, tests_as_selects=selects)
+                   row_ranges=ranges, tests_as_selects=selects, entries_ahead=ahead)
     (kernel, args, kwargs), = launches
     counts = compile_counts.resources(kernel, args, kwargs)
     return {"gpu": compile_counts.GPU_NOTE, "D": d, "documents": has_docs,
             "halves": halves, "full range": full_range, "partial tests": tests,
-            "row ranges": ranges, "tests as selects": selects, "registers": counts["registers"],
+            "row ranges": ranges, "tests as selects": selects, "entries ahead": ahead,
+            "registers": counts["registers"],
             "spilled B": counts["spilled B"], "ptxas notes": counts["ptxas notes"],
             "warpgroup syncs": counts["warpgroup syncs"],
             "K/V buffers": counts["pipeline buffers"]}
@@ -67,6 +69,7 @@ def measure():
     for has_docs in (False, True):  # d = 64 at step 5 (the FULL lists' entries loaded, one
         yield compile_variant(sf, 64, has_docs, True, False, False)  # per tile), d = 128 at 6
         yield compile_variant(sf, 128, has_docs, False, True, False)
+        yield compile_variant(sf, 64, has_docs, True, False, False, ahead=True)  # a step ahead
 
 
 if __name__ == "__main__":

@@ -287,6 +287,39 @@ def test_partial_tests_on_a_random_block_mask(halves):
     assert torch.isinf(tested[1][..., block:2 * block]).all()
 
 
+@pytest.mark.parametrize("halves", [False, True], ids=["one tile", "two halves"])
+@pytest.mark.parametrize("mask", ["random blocks", "causal documents with padding"])
+def test_entries_loaded_a_step_ahead_give_the_same_output(mask, halves):
+    """entries_ahead: each list entry loaded one step before its tile, bit for bit the output
+    of entries loaded at their own step, on a random block mask (lists with gaps, a query
+    block that sees nothing) and on documents with the partial tests packed in the entries."""
+    if mask == "random blocks":
+        n, block = 70, 32
+        block_m, block_n = HALVES_TILES[:2] if halves else (TILE, TILE)
+        table = sf.random_block_table(n, block, 0.5, seed=n + 1)
+        table[1] = False
+        kinds = sf.block_table_kinds(table, block, n, block_m, block_n)
+        plan = sf.sparse_plan(n, 16, "cpu", kinds=kinds,
+                              config=HALVES_TILES if halves else None)
+        expected = None
+    else:
+        n, left, right, docs = RULE_MASKS[mask]
+        plan = sf.sparse_plan(n, 16, "cpu", left=left, right=right, docs=docs,
+                              config=HALVES_TILES if halves else None)
+        expected = ma.dense_mask(n, n, left, right, docs)
+    q, k, v = inputs(1, 2, n, 16, seed=11)
+    for tests in (False, True):
+        at_their_step = sf.sparse_forward(q, k, v, plan, halves=halves, full_range=False,
+                                          partial_tests=tests)
+        ahead = sf.sparse_forward(q, k, v, plan, halves=halves, full_range=False,
+                                  partial_tests=tests, entries_ahead=True)
+        assert all(torch.equal(a, b) for a, b in zip(at_their_step, ahead, strict=True))
+    if expected is not None:
+        assert_matches(q, k, v, expected, plan, halves=halves)
+    with pytest.raises(CourseInputError, match="entries_ahead=1 must be True or False"):
+        sf.sparse_forward(q, k, v, plan, entries_ahead=1)
+
+
 def without_test(plan, row, test):
     """The plan with `test` taken off the first PARTIAL tile of query block `row` that has it."""
     packed = plan.part_tests.clone()

@@ -183,15 +183,35 @@ def tile_update(s, acc, l_i, m_i, v,  # raw scores (rows, BLOCK_N), running stat
 
 
 @triton.jit
-def listed_block(index_row, first, i, RANGE: tl.constexpr, TESTS: tl.constexpr):
-    """(key block, TEST_* flags) of entry i of a list: first + i with RANGE; with TESTS the
-    entry holds the flags above the index (SparsePlan.part_tests); flags 0 otherwise."""
-    if RANGE:
-        return first + i, 0
-    entry = tl.load(index_row + i)
+def entry_fields(entry, TESTS: tl.constexpr):
+    """(key block, TEST_* flags) of a list entry: with TESTS the entry holds the flags above
+    the index (SparsePlan.part_tests); flags 0 otherwise."""
     if TESTS:
         return entry & _INDEX_MASK, entry >> _SHIFT
     return entry, 0
+
+
+@triton.jit
+def listed_block(index_row, first, i, RANGE: tl.constexpr, TESTS: tl.constexpr):
+    """(key block, TEST_* flags) of entry i of a list: first + i with RANGE, else the entry
+    loaded now."""
+    if RANGE:
+        return first + i, 0
+    return entry_fields(tl.load(index_row + i), TESTS=TESTS)
+
+
+@triton.jit
+def next_listed_block(index_row, first, i, count, RANGE: tl.constexpr, AHEAD: tl.constexpr,
+                      TESTS: tl.constexpr):
+    """(key block, TEST_* flags, first) of entry i of a list of count entries. AHEAD (and not
+    RANGE): `first` holds entry i, loaded one step earlier, and comes back holding entry i + 1
+    (0 past the end), so that the tile's K and V loads wait on no load of their own step (the
+    pipeliner then keeps as many tiles of them in flight as with a run)."""
+    if RANGE or not AHEAD:
+        block, tests = listed_block(index_row, first, i, RANGE=RANGE, TESTS=TESTS)
+        return block, tests, first
+    block, tests = entry_fields(first, TESTS=TESTS)
+    return block, tests, tl.load(index_row + i + 1, mask=i + 1 < count, other=0)
 
 
 @triton.jit
@@ -203,18 +223,21 @@ def attend_listed_blocks(acc, l_i, m_i, q,  # running state (fp32) and the query
                          BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
                          HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr, RANGE: tl.constexpr,
                          TESTS: tl.constexpr, ROW_RANGES: tl.constexpr,
-                         SELECTS: tl.constexpr):
+                         SELECTS: tl.constexpr, AHEAD: tl.constexpr):
     """Online softmax of one query block over the key blocks index_row[0 .. count): FULL
     blocks (MASKED=False; every key of the tile visible to every row, and < N) or PARTIAL ones
     (MASKED=True). RANGE: the list is index_row[0], index_row[0] + 1, ...: the first index is
     read once, not one per step (an experiment that measures what the list's loads cost).
     TESTS: each entry carries the tests its PARTIAL tile needs (SparsePlan.part_tests), applied
     as selects without branches with SELECTS. ROW_RANGES: docs_q is each row's (first, last)
-    visible key (SparsePlan.row_ranges)."""
+    visible key (SparsePlan.row_ranges). AHEAD: each entry loaded one step ahead
+    (next_listed_block)."""
     offs_n = tl.arange(0, BLOCK_N)
-    first = tl.load(index_row) if RANGE else 0  # in bounds: every row has one entry or more
+    # entry 0, in bounds: every row has one entry or more
+    first = tl.load(index_row) if RANGE or AHEAD else 0
     for i in tl.range(0, count):
-        block, tests = listed_block(index_row, first, i, RANGE=RANGE, TESTS=TESTS)
+        block, tests, first = next_listed_block(index_row, first, i, count, RANGE=RANGE,
+                                                AHEAD=AHEAD, TESTS=TESTS)
         start_n = block * BLOCK_N
         k = load_rows(k_src, b, h, start_n, offs_n, offs_d, stride_kn, stride_kd, N,
                       MASK_ROWS=MASKED, USE_TMA=USE_TMA)
@@ -237,14 +260,16 @@ def attend_listed_blocks_halves(acc0, l0, m0, acc1, l1, m1, q0, q1,  # two halve
                                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr,  # meta-parameters
                                 HAS_DOCS: tl.constexpr, USE_TMA: tl.constexpr,
                                 RANGE: tl.constexpr, TESTS: tl.constexpr,
-                                ROW_RANGES: tl.constexpr, SELECTS: tl.constexpr):
+                                ROW_RANGES: tl.constexpr, SELECTS: tl.constexpr,
+                                AHEAD: tl.constexpr):
     """attend_listed_blocks for a query block held as two halves (lesson 8's step 7): both
     halves' Q K^T are issued before either softmax, so that the tensor cores work on one half's
     matmuls while the other half's softmax runs. Both halves walk the block's one list."""
     offs_n = tl.arange(0, BLOCK_N)
-    first = tl.load(index_row) if RANGE else 0
+    first = tl.load(index_row) if RANGE or AHEAD else 0
     for i in tl.range(0, count):
-        block, tests = listed_block(index_row, first, i, RANGE=RANGE, TESTS=TESTS)
+        block, tests, first = next_listed_block(index_row, first, i, count, RANGE=RANGE,
+                                                AHEAD=AHEAD, TESTS=TESTS)
         start_n = block * BLOCK_N
         k, v = load_key_value_rows(k_src, v_src, b, h, start_n, offs_n, offs_d, stride_kn,
                                    stride_kd, stride_vn, stride_vd, N, MASK_ROWS=MASKED,
@@ -303,7 +328,8 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
                           BLOCK_N: tl.constexpr, HAS_DOCS: tl.constexpr,
                           USE_TMA: tl.constexpr, HALVES: tl.constexpr,
                           FULL_RANGE: tl.constexpr, PARTIAL_TESTS: tl.constexpr,
-                          ROW_RANGES: tl.constexpr, TEST_SELECTS: tl.constexpr):
+                          ROW_RANGES: tl.constexpr, TEST_SELECTS: tl.constexpr,
+                          ENTRIES_AHEAD: tl.constexpr):
     """O = softmax(mask(sm_scale Q K^T)) V and LSE (natural log; -inf for a row that sees no
     key, whose O is 0) for one query block of one head; qk_scale = sm_scale * log2(e).
 
@@ -315,7 +341,7 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
     PARTIAL_TESTS: part_index is SparsePlan.part_tests, each PARTIAL tile masked only by the tests
     it needs (TEST_SELECTS: applied as selects, without branches). ROW_RANGES: Docs is
     SparsePlan.row_ranges, each PARTIAL tile masked by its rows' ranges of keys (HAS_DOCS is
-    then False).
+    then False). ENTRIES_AHEAD: each list's entries loaded one step ahead (next_listed_block).
     """
     start_m = tl.load(Order + tl.program_id(0))  # the longest lists first
     bh = tl.program_id(1)
@@ -351,13 +377,13 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
             stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, full_count,
             full_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=False,
             HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=FULL_RANGE, TESTS=False,
-            ROW_RANGES=False, SELECTS=False)
+            ROW_RANGES=False, SELECTS=False, AHEAD=ENTRIES_AHEAD)
         acc0, l0, m0, acc1, l1, m1 = attend_listed_blocks_halves(
             acc0, l0, m0, acc1, l1, m1, q0, q1, k_src, v_src, b, h, stride_kn, stride_kd,
             stride_vn, stride_vd, rows0, rows1, offs_d, docs0, docs1, Docs, part_count,
             part_row, N, left, right, qk_scale, BLOCK_N=BLOCK_N, MASKED=True,
             HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False, TESTS=PARTIAL_TESTS,
-            ROW_RANGES=ROW_RANGES, SELECTS=TEST_SELECTS)
+            ROW_RANGES=ROW_RANGES, SELECTS=TEST_SELECTS, AHEAD=ENTRIES_AHEAD)
         finish_rows(O, LSE, acc0, l0, m0, b, h, bh, start, offs_d, stride_ob, stride_oh,
                     stride_on, stride_od, N, ROWS=HALF, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
         finish_rows(O, LSE, acc1, l1, m1, b, h, bh, start + HALF, offs_d, stride_ob,
@@ -375,12 +401,13 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
             acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
             rows, offs_d, docs_q, Docs, full_count, full_row, N, left, right, qk_scale,
             BLOCK_N=BLOCK_N, MASKED=False, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA,
-            RANGE=FULL_RANGE, TESTS=False, ROW_RANGES=False, SELECTS=False)
+            RANGE=FULL_RANGE, TESTS=False, ROW_RANGES=False, SELECTS=False, AHEAD=ENTRIES_AHEAD)
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_src, v_src, b, h, stride_kn, stride_kd, stride_vn, stride_vd,
             rows, offs_d, docs_q, Docs, part_count, part_row, N, left, right, qk_scale,
             BLOCK_N=BLOCK_N, MASKED=True, HAS_DOCS=HAS_DOCS, USE_TMA=USE_TMA, RANGE=False,
-            TESTS=PARTIAL_TESTS, ROW_RANGES=ROW_RANGES, SELECTS=TEST_SELECTS)
+            TESTS=PARTIAL_TESTS, ROW_RANGES=ROW_RANGES, SELECTS=TEST_SELECTS,
+            AHEAD=ENTRIES_AHEAD)
         finish_rows(O, LSE, acc, l_i, m_i, b, h, bh, start, offs_d, stride_ob, stride_oh,
                     stride_on, stride_od, N, ROWS=BLOCK_M, HEAD_D=HEAD_D, USE_TMA=USE_TMA)
 
@@ -602,7 +629,8 @@ def halves_fill_the_tensor_cores(config: tuple[int, int, int, int]) -> bool:
 def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
                    use_tma: bool = True, halves: bool | None = None,
                    full_range: bool | None = None, partial_tests: bool | None = None,
-                   row_ranges: bool = False, tests_as_selects: bool = False):
+                   row_ranges: bool = False, tests_as_selects: bool = False,
+                   entries_ahead: bool = False):
     """Block-sparse attention of q, k, v (B, H, N, D), any strides, with the plan's mask;
     returns (o, lse): o like q, lse (B, H, N) float32 in natural log (-inf for a row that sees
     no key; its o is 0). sm_scale: 1 / sqrt(D) of the real head dim unless given. use_tma:
@@ -617,7 +645,9 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
     pair, no key ids loaded), instead of the rule's tests. tests_as_selects: an experiment,
     off until timed: with partial_tests, each tile's tests applied as selects against per-row
     limits, with no branch (the branches make ptxas serialize the wgmma instructions on plans
-    with documents: lesson 9)."""
+    with documents: lesson 9). entries_ahead: an experiment, off until timed: each list's
+    entries loaded one step ahead, so that a tile's K and V wait on no load of their own step
+    (with a list the pipeliner keeps one tile fewer in flight: lesson 9)."""
     check_reference_qkv(q, k, v)
     B, H, N, D = q.shape
     _require(N == plan.n, f"the plan was built for n={plan.n}, but q, k, v have N={N}: build "
@@ -662,16 +692,18 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
     _require(not tests_as_selects or partial_tests, "tests_as_selects=True changes how the "
              "partial tests are applied, and this call runs without them: pass "
              "partial_tests=True with it.")
+    _require(isinstance(entries_ahead, bool),
+             f"entries_ahead={entries_ahead!r} must be True or False.")
     launch = functools.partial(_launch, plan=plan, lse=lse, qk_scale=sm_scale * LOG2E,
                                use_tma=use_tma, halves=halves, full_range=full_range,
                                partial_tests=partial_tests, row_ranges=row_ranges,
-                               tests_as_selects=tests_as_selects)
+                               tests_as_selects=tests_as_selects, entries_ahead=entries_ahead)
     run_at_kernel_width(launch, (q, k, v), (o,))
     return o, lse
 
 
 def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, partial_tests,
-            row_ranges, tests_as_selects):
+            row_ranges, tests_as_selects, entries_ahead=False):
     """sparse_forward's launch at a kernel head dim (q.shape[-1] a power of two)."""
     B, H, N, D = q.shape
     block_m, block_n, warps, stages = plan.config
@@ -696,7 +728,7 @@ def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, par
         part_index, full_index.stride(0), HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n,
         HAS_DOCS=plan.docs is not None and not row_ranges, USE_TMA=tma, HALVES=halves,
         FULL_RANGE=full_range, PARTIAL_TESTS=partial_tests, ROW_RANGES=row_ranges,
-        TEST_SELECTS=tests_as_selects,
+        TEST_SELECTS=tests_as_selects, ENTRIES_AHEAD=entries_ahead,
         num_warps=warps, num_stages=stages)
 
 
