@@ -119,6 +119,28 @@ def _head_mask(rows_ok, offs_d, D: tl.constexpr, D_BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _program_split(Q, Lengths, s_qb, s_qh, H_KV, blocks_per_split,
+                   D: tl.constexpr, D_BLOCK: tl.constexpr, GROUP: tl.constexpr,
+                   ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """What program (split, b * H_KV + kv_h) works on: (split, b, kv_h, heads, real, offs_d,
+    q, lo, hi), its query heads' rows (real: within the group) and the keys lo..hi of its
+    split."""
+    split = tl.program_id(0)
+    bkv = tl.program_id(1)
+    b = bkv // H_KV
+    kv_h = bkv % H_KV
+    rows = tl.arange(0, ROWS)
+    real = rows < GROUP  # rows past the group exist only for tl.dot
+    heads = kv_h * GROUP + rows
+    offs_d = tl.arange(0, D_BLOCK)
+    q = tl.load(Q + b * s_qb + heads[:, None] * s_qh + offs_d[None, :],
+                mask=_head_mask(real, offs_d, D, D_BLOCK), other=0.0)       # (ROWS, D_BLOCK)
+    lo = split * blocks_per_split * BLOCK_N
+    hi = tl.minimum(lo + blocks_per_split * BLOCK_N, tl.load(Lengths + b))
+    return split, b, kv_h, heads, real, offs_d, q, lo, hi
+
+
+@triton.jit
 def _block_pages(table_row, start, hi,  # a sequence's page table, first key, end of the split
                  PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
     """The page of each key start..start + BLOCK_N (int64), 0 past hi (never read)."""
@@ -178,18 +200,9 @@ def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
     PAGES_AHEAD: each block's page numbers are loaded one block ahead, so that the K and V
     loads do not wait on a load of the same iteration (the pipeliner then keeps num_stages - 1
     blocks of K and V in flight, not one)."""
-    split = tl.program_id(0)
-    bkv = tl.program_id(1)
-    b = bkv // H_KV
-    kv_h = bkv % H_KV
-    rows = tl.arange(0, ROWS)
-    real = rows < GROUP  # rows past the group exist only for tl.dot
-    heads = kv_h * GROUP + rows
-    offs_d = tl.arange(0, D_BLOCK)
-    q = tl.load(Q + b * s_qb + heads[:, None] * s_qh + offs_d[None, :],
-                mask=_head_mask(real, offs_d, D, D_BLOCK), other=0.0)       # (ROWS, D_BLOCK)
-    lo = split * blocks_per_split * BLOCK_N
-    hi = tl.minimum(lo + blocks_per_split * BLOCK_N, tl.load(Lengths + b))
+    split, b, kv_h, heads, real, offs_d, q, lo, hi = _program_split(
+        Q, Lengths, s_qb, s_qh, H_KV, blocks_per_split, D=D, D_BLOCK=D_BLOCK, GROUP=GROUP,
+        ROWS=ROWS, BLOCK_N=BLOCK_N)
     table_row = Pages + b * s_table
     columns = kv_h * s_head + offs_d
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
@@ -241,18 +254,9 @@ def paged_decode_tma_kernel(Q,  # (B, H, D): one new token per sequence
     whole through the descriptors (blocks (1, PAGE_SIZE, 1, D_BLOCK) of the pools, columns
     past D read as 0), the page numbers loaded one page ahead. The full pages are unmasked;
     the page that holds the last key (if partly filled) comes after the loop, masked."""
-    split = tl.program_id(0)
-    bkv = tl.program_id(1)
-    b = bkv // H_KV
-    kv_h = bkv % H_KV
-    rows = tl.arange(0, ROWS)
-    real = rows < GROUP
-    heads = kv_h * GROUP + rows
-    offs_d = tl.arange(0, D_BLOCK)
-    q = tl.load(Q + b * s_qb + heads[:, None] * s_qh + offs_d[None, :],
-                mask=_head_mask(real, offs_d, D, D_BLOCK), other=0.0)       # (ROWS, D_BLOCK)
-    lo = split * blocks_per_split * PAGE_SIZE
-    hi = tl.minimum(lo + blocks_per_split * PAGE_SIZE, tl.load(Lengths + b))
+    split, b, kv_h, heads, real, offs_d, q, lo, hi = _program_split(
+        Q, Lengths, s_qb, s_qh, H_KV, blocks_per_split, D=D, D_BLOCK=D_BLOCK, GROUP=GROUP,
+        ROWS=ROWS, BLOCK_N=PAGE_SIZE)
     full_hi = tl.maximum(lo, hi - hi % PAGE_SIZE)  # the end of the split's full pages
     table_row = Pages + b * s_table
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
