@@ -514,9 +514,11 @@ def test_reference_decode_matches_float64(heads, kv_heads, d, splits):
     assert (out[2] == 0).all()  # no key: 0, not NaN
 
 
-def test_reference_decode_reads_a_pool_with_each_heads_rows_together():
+@pytest.mark.parametrize("kv_loads", ["rows", "tma"])
+def test_reference_decode_reads_a_pool_with_each_heads_rows_together(kv_loads):
     """The pool as (num_pages, H_KV, PAGE_SIZE, D), seen through a transposed view: the
-    kernel follows the strides, so the output is the side-by-side pool's, bit for bit."""
+    kernel (its pointers, or its tensor descriptors) follows the strides, so the output is
+    the side-by-side pool's, bit for bit."""
     from flashcourse.kernels import decode
 
     lengths = torch.tensor([70, 33], dtype=torch.int32)
@@ -525,7 +527,8 @@ def test_reference_decode_reads_a_pool_with_each_heads_rows_together():
     k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths.tolist(), page_size=8, seed=3)
     k_heads, v_heads = decode.heads_together(k_pages), decode.heads_together(v_pages)
     assert k_heads.stride(2) == 8 * 16 and k_heads.stride(1) == 16
-    outs = [decode.DecodePlan(q, kp, vp, table, lengths, max_len=70, num_sms=4, splits=3).run()
+    outs = [decode.DecodePlan(q, kp, vp, table, lengths, max_len=70, num_sms=4, splits=3,
+                              kv_loads=kv_loads).run()
             for kp, vp in ((k_pages, v_pages), (k_heads, v_heads))]
     assert torch.equal(outs[0], outs[1])
     assert torch.allclose(outs[1].double(), ma.decode_reference(q, k, v, [70, 33]), atol=1e-5)
@@ -554,21 +557,6 @@ def test_each_way_of_reading_k_and_v_gives_the_rows_output(kv_loads, heads, kv_h
     out = other.run()
     assert torch.equal(out, rows.run())
     assert torch.allclose(out.double(), ma.decode_reference(q, k, v, lengths), atol=1e-5)
-
-
-def test_the_tma_decoding_kernel_reads_a_pool_with_each_heads_rows_together():
-    from flashcourse.kernels import decode
-
-    lengths = torch.tensor([70, 33], dtype=torch.int32)
-    q = torch.randn(2, 4, 16)
-    k, v = (torch.randn(2, 2, 70, 16) for _ in range(2))
-    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths.tolist(), page_size=8, seed=5)
-    outs = [decode.DecodePlan(q, kp, vp, table, lengths, max_len=70, num_sms=4, splits=3,
-                              kv_loads="tma").run()
-            for kp, vp in ((k_pages, v_pages),
-                           (decode.heads_together(k_pages), decode.heads_together(v_pages)))]
-    assert torch.equal(outs[0], outs[1])
-    assert torch.allclose(outs[1].double(), ma.decode_reference(q, k, v, [70, 33]), atol=1e-5)
 
 
 @pytest.mark.parametrize("d, page_size, config, kv_loads, message", [

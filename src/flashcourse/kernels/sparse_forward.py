@@ -192,26 +192,20 @@ def entry_fields(entry, TESTS: tl.constexpr):
 
 
 @triton.jit
-def listed_block(index_row, first, i, RANGE: tl.constexpr, TESTS: tl.constexpr):
-    """(key block, TEST_* flags) of entry i of a list: first + i with RANGE, else the entry
-    loaded now."""
-    if RANGE:
-        return first + i, 0
-    return entry_fields(tl.load(index_row + i), TESTS=TESTS)
-
-
-@triton.jit
 def next_listed_block(index_row, first, i, count, RANGE: tl.constexpr, AHEAD: tl.constexpr,
                       TESTS: tl.constexpr):
-    """(key block, TEST_* flags, first) of entry i of a list of count entries. AHEAD (and not
-    RANGE): `first` holds entry i, loaded one step earlier, and comes back holding entry i + 1
-    (0 past the end), so that the tile's K and V loads wait on no load of their own step (the
-    pipeliner then keeps as many tiles of them in flight as with a run)."""
-    if RANGE or not AHEAD:
-        block, tests = listed_block(index_row, first, i, RANGE=RANGE, TESTS=TESTS)
-        return block, tests, first
-    block, tests = entry_fields(first, TESTS=TESTS)
-    return block, tests, tl.load(index_row + i + 1, mask=i + 1 < count, other=0)
+    """(key block, TEST_* flags, first) of entry i of a list of count entries: first + i with
+    RANGE; with AHEAD `first` holds entry i, loaded one step earlier, and comes back holding
+    entry i + 1 (0 past the end), so that the tile's K and V loads wait on no load of their
+    own step (the pipeliner then keeps as many tiles of them in flight as with a run);
+    otherwise entry i is loaded now."""
+    if RANGE:
+        return first + i, 0, first
+    if AHEAD:
+        block, tests = entry_fields(first, TESTS=TESTS)
+        return block, tests, tl.load(index_row + i + 1, mask=i + 1 < count, other=0)
+    block, tests = entry_fields(tl.load(index_row + i), TESTS=TESTS)
+    return block, tests, first
 
 
 @triton.jit
