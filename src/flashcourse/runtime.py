@@ -97,6 +97,7 @@ def setup(verbose: bool = True, student: str | None = None) -> Runtime:
             os.environ["TRITON_INTERPRET"] = "1"
     if _current.interpreter:
         quiet_interpreter_warnings()
+        _reuse_interpreter_patches()
     from .messages import install_message_handler
 
     install_message_handler()  # in a notebook, course errors show their message only
@@ -140,6 +141,12 @@ def quiet_interpreter_warnings() -> None:
 
     warnings.filterwarnings("ignore", message=INTERPRETER_WARNINGS, category=RuntimeWarning,
                             module=INTERPRETER_MODULE)
+
+
+def _reuse_interpreter_patches() -> None:
+    from . import interpreter_calls
+
+    interpreter_calls.install_when_imported()  # faster device calls; Triton is not imported
 
 
 def current() -> Runtime:
