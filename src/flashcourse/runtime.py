@@ -7,10 +7,11 @@ a kernel is *defined* (decorated), so `setup()` must run before any `@triton.jit
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 
-from . import i18n
+from . import i18n, interpreter_calls
 from .checks.errors import CourseInputError  # raised here; fc.CourseInputError
 from .i18n import N_, _
 
@@ -97,7 +98,7 @@ def setup(verbose: bool = True, student: str | None = None) -> Runtime:
             os.environ["TRITON_INTERPRET"] = "1"
     if _current.interpreter:
         quiet_interpreter_warnings()
-        _reuse_interpreter_patches()
+        interpreter_calls.install_when_imported()  # faster device calls; imports no Triton
     from .messages import install_message_handler
 
     install_message_handler()  # in a notebook, course errors show their message only
@@ -131,7 +132,6 @@ def book_page() -> bool:
 # Triton's code.
 INTERPRETER_WARNINGS = (r"(overflow|underflow|invalid value|divide by zero) encountered in "
                         r"|All-NaN (slice|axis) encountered")
-INTERPRETER_MODULE = r"triton\.runtime\.interpreter"
 
 
 def quiet_interpreter_warnings() -> None:
@@ -140,13 +140,7 @@ def quiet_interpreter_warnings() -> None:
     import warnings
 
     warnings.filterwarnings("ignore", message=INTERPRETER_WARNINGS, category=RuntimeWarning,
-                            module=INTERPRETER_MODULE)
-
-
-def _reuse_interpreter_patches() -> None:
-    from . import interpreter_calls
-
-    interpreter_calls.install_when_imported()  # faster device calls; Triton is not imported
+                            module=re.escape(interpreter_calls.INTERPRETER_MODULE))
 
 
 def current() -> Runtime:
