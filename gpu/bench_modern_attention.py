@@ -827,14 +827,6 @@ def share_columns(row: dict) -> None:
                                                  / row[f"{name}{mode} ms"])
 
 
-def write(path: Path, rows: list[dict], bench_module) -> None:
-    """CSV with one header holding every column any row has (missing cells empty)."""
-    columns = []
-    for row in rows:
-        columns += [c for c in row if c not in columns]
-    bench_module.write_csv(path, [{c: row.get(c, "") for c in columns} for row in rows])
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="folder for the CSV files")
@@ -878,19 +870,19 @@ def main() -> int:
     written = []
     if "steps" in parts:
         steps, sweeps = bench_sparse_steps(b, kernels, ma, sf, args.sweep)
-        write(args.out / "09-sparse-steps.csv", steps, bench_module)
+        bench_module.write_csv(args.out / "09-sparse-steps.csv", steps)
         written.append(f"09-sparse-steps.csv ({len(steps)} rows)")
         if sweeps:
-            write(args.out / "09-sparse-tiles.csv", sweeps, bench_module)
+            bench_module.write_csv(args.out / "09-sparse-tiles.csv", sweeps)
             written.append(f"09-sparse-tiles.csv ({len(sweeps)} rows)")
     if "masks" in parts:
         masks_file = "09-masks-flex.csv" if args.fair_flex else "09-masks.csv"
-        masks = bench_masks(b, kernels, ma, sf, lambda rows: write(
-            args.out / masks_file, rows, bench_module))
+        masks = bench_masks(b, kernels, ma, sf, lambda rows: bench_module.write_csv(
+            args.out / masks_file, rows))
         written.append(f"{masks_file} ({len(masks)} rows)")
     if "decode" in parts:
         decode = bench_decode(b, kernels, ma)
-        write(args.out / "09-decode.csv", decode, bench_module)
+        bench_module.write_csv(args.out / "09-decode.csv", decode)
         written.append(f"09-decode.csv ({len(decode)} rows)")
     elapsed = time.time() - b.started
     print(f"wrote {', '.join(written)} in {args.out} in {elapsed:.0f} s "

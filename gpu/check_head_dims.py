@@ -430,16 +430,10 @@ def time_padding(n: int, repeats: int, small: bool, timer, csv: Path) -> tuple[l
                           f"x{row['vs kernel d']} the d={row['kernel d']} time; "
                           + ", ".join(f"course/{p} {row.get(f'course/{p}', '-')}"
                                       for p in backends) + f" [{row['status']}]", flush=True)
-                bench.write_csv(csv, columns(rows))
+                bench.write_csv(csv, rows)  # SDPA notes only where a backend failed
                 if not small:
                     torch.cuda.empty_cache()
     return rows, wrong
-
-
-def columns(rows: list[dict]) -> list[dict]:
-    """Every row with every column (the SDPA notes exist only where a backend failed)."""
-    names = list(dict.fromkeys(key for row in rows for key in row))
-    return [{name: row.get(name, "") for name in names} for row in rows]
 
 
 def in_workers(fn, jobs, workers: int) -> list[tuple[bool, str]]:

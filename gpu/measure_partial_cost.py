@@ -81,7 +81,7 @@ def main(argv=None) -> int:
             print(", ".join(f"{key} {value:.3f}" if isinstance(value, float) else f"{value}"
                             for key, value in row.items()), flush=True)
     if args.out is not None:
-        bma.write(args.out, rows, bench)
+        bench.write_csv(args.out, rows)
         print(f"wrote {len(rows)} rows to {args.out}")
     for failure in b.failures:
         print("FAIL", failure)

@@ -77,13 +77,6 @@ def check(torch, dec, ma, kv_loads) -> list[str]:
     return failures
 
 
-def write_rows(bench_module, path: Path, rows: list[dict]) -> None:
-    columns = []
-    for row in rows:
-        columns += [c for c in row if c not in columns]
-    bench_module.write_csv(path, [{c: row.get(c, "") for c in columns} for row in rows])
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path)
@@ -158,7 +151,7 @@ def main() -> int:
         print(f"B={batch} cache={cache} d={d} {h}/{h_kv}: cudnn {cudnn_rate:.0f} GB/s, "
               f"best reference {best}", flush=True)
         # written after each shape, so that a call cut short keeps what it timed
-        write_rows(bench_module, args.out / "09-decode-tune.csv", rows)
+        bench_module.write_csv(args.out / "09-decode-tune.csv", rows)
     for mib in [] if args.no_read_only else READ_SIZES_MIB:
         buffer = torch.empty(mib * 2**20, dtype=torch.uint8, device="cuda")
         for per_sm, block, warps in READ_CONFIGS:
@@ -169,7 +162,7 @@ def main() -> int:
                          "GB/s": buffer.numel() / ms / 1e6})
         rates = [r["GB/s"] for r in rows if r["kind"] == "read-only" and r["KV MiB"] == mib]
         print(f"read-only {mib} MiB: best {max(rates):.0f} GB/s", flush=True)
-    write_rows(bench_module, args.out / "09-decode-tune.csv", rows)
+    bench_module.write_csv(args.out / "09-decode-tune.csv", rows)
     for failure in failures:
         print("FAIL", failure)
     return 1 if failures else 0

@@ -106,7 +106,7 @@ def test_a_launch_patches_once_for_its_helpers_and_again_for_a_module_it_did_not
     # patches 17 times
     assert triton_calls == ["_doubles_then_clamps", "clamp_below_zero"]
     assert tl.core.is_builtin(tl.where) and tl.core.is_builtin(tl.dot)  # put back after it
-    assert interpreter_calls._running() == []
+    assert interpreter_calls._launches.running == []
 
 
 def test_the_results_equal_triton_own_interpreter(helpers, monkeypatch):
@@ -127,7 +127,7 @@ def test_the_results_equal_triton_own_interpreter(helpers, monkeypatch):
 def test_a_launch_that_fails_leaves_nothing_behind(triton_calls):
     with pytest.raises(Exception, match="failing helper"):
         _calls_a_failing_helper[(1,)](torch.zeros(8), BLOCK=8)
-    assert interpreter_calls._running() == []
+    assert interpreter_calls._launches.running == []
     assert tl.core.is_builtin(tl.load)
     x = torch.randn(64)
     y = torch.empty_like(x)

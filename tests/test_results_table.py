@@ -86,3 +86,17 @@ def test_a_filtered_table_shows_only_its_run(tmp_path, monkeypatch, capsys):
     bench.show_recorded("xx-demo", ["d"], where={"triton": "3.7.0"})
     assert (capsys.readouterr().out.strip()
             == "No recorded results for xx-demo where {'triton': '3.7.0'}.")
+
+
+def test_rows_with_different_columns_share_one_header(tmp_path, monkeypatch):
+    import csv
+
+    from flashcourse import bench
+
+    monkeypatch.setattr(bench, "environment", lambda: {"date": "2026-12-05", "gpu": "H200"})
+    bench.write_csv(tmp_path / "ragged.csv", [{"shape": 1, "cudnn ms": 0.5},
+                                              {"shape": 1, "kv loads": "tma", "ms": 0.4}])
+    with (tmp_path / "ragged.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert list(rows[0]) == ["date", "gpu", "shape", "cudnn ms", "kv loads", "ms"]
+    assert rows[0]["kv loads"] == "" and rows[1]["cudnn ms"] == "" and rows[1]["ms"] == "0.4"

@@ -24,7 +24,6 @@ import threading
 
 INTERPRETER_MODULE = "triton.runtime.interpreter"
 
-_state = threading.local()  # per thread: one entry per running launch, the modules it patched
 # Triton's own functions, once install() has wrapped them
 triton_patch_lang = None
 triton_launch = None
@@ -35,10 +34,15 @@ class _NothingToRestore:
         pass
 
 
-def _running() -> list:
-    if not hasattr(_state, "launches"):
-        _state.launches = []
-    return _state.launches
+class _Launches(threading.local):
+    """Per thread: one entry per running launch, the ids of the language modules it patched
+    (None before its own patch)."""
+
+    def __init__(self) -> None:
+        self.running: list[set[int] | None] = []
+
+
+_launches = _Launches()
 
 
 def _languages_seen(fn) -> set[int]:
@@ -50,7 +54,7 @@ def _languages_seen(fn) -> set[int]:
 
 def patch_once_per_launch(fn):
     """In place of the interpreter's _patch_lang."""
-    running = _running()
+    running = _launches.running
     if not running:  # outside any launch: Triton's own behaviour
         return triton_patch_lang(fn)
     seen = _languages_seen(fn)
@@ -63,7 +67,7 @@ def patch_once_per_launch(fn):
 
 def launch_tracking_patches(self, *args, **kwargs):
     """In place of the interpreter's GridExecutor.__call__ (one kernel launch)."""
-    running = _running()
+    running = _launches.running
     running.append(None)  # nothing patched yet: the launch's own patch comes first
     try:
         return triton_launch(self, *args, **kwargs)

@@ -102,7 +102,9 @@ RESULTS_DIR_ENV = "FLASHCOURSE_RESULTS_DIR"
 
 
 def write_csv(path, rows: list[dict]) -> None:
-    """Write measured rows as CSV at `path`, with the date, GPU and versions in every row."""
+    """Write measured rows as CSV at `path`, with the date, GPU and versions in every row; one
+    header holds every column any row has, in the order they first appear (missing cells
+    empty)."""
     import csv
 
     if not rows:
@@ -111,7 +113,8 @@ def write_csv(path, rows: list[dict]) -> None:
     rows = [{**env, **row} for row in rows]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(handle, restval="",
+                                fieldnames=list(dict.fromkeys(key for row in rows for key in row)))
         writer.writeheader()
         writer.writerows(rows)
 
