@@ -59,12 +59,12 @@ def execute(notebook: Path, records: Path, timeout: int) -> tuple[float, list[st
     from nbclient import NotebookClient
 
     sys.path.insert(0, str(ROOT / "src"))
-    from flashcourse.grader.inside import KERNEL_STARTUP_TIMEOUT
+    from flashcourse.grader.inside import KERNEL_START_WAITS
 
     nb = nbformat.read(notebook, as_version=4)
     start = time.perf_counter()
     NotebookClient(nb, km=this_python_kernel(), timeout=timeout, allow_errors=True,
-                   startup_timeout=KERNEL_STARTUP_TIMEOUT,
+                   startup_timeout=max(KERNEL_START_WAITS),
                    resources={"metadata": {"path": str(notebook.parent)}}
                    ).execute(env=child_env(records))
     seconds = time.perf_counter() - start

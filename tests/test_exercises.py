@@ -5,10 +5,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from notebook_runs import run_notebook
 
 from flashcourse.authoring import build
-from flashcourse.grader.inside import KERNEL_STARTUP_TIMEOUT
 from flashcourse.grader.scan import CHECK_PREFIX
 
 ROOT_LESSONS = [p.stem for p in build.lesson_paths(Path(__file__).resolve().parents[1])]
@@ -19,10 +18,7 @@ ACTIONABLE = ("BlankNotFilled", "NotStarted", "WrongAnswer")
 @pytest.mark.parametrize("slug", ROOT_LESSONS)
 def test_untouched_exercise_fails_every_check(root, slug):
     nb = nbformat.read(root / "exercises" / f"{slug}.ipynb", as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                            startup_timeout=KERNEL_STARTUP_TIMEOUT,
-                            resources={"metadata": {"path": str(root / "exercises")}})
-    client.execute()
+    run_notebook(nb, root / "exercises")
     check_cells = [c for c in nb.cells if c.cell_type == "code" and c.id.startswith(CHECK_PREFIX)]
     assert check_cells, f"{slug} has no grading cells (ids starting with 'check-')"
     for cell in check_cells:

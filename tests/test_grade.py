@@ -599,3 +599,104 @@ def test_the_runner_and_the_checks_name_the_same_outputs():
 
     assert (inside.RECORD_MIME, inside.TRIPWIRE_MIME, inside.HINT_MIME) == (
         recording.RECORD_MIME, recording.TRIPWIRE_MIME, recording.HINT_MIME)
+
+
+# ---------------------------------------------------------------- a kernel that will not start
+
+HANGING_KERNEL = '''\
+import os, sys, time
+tries, hangs = sys.argv[1], int(sys.argv[2])
+with open(tries, "a") as log:
+    log.write(f"{os.getpid()}\\n")
+if len(open(tries).read().split()) <= hangs:
+    time.sleep(600)  # alive and silent, as a start seen under heavy load
+os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *sys.argv[3:]])
+'''
+
+
+def _run_inside(tmp_path, monkeypatch, hangs: int, waits) -> tuple[list[dict], list[int]]:
+    """inside.run on a one-cell notebook with a python3 kernel whose first `hangs` starts never
+    answer: (the frames it sent, the pids of every kernel started)."""
+    import sys
+
+    import nbformat
+
+    from flashcourse.grader import inside
+
+    spec = tmp_path / "jupyter" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (tmp_path / "hanging.py").write_text(HANGING_KERNEL)
+    tries = tmp_path / "tries.txt"
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(tmp_path / "hanging.py"), str(tries), str(hangs),
+                 "-f", "{connection_file}"],
+        "display_name": "Python 3", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("print(6 * 7)", id="answer")]
+    incoming, outgoing = io.BytesIO(), io.BytesIO()
+    inside.write_frame(incoming, {"notebook": notebook})
+    inside.write_frame(incoming, {"key": None})  # the grader's answer before the one cell
+    incoming.seek(0)
+    (tmp_path / "work").mkdir()
+    assert inside.run(incoming, outgoing, 120, tmp_path / "work", kernel_waits=waits) == 0
+    outgoing.seek(0)
+    frames = list(iter(lambda: inside.read_frame(outgoing, 2**30), None))
+    return frames, [int(pid) for pid in tries.read_text().split()]
+
+
+def _gone(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # a child of this process: reap it if it ended
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+
+
+def _score_frames(root, tmp_path, frames):
+    from flashcourse.checks import registry
+    from flashcourse.grader import channel, score
+
+    registry._load_checks()
+    path = samples.write(samples.filled_notebook(root), tmp_path / "ada" / "01-gpu-flash.ipynb")
+    found, _ = collect.collect([path])
+    sub, job = collect.prepare(found[0], collect.load_exercises(root))
+    talk = channel.Conversation(notebook=job.notebook, grading_cells={}, keys={})
+    for frame in frames:
+        if frame.get("type") in ("kernel", "executed", "done"):
+            talk._handle(frame)
+    score.score(sub, job, talk, timeout=60, wall_killed=False)
+    return sub
+
+
+def test_a_kernel_start_that_never_answers_is_made_again(root, tmp_path, monkeypatch):
+    """A first start that stays silent past its wait is stopped and started afresh; the
+    notebook then runs as usual, the stuck kernel is gone, and the report notes the restart."""
+    frames, pids = _run_inside(tmp_path, monkeypatch, hangs=1, waits=(3, 600))
+    kinds = [frame["type"] for frame in frames]
+    assert kinds[:2] == ["kernel", "kernel"] and kinds[-2:] == ["executed", "done"], kinds
+    assert frames[0]["ok"] is False and "respond" in frames[0]["error"], frames[0]
+    assert frames[1]["ok"] is True
+    ran = [frame["entry"] for frame in frames if frame["type"] == "ran"]
+    assert [entry["status"] for entry in ran] == ["ok"], ran
+    assert "42" in frames[-2]["notebook"]
+    assert len(pids) == 2 and _gone(pids[0]), pids
+    sub = _score_frames(root, tmp_path, frames)
+    assert any("started again" in note and "respond" in note for note in sub.notes), sub.notes
+    assert sub.status != "CRASHED", sub
+
+
+def test_a_kernel_that_never_starts_is_crashed_with_a_line(root, tmp_path, monkeypatch):
+    """Every try silent: no cell runs, each kernel is stopped, and the submission is CRASHED
+    with a line that blames the machine and says to grade it again (never a FAIL: no answer
+    of the student's was looked at)."""
+    frames, pids = _run_inside(tmp_path, monkeypatch, hangs=9, waits=(2, 2))
+    assert [frame["type"] for frame in frames] == ["kernel", "kernel", "executed", "done"]
+    assert not any(frame.get("ok") for frame in frames[:2])
+    assert len(pids) == 2 and all(_gone(pid) for pid in pids), pids
+    sub = _score_frames(root, tmp_path, frames)
+    assert sub.status == "CRASHED" and sub.earned == 0, sub
+    line = next(p for p in sub.problems if "did not start" in p)
+    assert "2 tries" in line and "grade it again" in line, line

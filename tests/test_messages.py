@@ -5,9 +5,7 @@ still fails."""
 import re
 
 import nbformat
-from nbclient import NotebookClient
-
-from flashcourse.grader.inside import KERNEL_STARTUP_TIMEOUT
+from notebook_runs import run_notebook
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -26,9 +24,7 @@ check("gpu-flash/flash-attention", flash_attention)'''
 def _run(tmp_path, sources):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
-    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                   startup_timeout=KERNEL_STARTUP_TIMEOUT,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    run_notebook(nb, tmp_path)
     return nb.cells
 
 
@@ -74,25 +70,19 @@ def test_a_course_error_still_fails_the_cell(tmp_path):
     nb.cells = [nbformat.v4.new_code_cell(s) for s in [
         "import flashcourse as fc\nfc.setup()", 'fc.check("gpu-flash/q1-memory", {})',
         'print("not reached")']]
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            startup_timeout=KERNEL_STARTUP_TIMEOUT,
-                            resources={"metadata": {"path": str(tmp_path)}})
     with pytest.raises(CellExecutionError, match="WrongAnswer"):
-        client.execute()
+        run_notebook(nb, tmp_path, allow_errors=False)
     assert nb.cells[2].outputs == []
 
 
 def test_recorded_tables_render_as_tables_in_a_notebook(root):
     import nbformat
-    from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook()
     nb.cells.append(nbformat.v4.new_code_cell(
         "from flashcourse import bench\n"
         'bench.show_recorded("02-copy-bandwidth", ["kernel", "GB/s"])'))
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   startup_timeout=KERNEL_STARTUP_TIMEOUT,
-                   resources={"metadata": {"path": str(root)}}).execute()
+    run_notebook(nb, root, timeout=120, allow_errors=False)
     outputs = nb.cells[0].outputs
     markdown = [o for o in outputs if "text/markdown" in o.get("data", {})]
     assert markdown, outputs  # a table, not Markdown source printed as text

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from notebook_runs import run_notebook
 
 from flashcourse.__main__ import main
 from flashcourse.authoring import build, release, shipping
@@ -194,8 +194,7 @@ def _run_in_edition(edition: Path, notebook: nbformat.NotebookNode) -> nbformat.
     env_before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(edition / "src")
     try:
-        NotebookClient(notebook, timeout=300, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": str(edition / "exercises")}}).execute()
+        run_notebook(notebook, edition / "exercises")
     finally:
         if env_before is None:
             os.environ.pop("PYTHONPATH")

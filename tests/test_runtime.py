@@ -4,9 +4,9 @@ import sys
 
 import pytest
 import torch
+from notebook_runs import run_notebook
 
 from flashcourse import runtime
-from flashcourse.grader.inside import KERNEL_STARTUP_TIMEOUT
 from flashcourse.runtime import CourseInputError
 
 
@@ -93,14 +93,11 @@ def test_the_setup_cell_of_a_notebook_prints_the_runtime_once(tmp_path):
     """`fc.setup()` as the last line of a cell: its line, and no `Runtime(...)` value under it;
     a runtime shown later on its own is its line."""
     import nbformat
-    from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("import flashcourse as fc\nfc.setup()"),
                 nbformat.v4.new_code_cell("fc.runtime.current()")]
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   startup_timeout=KERNEL_STARTUP_TIMEOUT,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    run_notebook(nb, tmp_path, timeout=120, allow_errors=False)
     for cell in nb.cells:
         texts = [o.get("text", "") for o in cell.outputs]
         assert [o.output_type for o in cell.outputs] == ["stream"], cell.outputs

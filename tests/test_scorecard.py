@@ -8,11 +8,10 @@ import warnings
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from notebook_runs import run_notebook
 
 from flashcourse import BlankNotFilled, VetoMisconception, WrongAnswer, ______, check, runtime
 from flashcourse.checks import registry
-from flashcourse.grader.inside import KERNEL_STARTUP_TIMEOUT
 from flashcourse.messages import course_errors, short_message
 
 LESSON = "gpu-flash"
@@ -116,9 +115,7 @@ def test_the_scorecard_error_fails_the_run_and_shows_one_line(capsys):
 
 def test_an_untouched_exercise_ends_with_its_scorecard_and_one_line(root):
     nb = nbformat.read(root / "exercises" / "01-gpu-flash.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                   startup_timeout=KERNEL_STARTUP_TIMEOUT,
-                   resources={"metadata": {"path": str(root / "exercises")}}).execute()
+    run_notebook(nb, root / "exercises")
     cell = next(c for c in nb.cells if c.get("id") == "scorecard")
     assert [o.output_type for o in cell.outputs] == ["stream", "error"], cell.outputs
     assert cell.outputs[0].text.startswith("Not passed yet: ")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebook_runs import run_notebook
 
 from flashcourse import i18n
 from flashcourse.authoring import build, editions, translation
@@ -349,18 +350,14 @@ def test_a_chinese_solution_passes_strict_nbval(root, tmp_path):
 def test_an_untouched_chinese_exercise_fails_in_chinese(root, monkeypatch):
     """Run as JupyterLab runs it (jupyter-server names the notebook in JPY_SESSION_NAME): the
     first grading cell fails with the fill-in message of the Chinese catalog."""
-    from nbclient import NotebookClient
 
     from flashcourse.blanks import BlankNotFilled
-    from flashcourse.grader.inside import KERNEL_STARTUP_TIMEOUT
 
     path = root / "exercises" / "zh" / f"{SHORT_LESSON}.ipynb"
     monkeypatch.setenv(i18n.NOTEBOOK_ENV, str(path))
     monkeypatch.delenv(i18n.LANG_ENV, raising=False)
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=300, kernel_name="python3", allow_errors=True,
-                   startup_timeout=KERNEL_STARTUP_TIMEOUT,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    run_notebook(notebook, path.parent)
     errors = [output for cell in notebook.cells if cell.cell_type == "code"
               and cell.id.startswith("check-") for output in cell.outputs
               if output.output_type == "error"]

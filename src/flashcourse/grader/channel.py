@@ -48,6 +48,8 @@ class Conversation:
     flags: list[str] = field(default_factory=list)  # odd messages: tampering to report
     notes: list[str] = field(default_factory=list)
     finished: bool = False  # the runner reached the end and said so
+    kernel_started: bool = False  # the runner said the notebook's kernel answered
+    failed_starts: list[str] = field(default_factory=list)  # each failed try at starting it
     issued: set[str] = field(default_factory=set)
 
     def talk(self, to_sandbox, from_sandbox) -> None:
@@ -99,6 +101,14 @@ class Conversation:
             if isinstance(entry, dict) and len(self.account) < 10_000:
                 self.account.append(entry)
             self.running = None
+        elif kind == "kernel":
+            if message.get("ok") is True:
+                self.kernel_started = True
+            elif len(self.failed_starts) < 10:
+                seconds = message.get("seconds")
+                seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
+                self.failed_starts.append(
+                    f"after {seconds:.0f} s: {str(message.get('error', ''))[:200]}")
         elif kind == "setup":
             if message.get("ok") is not True:
                 self.notes.append("the grader's setup in the kernel failed: "

@@ -7,8 +7,9 @@ the grader holds outside the sandbox (the channel; `channel.py` is the grader's 
    cannot open its file descriptors, read its memory or trace it), moves the channel to
    private descriptors closed on exec, and points its standard input and output at
    /dev/null, so that no process it starts inherits the channel;
-2. it reads the notebook to run from the grader, starts one Jupyter kernel, and puts the
-   references' tripwires in place there before any cell (`checks/tripwires.py`);
+2. it reads the notebook to run from the grader, starts one Jupyter kernel (again, with fresh
+   ports, if a start does not answer in time; it tells the grader how each try went), and puts
+   the references' tripwires in place there before any cell (`checks/tripwires.py`);
 3. before each cell it tells the grader which cell comes next, and waits for its answer: for
    a grading cell, the key of that exercise's inputs, which it hands to the kernel just before
    the cell runs (`checks/cases.py`);
@@ -38,9 +39,10 @@ import time
 from pathlib import Path
 
 OUTPUT_LIMIT = 100_000  # characters of output kept per cell
-# Seconds a notebook kernel may take to start (nbclient's default is 60): on a loaded machine
-# a start can take longer, and that is no fault of the notebook.
-KERNEL_STARTUP_TIMEOUT = 600
+# Seconds each try at starting a notebook's kernel may take to answer (nbclient waits 60 s):
+# a loaded machine can take minutes, and a start has been seen to hang there (the kernel
+# alive and idle, its first message lost), which a second start with fresh ports survives.
+KERNEL_START_WAITS = (120, 480)
 RECORD_MIME = "application/vnd.flashcourse.record+json"  # as in checks/recording.py
 TRIPWIRE_MIME = "application/vnd.flashcourse.tripwire+json"
 HINT_MIME = "application/vnd.flashcourse.hint+json"
@@ -169,6 +171,29 @@ def _stop_kernel(client) -> None:
                 pass
 
 
+def start_kernel(client, waits=KERNEL_START_WAITS, failed=None, **start) -> None:
+    """Start an nbclient client's kernel and wait until it answers, trying again with a new
+    kernel (and new ports) when one has not answered within its wait or died starting;
+    `failed(seconds, error)` hears of each try that failed. The last try's error is raised.
+    `start` goes to the kernel's start (`env=`, `cwd=`)."""
+    for number, wait in enumerate(waits, 1):
+        client.startup_timeout = wait
+        client.km = client.create_kernel_manager()
+        started = time.monotonic()
+        try:
+            client.start_new_kernel(**start)
+            client.start_new_kernel_client()  # stops the kernel itself when it raises
+            return
+        except RuntimeError as err:
+            if client.km is not None:  # the start itself failed: nbclient's own clean-up
+                client._cleanup_kernel()
+            client.km = client.kc = None
+            if failed is not None:
+                failed(time.monotonic() - started, str(err))
+            if number == len(waits):
+                raise
+
+
 def _prepare_home(work: Path) -> None:
     template, home = work / "home-template", work / "home"
     if template.is_dir() and not home.exists():
@@ -185,7 +210,8 @@ def skip_iri_parser() -> None:
     sys.modules.setdefault("rfc3987_syntax", None)  # its import fails; jsonschema skips it
 
 
-def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
+def run(incoming, outgoing, timeout: float, work: Path = WORK,
+        kernel_waits=KERNEL_START_WAITS) -> int:
     skip_iri_parser()
     import nbformat
     from jupyter_core.utils import run_sync
@@ -200,7 +226,6 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
     folder.mkdir(exist_ok=True)
     notebook = nbformat.from_dict(start["notebook"])
     client = NotebookClient(notebook, timeout=timeout, allow_errors=True, kernel_name="python3",
-                            startup_timeout=KERNEL_STARTUP_TIMEOUT,
                             interrupt_on_timeout=True, record_timing=False,
                             shutdown_kernel="immediate",  # a graceful stop costs seconds
                             resources={"metadata": {"path": str(folder)}})
@@ -224,8 +249,18 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK) -> int:
         await asyncio.wait_for(client.async_execute_cell(cell, index),
                                timeout + min(STUCK_GRACE, timeout))
 
+    def failed_start(seconds: float, error: str) -> None:
+        write_frame(outgoing, {"type": "kernel", "ok": False, "seconds": round(seconds, 1),
+                               "error": error[:300]})
+
     bounded = run_sync(run_bounded)
-    with client.setup_kernel():
+    try:
+        start_kernel(client, kernel_waits, failed_start)
+    except RuntimeError:
+        _finish(outgoing, notebook)  # no cell ran: the grader says the kernel never started
+        return 0
+    write_frame(outgoing, {"type": "kernel", "ok": True})
+    with client.setup_kernel():  # the kernel started above: this stops it at the end
         setup_cell(TRIPWIRE_SETUP)
         for index, cell in enumerate(list(notebook.cells)):
             if cell.cell_type != "code":

@@ -157,9 +157,18 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
         where = f" while `{printable(running, 80)}` ran" if running else ""
         sub.problems.append(f"the notebook ran past its wall-clock limit{where} and was "
                             "stopped")
+    no_kernel = bool(talk.failed_starts) and not talk.kernel_started
+    if talk.failed_starts and talk.kernel_started:
+        sub.notes.append("the notebook's kernel was started again: a first start on the "
+                         f"grading machine failed {printable(talk.failed_starts[0], 240)}")
     died = [cell_id for cell_id, run in runs.items() if run.get("status") == "kernel died"]
     stuck = [cell_id for cell_id, run in runs.items() if run.get("status") == "stuck"]
-    if died:
+    if no_kernel and not wall_killed:
+        sub.problems.append(
+            f"the notebook's kernel did not start ({len(talk.failed_starts)} tries; "
+            f"{printable('; '.join(talk.failed_starts), 600)}), so no cell ran: a fault of "
+            "the grading machine, not of the notebook; grade it again")
+    elif died:
         sub.problems.append(f"the kernel died (crashed) while running `{printable(died[0], 80)}`;"
                             " later cells did not run")
     elif stuck:
@@ -204,7 +213,7 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
         return
     if sub.tampering:
         sub.status = TAMPERED
-    elif died or stuck or not accounted:
+    elif no_kernel or died or stuck or not accounted:
         sub.status = CRASHED
     elif sub.earned >= sub.pass_line and not sub.vetoes:
         sub.status = PASS
