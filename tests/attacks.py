@@ -403,6 +403,14 @@ RESOURCES = {
         "              ('scorecard.txt', 'results.json', 'junit.xml', 'progress.html')]\n"
         "    if time.monotonic() > deadline:\n        break\n"
         "print('ATTACK-MARKER' if found else 'nothing found', found[:5])\n"),
+    # the answers in plain text: the lessons' solutions and the questions' answers
+    "answer-files": (
+        "from pathlib import Path\nimport flashcourse\n"
+        "root = Path(flashcourse.__file__).resolve().parents[2]\n"
+        "found = [str(p) for name in ('lessons', 'solutions', 'book',\n"
+        "                             'src/flashcourse/checks/self_checks')\n"
+        "         for p in (root / name).rglob('*') if p.is_file()]\n"
+        "print('ATTACK-MARKER' if found else 'nothing found', found[:3])\n"),
     # a key kept in the kernel's keyrings, for the next sandbox with the same user
     "keyring-plant": (
         "import ctypes, platform\n"

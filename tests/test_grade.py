@@ -282,7 +282,7 @@ def test_an_attack_on_shared_resources_is_isolated(graded, name):
     assert attacks.MARKER not in printed, (name, printed[:2000])
     if name == "disk-filler":
         assert "stopped at" in printed
-    if name == "mount-names":
+    if name in ("mount-names", "answer-files"):
         assert "nothing found" in printed
     if name == "keyring-plant":
         assert not graded["keys_left"], "a key the sandbox stored outlived it"
@@ -414,6 +414,17 @@ TAMPERING = {
     "%time np.allclose = max": "np.allclose",
     "import inspect\nf = inspect.currentframe().f_back.f_locals": "reads running frames",
     "import sys\nsys._getframe(1)": "reads running frames",
+    # names resolved at run time: the original behind a tripwire, or any code at all
+    "import pydoc\nf = pydoc.locate('flashcourse.reference.' + 'standard_attention')":
+        "imports `pydoc`",
+    "from unittest import mock\nf = mock.patch('flashcourse.reference.x').get_original()":
+        "imports `unittest`",
+    "from typing import get_type_hints": "resolves a name or runs source text",
+    "import typing\nf = typing.get_type_hints(box)['x']": "typing.get_type_hints",
+    "def box(x: \"__import__('flashcourse.reference').reference\"):\n    pass":
+        "string annotation",
+    "box.__closure__": "reaches into",
+    "f = wrapper_closure[0].cell_contents": "reads a function's closure",
 }
 
 
@@ -491,6 +502,20 @@ def test_kernel_answers_must_be_jit_functions():
     assert "not defined as a @triton.jit" in scan.kernel_problems(fake, {"x/k": "k"})[0]
     rebound = cells + [{"cell_type": "code", "id": "b", "source": "k = softmax_wrapper"}]
     assert "bound again" in scan.kernel_problems(rebound, {"x/k": "k"})[0]
+    tuned = "@triton.autotune(configs=[], key=[])\n@triton.jit\ndef k(x_ptr):\n    pass\n"
+    assert scan.kernel_problems([dict(cells[0], source=tuned)], {"x/k": "k"}) == []
+    # a decorator of the student's own named jit returns whatever kernel it likes
+    for source in ("def jit(fn):\n    return other_kernel\n@jit\ndef k(x_ptr):\n    pass\n",
+                   "@my.jit\ndef k(x_ptr):\n    pass\n",
+                   "@swap\n@triton.jit\ndef k(x_ptr):\n    pass\n"):
+        problems = scan.kernel_problems([dict(cells[0], source=source)], {"x/k": "k"})
+        assert problems and "not defined as a @triton.jit" in problems[0], (source, problems)
+
+
+def test_plain_string_annotations_are_not_findings():
+    source = ("def f(x: 'np.ndarray', y: \"list[int] | None\") -> 'torch.Tensor':\n"
+              "    z: 'float' = 1.0\n    return x\n")
+    assert scan.scan_student_cells([{"cell_type": "code", "id": "a", "source": source}]) == []
 
 
 def test_report_names_cannot_spoof_lines_or_formulas():
@@ -614,9 +639,11 @@ os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *sys.argv[
 '''
 
 
-def _run_inside(tmp_path, monkeypatch, hangs: int, waits) -> tuple[list[dict], list[int]]:
-    """inside.run on a one-cell notebook with a python3 kernel whose first `hangs` starts never
-    answer: (the frames it sent, the pids of every kernel started)."""
+def _run_inside(tmp_path, monkeypatch, hangs: int, waits, cells=None,
+                answers=None) -> tuple[list[dict], list[int]]:
+    """inside.run on a notebook (default: one cell) with a python3 kernel whose first `hangs`
+    starts never answer, the grader's `answers` before each cell: (the frames it sent, the
+    pids of every kernel started)."""
     import sys
 
     import nbformat
@@ -627,16 +654,19 @@ def _run_inside(tmp_path, monkeypatch, hangs: int, waits) -> tuple[list[dict], l
     spec.mkdir(parents=True)
     (tmp_path / "hanging.py").write_text(HANGING_KERNEL)
     tries = tmp_path / "tries.txt"
+    tries.touch()
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, str(tmp_path / "hanging.py"), str(tries), str(hangs),
                  "-f", "{connection_file}"],
         "display_name": "Python 3", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell("print(6 * 7)", id="answer")]
+    notebook.cells = [nbformat.v4.new_code_cell(source, id=cell_id)
+                      for cell_id, source in (cells or {"answer": "print(6 * 7)"}).items()]
     incoming, outgoing = io.BytesIO(), io.BytesIO()
     inside.write_frame(incoming, {"notebook": notebook})
-    inside.write_frame(incoming, {"key": None})  # the grader's answer before the one cell
+    for answer in answers or [{"key": None, "grading": False}] * len(notebook.cells):
+        inside.write_frame(incoming, answer)  # the grader's answer before each cell
     incoming.seek(0)
     (tmp_path / "work").mkdir()
     assert inside.run(incoming, outgoing, 120, tmp_path / "work", kernel_waits=waits) == 0
@@ -700,3 +730,45 @@ def test_a_kernel_that_never_starts_is_crashed_with_a_line(root, tmp_path, monke
     assert sub.status == "CRASHED" and sub.earned == 0, sub
     line = next(p for p in sub.problems if "did not start" in p)
     assert "2 tries" in line and "grade it again" in line, line
+
+
+PUBLISH = ("from IPython.display import publish_display_data\n"
+           "publish_display_data({{'application/vnd.flashcourse.{kind}+json': {value}}})\n")
+
+
+def test_the_runner_sends_records_of_grading_cells_only(tmp_path, monkeypatch):
+    """A record or tripwire output published by a cell that is not a grading cell never leaves
+    the sandbox (the grader takes none; a big one only cost it memory); a hint note leaves as
+    its exercise and level, nothing else."""
+    cells = {"mine": PUBLISH.format(kind="record", value="{'x': [{}] * 1000}")
+             + PUBLISH.format(kind="tripwire", value="{'name': 'n'}")
+             + PUBLISH.format(kind="hint", value="{'exercise': 'a/b', 'level': 2, 'x': [1] * 99}"),
+             "check-a": PUBLISH.format(kind="record", value="{'exercise': 'a/b'}")}
+    frames, _ = _run_inside(tmp_path, monkeypatch, hangs=0, waits=(600,), cells=cells,
+                            answers=[{"key": None, "grading": False},
+                                     {"key": None, "grading": True}])
+    sent = [(frame["type"], frame.get("cell")) for frame in frames
+            if frame["type"] in ("record", "tripwire", "hint")]
+    assert sent == [("hint", "mine"), ("record", "check-a")], sent
+    hint = next(frame["hint"] for frame in frames if frame["type"] == "hint")
+    assert hint == {"exercise": "a/b", "level": 2}
+
+
+def test_a_frame_of_many_tiny_objects_is_not_read():
+    """`[{}] * N` is 3 bytes of JSON and about 60 bytes of Python per object: such a frame
+    comes back as "too complex", unread; a record's shape (few objects, long strings) is read."""
+    from flashcourse.grader import channel, inside
+
+    def frame(message):
+        stream = io.BytesIO()
+        inside.write_frame(stream, message)
+        stream.seek(0)
+        return inside.read_frame(stream, 2**30, channel.BYTES_PER_CONTAINER)
+
+    flood = frame({"type": "record", "record": {"x": [{}] * 200_000}})
+    assert flood["type"] == "too complex", flood.get("type")
+    record = {"type": "record", "record": {"calls": [{"bytes": "QUJD" * 250_000}] * 40}}
+    assert frame(record) == record
+    talk = channel.Conversation(notebook={}, grading_cells={}, keys={})
+    talk._handle(flood)
+    assert talk.executed_problem and "more JSON objects" in talk.notes[0], talk.notes

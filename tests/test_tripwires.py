@@ -46,7 +46,8 @@ sys.meta_path[:] = [f for f in sys.meta_path if "tripwire" not in type(f).__modu
 import torch
 unhooked = tripwires.intact()
 from flashcourse import reference
-original = reference.softmax.__wrapped__
+import inspect
+original = inspect.getclosurevars(reference.softmax).nonlocals["original"]
 reference.softmax = original
 print(json.dumps({"unhooked": unhooked, "wired": wired(torch.softmax),
                   "put back": tripwires.intact()}))
@@ -56,3 +57,20 @@ print(json.dumps({"unhooked": unhooked, "wired": wired(torch.softmax),
     assert "torch.nn.functional.scaled_dot_product_attention" in found["unhooked"]
     assert "flashcourse.reference.softmax" not in found["unhooked"]  # wired at install
     assert "flashcourse.reference.softmax" in found["put back"]
+
+
+def test_a_tripwire_does_not_hand_out_its_original():
+    """functools.wraps leaves `__wrapped__` on a wrapper: a name resolved at run time
+    (`pydoc.locate("flashcourse.reference.standard_attention.__wrapped__")`) would reach the
+    reference past its tripwire."""
+    found = _run("""
+import pydoc
+from flashcourse import reference
+wire = reference.standard_attention
+print(json.dumps({"wired": wired(wire), "wrapped": hasattr(wire, "__wrapped__"),
+                  "located": wired(pydoc.locate("flashcourse.reference.standard_attention")),
+                  "name": wire.__name__}))
+""")
+    assert found == {"wired": "flashcourse.reference.standard_attention", "wrapped": False,
+                     "located": "flashcourse.reference.standard_attention",
+                     "name": "standard_attention"}

@@ -27,11 +27,24 @@ def register(stem: str) -> None:
     meta = data["lesson"]
     registry.lesson(meta["id"], meta["title"], meta["pass_line"])
     for item in data["items"]:
-        run = _code_check(item) if item["kind"] == "code" else _recorded_check(item)
-        registry.exercise(item["id"], item["title"], item["points"], kind=item["kind"],
-                          kernel=item.get("kernel", False))(run)
-        registry.EXERCISES[item["id"]].sections = item.get("sections")
-        registry.EXERCISES[item["id"]].numbers = item.get("numbers")  # fc.numbers shows them
+        _register(item)
+
+
+def register_recorded(stem: str) -> None:
+    """Only the questions and veto statements of `stem`'s examples file, recorded (its code
+    exercises come from the lesson's check module): in the grading sandbox, which holds no
+    self-check file; the grader scores what they record."""
+    for item in examples.read(examples.path_of(stem))["items"]:
+        if item["kind"] != "code" and item["id"] not in registry.EXERCISES:
+            _register(item)
+
+
+def _register(item: dict) -> None:
+    run = _code_check(item) if item["kind"] == "code" else _recorded_check(item)
+    registry.exercise(item["id"], item["title"], item["points"], kind=item["kind"],
+                      kernel=item.get("kernel", False))(run)
+    registry.EXERCISES[item["id"]].sections = item.get("sections")
+    registry.EXERCISES[item["id"]].numbers = item.get("numbers")  # fc.numbers shows them
 
 
 def _code_check(item: dict):

@@ -119,6 +119,9 @@ def _tripwire(name: str, original):
         return original(*args, **kwargs)
 
     tripwire.__flashcourse_tripwire__ = name
+    # functools.wraps leaves the original one attribute away, where a name resolved at run
+    # time (`pydoc.locate("...standard_attention.__wrapped__")`) would call it unseen
+    del tripwire.__wrapped__
     return tripwire
 
 

@@ -21,6 +21,9 @@ from .inside import FrameError, read_frame, write_frame
 
 FRAME_LIMIT = recording.MAX_RECORD_BYTES + 2**20  # a record, base64 and JSON included
 EXECUTED_LIMIT = 64 * 2**20  # largest executed notebook kept for the reports
+# A frame may hold one JSON object or array per this many bytes (beyond inside.MIN_CONTAINERS):
+# an executed notebook has one per 100 bytes or more, a record almost none.
+BYTES_PER_CONTAINER = 32
 MAX_TRIPWIRES = 200  # hits kept per submission
 MAX_HINT_LEVEL = 9  # a note of a higher level is no hint of the course's
 
@@ -60,7 +63,7 @@ class Conversation:
             return
         while True:
             try:
-                message = read_frame(from_sandbox, FRAME_LIMIT)
+                message = read_frame(from_sandbox, FRAME_LIMIT, BYTES_PER_CONTAINER)
             except FrameError as err:
                 self.notes.append(f"the sandbox's channel broke off: {err}")
                 return
@@ -86,10 +89,12 @@ class Conversation:
             self.order.append(cell_id)
             self.running = cell_id
             exercise = self.grading_cells.get(cell_id)
-            if exercise is None or exercise in self.issued:
-                return {"key": None}
+            if exercise is None:
+                return {"key": None, "grading": False}  # its records and hits are not sent
+            if exercise in self.issued:
+                return {"key": None, "grading": True}
             self.issued.add(exercise)
-            return {"key": self.keys[exercise], "exercise": exercise}
+            return {"key": self.keys[exercise], "exercise": exercise, "grading": True}
         if kind == "record":
             self._take_record(message.get("cell"), message.get("record"))
         elif kind == "tripwire":
@@ -121,11 +126,13 @@ class Conversation:
             elif data is not None:
                 self.executed_problem = (f"it is {len(data) / 2**20:.1f} MiB (limit "
                                          f"{EXECUTED_LIMIT / 2**20:.0f} MiB)")
-        elif kind == "too large":
+        elif kind in ("too large", "too complex"):
             size = message.get("bytes", 0)
-            self.executed_problem = self.executed_problem or "a message was too large"
-            self.notes.append(f"the sandbox sent a message of {int(size) / 2**20:.0f} MiB, over "
-                              "the limit; it was not read (a record or the executed notebook)")
+            self.executed_problem = self.executed_problem or f"a message was {kind}"
+            over = "over the limit" if kind == "too large" else \
+                "with more JSON objects than its size allows"
+            self.notes.append(f"the sandbox sent a message of {int(size) / 2**20:.0f} MiB, {over}"
+                              "; it was not read (a record or the executed notebook)")
         elif kind == "done":
             self.finished = True
         return None

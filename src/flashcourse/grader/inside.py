@@ -10,11 +10,12 @@ the grader holds outside the sandbox (the channel; `channel.py` is the grader's 
 2. it reads the notebook to run from the grader, starts one Jupyter kernel (again, with fresh
    ports, if a start does not answer in time; it tells the grader how each try went), and puts
    the references' tripwires in place there before any cell (`checks/tripwires.py`);
-3. before each cell it tells the grader which cell comes next, and waits for its answer: for
-   a grading cell, the key of that exercise's inputs, which it hands to the kernel just before
-   the cell runs (`checks/cases.py`);
+3. before each cell it tells the grader which cell comes next, and waits for its answer:
+   whether it is a grading cell, and for a grading cell the key of that exercise's inputs,
+   which it hands to the kernel just before the cell runs (`checks/cases.py`);
 4. after each cell it takes the records, tripwire outputs and hint notes (`fc.hint`) out of
-   the cell's outputs and sends them to the grader with the id of that cell, then that cell's
+   the cell's outputs and sends them to the grader with the id of that cell (records and
+   tripwire outputs of a grading cell only: the grader takes no other), then that cell's
    account (status, error, seconds, characters dropped: at most OUTPUT_LIMIT characters of
    output are kept per cell);
 5. at the end it sends the executed notebook and stops.
@@ -52,6 +53,7 @@ STUCK_GRACE = 30
 TRIPWIRES_PER_CELL = 20  # tripwire outputs forwarded per cell (one is enough to flag it)
 HINTS_PER_CELL = 20  # hint notes forwarded per cell
 FRAME_HEADER = struct.Struct(">Q")
+MIN_CONTAINERS = 20_000  # objects and arrays any frame may hold (a record holds under 200)
 WORK = Path("/grading")
 PR_SET_DUMPABLE = 4
 
@@ -74,10 +76,13 @@ class FrameError(ValueError):
     """The other end sent something that is not a frame within the limit."""
 
 
-def read_frame(stream, limit: int) -> dict | None:
+def read_frame(stream, limit: int, bytes_per_container: int = 0) -> dict | None:
     """The next message, None at the end of the stream; a frame over `limit` bytes is read
-    past and comes back as {"type": "too large", "bytes": N}. FrameError when the stream
-    breaks off inside a frame or a frame is not a JSON object."""
+    past and comes back as {"type": "too large", "bytes": N}, and so is one with more than
+    one `{` or `[` per `bytes_per_container` bytes (past the first MIN_CONTAINERS), as
+    {"type": "too complex", ...}: `[{}] * 10**7` is 30 MB of JSON and gigabytes of Python
+    objects. FrameError when the stream breaks off inside a frame or a frame is not a JSON
+    object."""
     header = stream.read(FRAME_HEADER.size)
     if not header:
         return None
@@ -95,6 +100,9 @@ def read_frame(stream, limit: int) -> dict | None:
     data = stream.read(size)
     if len(data) < size:
         raise FrameError("the channel ended inside a frame")
+    if bytes_per_container and data.count(b"{") + data.count(b"[") > \
+            MIN_CONTAINERS + size // bytes_per_container:
+        return {"type": "too complex", "bytes": size}
     try:
         message = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
@@ -144,6 +152,15 @@ def _error(outputs: list) -> tuple[str, str]:
     return "", ""
 
 
+def _small(note, keys: tuple[str, ...]) -> dict:
+    """A tripwire hit or hint note as the package writes them: those keys, each a short string
+    or an int (whatever else a cell published under that type is not sent)."""
+    if not isinstance(note, dict):
+        return {}
+    return {key: note[key] if isinstance(note[key], int) else str(note[key])[:200]
+            for key in keys if isinstance(note.get(key), (str, int))}
+
+
 def _take_channel_outputs(outputs: list) -> tuple[list, list, list, list]:
     """(the other outputs, records, tripwire hits, hint notes) of one cell's outputs."""
     rest, records, hits, hints = [], [], [], []
@@ -152,9 +169,9 @@ def _take_channel_outputs(outputs: list) -> tuple[list, list, list, list]:
         if isinstance(data, dict) and RECORD_MIME in data:
             records.append(data[RECORD_MIME])
         elif isinstance(data, dict) and TRIPWIRE_MIME in data:
-            hits.append(data[TRIPWIRE_MIME])
+            hits.append(_small(data[TRIPWIRE_MIME], ("name", "exercise")))
         elif isinstance(data, dict) and HINT_MIME in data:
-            hints.append(data[HINT_MIME])
+            hints.append(_small(data[HINT_MIME], ("exercise", "level")))
         else:
             rest.append(output)
     return rest, records, hits, hints
@@ -285,6 +302,8 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK,
                 entry["status"] = "stuck"
             entry["seconds"] = round(time.monotonic() - started, 2)
             outputs, records, hits, hints = _take_channel_outputs(list(cell.get("outputs", [])))
+            if not answer.get("grading"):  # the grader takes no record or hit from this cell
+                records, hits = [], []
             for record in records[:2]:  # a second one is the grader's to flag
                 write_frame(outgoing, {"type": "record", "cell": cell.get("id"),
                                        "record": record})

@@ -18,8 +18,11 @@ What the sandbox guarantees, for the code of one submission:
   a cgroup where the host offers one, else a watchdog);
 - it ends at the wall-clock limit or when the grader dies: the whole PID namespace is killed.
 
-What it does not guarantee: it does not hide the course's package (solutions are public by
-design), it does not limit CPU share or GPU memory, and on a GPU machine the address-space limit
+What it does not guarantee: the lessons' solutions and the questions' answers are not in it
+(`COURSE_PARTS`, `ANSWERS_HIDDEN`), but the course's package is, with the checks' references
+(the check runs in the notebook's kernel and computes what a right answer gives there; the
+tripwires and the static scan stand guard over their use); it does not limit CPU share or GPU
+memory, and on a GPU machine the address-space limit
 is left off (CUDA reserves far more address space than it uses).
 """
 
@@ -47,8 +50,13 @@ WORK_LIMIT = 1 * 2**30  # bytes the sandbox may keep in its work folder (a tmpfs
 TMP_LIMIT = 1 * 2**30  # bytes in its private /tmp (a tmpfs)
 SHM_LIMIT = 256 * 2**20  # bytes in /dev/shm (inside bwrap's /dev, an unbounded tmpfs)
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt")
-# What running a notebook reads from the course; nothing else of it enters a sandbox.
-COURSE_PARTS = ("src", "exercises", "lessons", "assets", "pyproject.toml")
+# What running a notebook reads from the course; nothing else of it enters a sandbox (not
+# lessons/ nor solutions/, which hold the answers in full).
+COURSE_PARTS = ("src", "exercises", "assets", "pyproject.toml")
+# Folders of those parts that hold answers and that a notebook's run does without: each is
+# covered by an empty read-only folder (the questions' answers: the sandbox's checks only
+# record what a question's cell answers, checks/class_items.py, and the grader scores it).
+ANSWERS_HIDDEN = ("src/flashcourse/checks/self_checks",)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -131,6 +139,16 @@ def _mounts(course: Path, hidden: list[Path]) -> list[str]:
     return args
 
 
+def _answers_hidden(course: Path) -> list[str]:
+    """bwrap arguments covering each of ANSWERS_HIDDEN with an empty read-only tmpfs."""
+    args: list[str] = []
+    for name in ANSWERS_HIDDEN:
+        path = course.resolve() / name
+        if path.is_dir():
+            args += [*sized_tmpfs(str(path), 4096), "--remount-ro", str(path)]
+    return args
+
+
 def command(course: Path, hidden: list[Path], inner: list[str], home_template: Path,
             work_limit: int, tmp_limit: int) -> list[str]:
     """The bwrap command line running `inner`. Its only writable places are two tmpfs of
@@ -145,6 +163,7 @@ def command(course: Path, hidden: list[Path], inner: list[str], home_template: P
             # under /tmp must be bound on top of it, not hidden by it
             *sized_tmpfs("/tmp", tmp_limit, "1777"),
             *_mounts(course, hidden),
+            *_answers_hidden(course),
             "--dev", "/dev", "--proc", "/proc",
             *gpu_devices(),
             # bwrap's /dev is a tmpfs without a size: shared memory gets a bounded one of its

@@ -13,6 +13,7 @@ reference and kernel checks below say whether its answers do the work themselves
 from __future__ import annotations
 
 import ast
+import re
 from collections import deque
 from dataclasses import dataclass
 
@@ -43,7 +44,8 @@ CANONICAL = {
 FORBIDDEN_MODULES = {"builtins", "__builtin__", "importlib", "ctypes", "gc", "imp", "cffi",
                      "_thread", "signal", "faulthandler", "atexit", "sitecustomize", "inspect",
                      "pkgutil", "code", "codeop", "runpy", "pdb", "bdb", "cProfile", "profile",
-                     "pickle", "_pickle", "marshal", "dill", "cloudpickle"}
+                     "pickle", "_pickle", "marshal", "dill", "cloudpickle", "pydoc", "unittest",
+                     "typing_extensions"}
 # Builtins a lesson answer never needs and that reach around the scan.
 FORBIDDEN_CALLS = {"setattr", "delattr", "exec", "eval", "compile", "globals", "vars",
                    "__import__", "breakpoint", "locals"}
@@ -52,7 +54,15 @@ FORBIDDEN_NAMES = {"__builtins__", "__builtin__", "get_ipython", "sys_modules"}
 # may hold `code` or `importlib` without the student importing it).
 DYNAMIC_ATTRIBUTES = {"resolve_name", "import_module", "run_path", "run_module", "run_code",
                       "InteractiveInterpreter", "InteractiveConsole", "interact", "runsource",
-                      "runcode", "compile_command", "exec_module"}
+                      "runcode", "compile_command", "exec_module",
+                      # a dotted name, or a string annotation evaluated as source
+                      "locate", "get_type_hints", "get_annotations", "ForwardRef", "_eval_type",
+                      "evaluate_forward_ref", "dictConfig", "fileConfig"}
+# A string annotation that names a type (`"np.ndarray"`, `"list[int] | None"`), nothing more.
+PLAIN_ANNOTATION = re.compile(r"[A-Za-z_][\w.]*(\[[\w.,\s\[\]|]*\])?(\s*\|\s*[\w.]+)*")
+# The decorators a kernel answer may carry: Triton's own (checked by their dotted name, and
+# `triton` can only be bound to Triton: CANONICAL).
+KERNEL_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 # Calls that look an attribute up by the name they are given (the last two from `operator`).
 LOOKUP_CALLS = ("getattr", "attrgetter", "methodcaller")
 # Builtins that run source text, whose argument is worth naming when it was decoded first.
@@ -300,7 +310,19 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._target(node.target, node, "assigns to")
+        self._annotation(node.annotation)
         self.generic_visit(node)
+
+    def visit_arg(self, node: ast.arg) -> None:
+        self._annotation(node.annotation)
+        self.generic_visit(node)
+
+    def _annotation(self, node: ast.AST | None) -> None:
+        """A string annotation is source that typing's helpers evaluate: only a type's name."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                not PLAIN_ANNOTATION.fullmatch(node.value):
+            self.flag(node, "writes code in a string annotation (`"
+                            f"{_short(node.value)}`), which typing's helpers run")
 
     def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
         self._target(node.target, node, "assigns to")
@@ -325,6 +347,7 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         self._bind(node, node.name, "defines a function named")
+        self._annotation(node.returns)
         self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef
@@ -344,6 +367,9 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"imports `{module}`")
             return
         origin = f"{module}.{name}" if name else module
+        if name in DYNAMIC_ATTRIBUTES:
+            self.flag(node, f"imports `{origin}`, which resolves a name or runs source text")
+            return
         if bound in CANONICAL:
             allowed = CANONICAL[bound]
             if module not in allowed and origin not in allowed:
@@ -385,6 +411,8 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"reaches into `{text}`")
         elif attr == "modules" and root == "sys":
             self.flag(node, "uses `sys.modules`")
+        elif attr == "cell_contents":
+            self.flag(node, f"reads a function's closure (`{text}`)")
         elif attr in FRAME_ATTRIBUTES and root not in ("np", "numpy", "torch"):
             self.flag(node, f"reads running frames (`{text}`)")
         elif attr in DYNAMIC_ATTRIBUTES and not self._from_forbidden_module(root):
@@ -867,9 +895,10 @@ def kernel_problems(cells: list[dict], answers: dict[str, str]) -> list[str]:
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                jit = isinstance(node, ast.FunctionDef) and any(
-                    _dotted(d.func if isinstance(d, ast.Call) else d).endswith("jit")
-                    for d in node.decorator_list)
+                names = [_dotted(d.func if isinstance(d, ast.Call) else d)
+                         for d in node.decorator_list]
+                jit = isinstance(node, ast.FunctionDef) and "triton.jit" in names and \
+                    all(name in KERNEL_DECORATORS for name in names)
                 bindings.setdefault(node.name, []).append("jit" if jit else label)
             elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -885,7 +914,8 @@ def kernel_problems(cells: list[dict], answers: dict[str, str]) -> list[str]:
         found = bindings.get(name, [])
         others = sorted({b for b in found if b != "jit"})
         if "jit" not in found:
-            problems.append(f"{exercise_id}: `{name}` is not defined as a @triton.jit function")
+            problems.append(f"{exercise_id}: `{name}` is not defined as a @triton.jit function "
+                            "(decorated by Triton's own decorators only)")
         elif others:
             problems.append(f"{exercise_id}: `{name}` is bound again outside its @triton.jit "
                             f"definition (in {', '.join(others)})")
