@@ -264,6 +264,24 @@ def test_wrong_scratch_kernel_is_rejected_with_its_message(known_wrong, mistake)
     REJECTED.append(("scratch", mistake))
 
 
+def test_the_untouched_scratch_kernel_says_not_started_in_one_line():
+    """The try cell of the kernel as handed out: a short NotStarted, no interpreter traceback."""
+    from flashcourse.checks.errors import NotStarted
+    from flashcourse.kernels.padded import padded_forward
+    from flashcourse.messages import short_message
+
+    source = cells.exercise_source(FORWARD_LESSON, "exercise-scratch")
+    stub = cells.load(source).padded_flash_forward
+    device = runtime.current().device
+    q, k, v = attention.make_inputs(1, 1, 8, 16, torch.float32, device=device, seed=0)
+    kv_start = torch.zeros(1, dtype=torch.int32, device=device)
+    with pytest.raises(NotStarted, match="padded_flash_forward still raises NotImplementedError"):
+        padded_forward(stub, q, k, v, kv_start)
+    with pytest.raises(NotStarted) as raised:  # a second launch of the same stub says it again
+        padded_forward(stub, q, k, v, kv_start)
+    assert len(short_message(raised.value)) == 1
+
+
 def test_scratch_kernel_inputs_are_checked(solution):
     from flashcourse.kernels.padded import padded_forward
 

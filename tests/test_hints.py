@@ -167,6 +167,14 @@ def test_unknown_exercises_and_levels_are_refused(exercise, level, says):
     assert hints.opened("roofline/copy-kernel") == []
 
 
+def test_an_item_without_hints_gets_a_short_note_not_an_error(capsys):
+    hints.hint("gpu-flash/q1-memory")  # a question of a lesson whose exercise has hints
+    out = capsys.readouterr().out
+    assert out.startswith("`gpu-flash/q1-memory` has no hints. In lesson 'gpu-flash', the "
+                          "exercises with hints are gpu-flash/"), out
+    assert "[" not in out and hints.opened("gpu-flash/q1-memory") == []
+
+
 def test_fc_exports_hint():
     import flashcourse as fc
 

@@ -82,7 +82,7 @@ def test_notebook_scorecard_fails_an_unanswered_veto(monkeypatch):
     for item in registry.LESSONS["gpu-flash"].exercises:
         if item.kind != "veto":
             registry.RESULTS[item.id] = item.points
-    with pytest.raises(registry.VetoMisconception, match="not judged yet"):
+    with pytest.raises(registry.NotStarted, match="not judged yet"):
         registry.scorecard("gpu-flash")
     registry.RESULTS["gpu-flash/misconceptions"] = 0
     assert registry.scorecard("gpu-flash") == 10

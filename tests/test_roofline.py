@@ -2,6 +2,7 @@
 solution cells, are rejected with the message meant for them."""
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,9 @@ from flashcourse.authoring import cells
 from flashcourse.checks import registry
 
 REJECTED = []
+# code or a formula in a message: a numpy call, an assignment, a product of names
+CODE_IN_TEXT = re.compile(r"np\.\w+\(|\w\s*=\s*[\w(]|\w\s*\*\s*\w")
+CASE = re.compile(r"case \d+/\d+ \([^)]*\)")
 
 
 @pytest.fixture(scope="module")
@@ -55,28 +59,29 @@ def test_hidden_cases_run_in_grading_mode(lesson, capsys, monkeypatch):
 WRONG = {
     "roofline/gemm-intensity": {
         "one FLOP per multiply-add": (
-            [("flops = 2 * m * n * k", "flops = m * n * k")], "2 FLOPs, so flops = 2*m*n*k"),
+            [("flops = 2 * m * n * k", "flops = m * n * k")], "half the right one"),
         "C not written": (
             [("(m * k + k * n + m * n) * element_bytes", "(m * k + k * n) * element_bytes")],
             "also writes C"),
         "elements, not bytes": (
             [("(m * k + k * n + m * n) * element_bytes", "(m * k + k * n + m * n)")],
-            "multiply by element_bytes"),
+            "count elements, not bytes"),
         "C read and written": (
             [("(m * k + k * n + m * n) * element_bytes",
               "(m * k + k * n + 2 * m * n) * element_bytes")], "C is counted twice"),
     },
     "roofline/attainable": {
-        "maximum": ([("np.minimum(", "np.maximum(")], "LOWER of the two ceilings"),
+        "maximum": ([("np.minimum(", "np.maximum(")],
+                    "exceed the compute peak where intensity is high"),
         "no compute ceiling": (
             [("np.minimum(peak_tflops, intensity * bandwidth_tbs)",
               "intensity * bandwidth_tbs")], "no compute ceiling"),
-        "python min": ([("np.minimum(", "min(")], "use np.minimum"),
+        "python min": ([("np.minimum(", "min(")], "element by element"),
         "factor 1000": (
             [("intensity * bandwidth_tbs)", "intensity * bandwidth_tbs * 1000)")],
             "no factor of 1000"),
         "divide": ([("intensity * bandwidth_tbs)", "intensity / bandwidth_tbs)")],
-                   "do not divide"),
+                   "divides intensity by bandwidth"),
     },
     "roofline/attention-intensity": {
         "matmul FLOPs halved": (
@@ -85,10 +90,10 @@ WRONG = {
             [("f / k.total", "f / k.read_bytes")], "only what a kernel reads"),
         "fused with one matmul": (
             [("(2 * matmul_flops + softmax_flops)", "(matmul_flops + softmax_flops)")],
-            "both matmuls"),
+            "both products"),
         "fused without softmax": (
             [("(2 * matmul_flops + softmax_flops)", "(2 * matmul_flops)")],
-            "also does the softmax"),
+            "leave out the softmax"),
         "dtype ignored": (
             [("traffic.standard_attention_traffic(n, d, dtype)",
               "traffic.standard_attention_traffic(n, d)"),
@@ -145,6 +150,9 @@ def test_known_wrong_answer_is_rejected_with_its_message(lesson, known_wrong, ex
     with known_wrong(exercise_id, mistake, match=re.escape(message)) as caught:
         check(exercise_id, wrong)
     assert re.search(r"case \d+/\d+ \(", str(caught.value)), str(caught.value)
+    if exercise_id not in FROM_SCRATCH + ["roofline/copy-kernel"]:  # their specs are code
+        assert not CODE_IN_TEXT.search(CASE.sub("", str(caught.value))), str(caught.value)
+        assert re.search(r"section \d", str(caught.value)), str(caught.value)
     assert exercise_id not in registry.RESULTS
     REJECTED.append((exercise_id, mistake))
 
@@ -231,6 +239,26 @@ def test_question_numbers_are_the_roofline_models():
     # standard attention's three kernels (QK^T, softmax, PV) at N = 4096, d = 128
     kernels = roofline.attention_points(4096, 128)[:3]
     assert q2["standard_us_n4096_d128"] == round(sum(map(roofline.time_bound_us, kernels)))
+
+
+def test_a_rounded_answer_is_echoed_as_entered_with_the_rounding_rule():
+    q1, q2 = "roofline/q1-intensity", "roofline/q2-attention"
+    with pytest.raises(registry.WrongAnswer) as raised:
+        check(q2, dict(registry.get(q2).answers, standard_us_n4096_d128=16.1))
+    assert ("standard_us_n4096_d128 = 16.1 is not right (graded after rounding to the nearest "
+            "whole number)") in str(raised.value)
+    with pytest.raises(registry.WrongAnswer, match="h200_ridge = 158 is not right .*nearest"):
+        check(q1, dict(registry.get(q1).answers, h200_ridge=158))
+    lesson_text = (Path(__file__).parents[1] / "lessons" / "02-memory-roofline.qmd").read_text()
+    assert lesson_text.count("rounded to\n    # the nearest whole number") == 1
+
+
+def test_an_exact_fraction_is_a_number():
+    from fractions import Fraction
+
+    q1 = "roofline/q1-intensity"
+    check(q1, dict(registry.get(q1).answers, fp32_add_intensity=Fraction(1, 12)))
+    assert q1 in registry.RESULTS
 
 
 def test_zz_at_least_three_wrong_answers_per_exercise():

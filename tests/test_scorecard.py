@@ -12,6 +12,7 @@ from notebook_runs import run_notebook
 
 from flashcourse import BlankNotFilled, VetoMisconception, WrongAnswer, ______, check, runtime
 from flashcourse.checks import registry
+from flashcourse.checks.errors import NotStarted
 from flashcourse.messages import course_errors, short_message
 
 LESSON = "gpu-flash"
@@ -90,7 +91,8 @@ def test_each_item_says_how_it_stands(capsys):
     q2 = next(i for i in registry.list_ids() if i.startswith(f"{LESSON}/q2"))
     with pytest.raises(BlankNotFilled):
         check(q2, ______)
-    out, _ = _scorecard_text(capsys, VetoMisconception)
+    out, err = _scorecard_text(capsys, WrongAnswer)
+    assert type(err) is WrongAnswer  # Q1 is wrong; the veto is only not judged yet
     assert out.startswith("Not passed yet: the veto statements are not judged yet; 0 of 10 "
                           "points, the pass line is 8\n"), out
     assert "0/4 numpy FlashAttention (online softmax) (not started)" in out
@@ -120,9 +122,28 @@ def test_an_untouched_exercise_ends_with_its_scorecard_and_one_line(root):
     assert [o.output_type for o in cell.outputs] == ["stream", "error"], cell.outputs
     assert cell.outputs[0].text.startswith("Not passed yet: ")
     error = cell.outputs[1]
-    assert error.ename == "VetoMisconception"
+    assert error.ename == "NotStarted"  # nothing answered: no veto, nothing wrong
     assert len(error.traceback) == 1 and "Traceback" not in error.traceback[0]
     assert "registry.py" not in error.traceback[0]
+
+
+def test_an_untouched_scorecard_is_not_started_not_a_veto(capsys):
+    out, err = _scorecard_text(capsys, NotStarted)
+    assert out.startswith("Not passed yet: the veto statements are not judged yet")
+    shown = ANSI.sub("", "\n".join(short_message(err)))
+    assert shown.startswith("NotStarted: Not passed yet: "), shown
+
+
+def test_blank_answers_are_named_as_a_sentence():
+    question = f"{LESSON}/q1-memory"
+    keys = list(_right(question))
+    assert len(keys) > 2
+    with pytest.raises(BlankNotFilled) as raised:
+        check(question, dict.fromkeys(keys, ______))
+    listed = f"{', '.join(keys[:-1])} and {keys[-1]}"
+    assert str(raised.value) == f"Fill in the blanks for {listed} in {question}."
+    with pytest.raises(BlankNotFilled, match=rf"Fill in the blank for {keys[0]} in "):
+        check(question, dict(_right(question), **{keys[0]: ______}))
 
 
 def test_only_the_interpreters_floating_point_warnings_are_hidden():

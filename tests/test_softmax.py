@@ -85,9 +85,9 @@ WRONG = {
         "Mask the stores"),
     ("softmax/row-kernel", "rows assumed contiguous"): (
         dict(replace=[("row * x_row_stride", "row * n_cols", 1),
-                      ("row * y_row_stride", "row * n_cols", 1)]), "not r * n_cols"),
+                      ("row * y_row_stride", "row * n_cols", 1)]), "r * n_cols apart"),
     ("softmax/row-kernel", "input rows assumed contiguous"): (
-        dict(replace=[("row * x_row_stride", "row * n_cols", 1)]), "not r * n_cols"),
+        dict(replace=[("row * x_row_stride", "row * n_cols", 1)]), "r * n_cols apart"),
     ("softmax/row-kernel", "no division by the sum"): (
         dict(replace=[("numerator / denominator,", "numerator,", 1)]), "never divided"),
     ("softmax/row-kernel", "nothing stored"): (

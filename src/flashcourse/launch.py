@@ -6,13 +6,16 @@ inside the kernel raises its own short error instead of a Triton interpreter sta
 
 from __future__ import annotations
 
-from .blanks import BlankNotFilled, refuse_blanks
+from .blanks import BlankNotFilled
 
 
 def run_kernel(kernel, grid, *args, **kwargs):
     """`kernel[grid](*args, **kwargs)` for notebook cells: an unfilled blank or a stub inside
     the kernel raises its own short error instead of a Triton interpreter stack trace."""
-    refuse_blanks(kernel, getattr(getattr(kernel, "fn", kernel), "__name__", "the kernel"))
+    from .kernels.attention import refuse_unfinished_kernel  # torch: only once a kernel runs
+
+    refuse_unfinished_kernel(kernel, getattr(getattr(kernel, "fn", kernel), "__name__",
+                                             "the kernel"))
     try:
         return kernel[grid](*args, **kwargs)
     except (BlankNotFilled, NotImplementedError):

@@ -16,6 +16,13 @@ def course_errors() -> tuple[type, ...]:
     return (WrongAnswer, BlankNotFilled, CourseInputError, UnknownLanguage)
 
 
+def word_list(words: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c': names as a sentence lists them."""
+    if len(words) < 2:
+        return "".join(words)
+    return _("{items} and {last}").format(items=_(", ").join(words[:-1]), last=words[-1])
+
+
 def _package_dir() -> str:
     return os.path.dirname(os.path.abspath(__file__))
 

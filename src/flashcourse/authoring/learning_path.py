@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from ..i18n import _
+from ..messages import word_list
 
 BEGIN = "<!-- the path: made by `python -m flashcourse build` from the lessons' front matter -->"
 END = "<!-- end of the path -->"
@@ -53,12 +54,6 @@ def _lesson_link(number: int, slugs: dict[int, str], book: bool) -> str:
     return f"[{name}]({slug}.qmd)" if book else f"[{name}]({slug}.ipynb)"
 
 
-def _joined(items: list[str]) -> str:
-    if len(items) == 1:
-        return items[0]
-    return _("{items} and {last}").format(items=_(", ").join(items[:-1]), last=items[-1])
-
-
 def before_you_start(lesson, book: bool) -> str:
     """The line at the top of a lesson: what it builds on, and its time ("" when undeclared)."""
     if not lesson.time:
@@ -67,7 +62,7 @@ def before_you_start(lesson, book: bool) -> str:
     builds_on = [_lesson_link(number, slugs, book) for number in lesson.needs]
     needs = []
     if builds_on:
-        needs.append(_joined(builds_on))
+        needs.append(word_list(builds_on))
     if lesson.skills:
         needs.append(lesson.skills)
     if len(needs) == 2:

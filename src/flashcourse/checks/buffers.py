@@ -94,8 +94,8 @@ class Canaried:
         count = int(changed.sum())
         what = _("{case}: your kernel wrote {count} value(s) outside the output, first "
                  "{where}.").format(case=case, count=count, where=self._describe(flat))
-        advice = advice or _("Mask the stores of the last block (mask=offsets < size) so edge "
-                             "programs write only inside the tensor.")
+        advice = advice or _("Mask the stores of the last block so that its lanes past the end "
+                             "write nothing: edge programs must write only inside the tensor.")
         raise WrongAnswer(f"{what} {advice}")
 
     def unwritten(self) -> torch.Tensor:

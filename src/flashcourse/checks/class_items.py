@@ -55,13 +55,10 @@ def _code_check(item: dict):
 
 
 def _right_kind(value, kind: str) -> bool:
-    import numpy as np
-
     if kind == "bool":
         return isinstance(value, bool)
     if kind == "number":
-        return isinstance(value, (int, float, np.integer, np.floating)) and \
-            not isinstance(value, bool)
+        return registry.is_number(value)
     return isinstance(value, str)
 
 

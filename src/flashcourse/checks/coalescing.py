@@ -398,10 +398,10 @@ def _check_batched(batched_transpose_kernel) -> str:
             written = ~out.unwritten().cpu()
             if batch > 1 and bool(written[0].all()) and not bool(written[1:].any()):
                 raise registry.WrongAnswer(
-                    _("{case}: only matrix 0 of y was written. Every program must offset both "
-                      "pointers by its batch index (tl.program_id(axis=2)) times the batch stride "
-                      "of its tensor: batch * stride_xb for x, batch * stride_yb for y.").format(
-                      case=case))
+                    _("{case}: only matrix 0 of y was written: every program read and wrote "
+                      "the first matrix. Each program must move both pointers to the matrix of "
+                      "its own batch index, each tensor by its own batch stride (section 3, the "
+                      "batched transpose).").format(case=case))
             try:
                 registry.compare(got, values.transpose(1, 2).cpu(), case, atol=0)
             except registry.WrongAnswer as err:

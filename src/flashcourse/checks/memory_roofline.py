@@ -16,6 +16,10 @@ from ..models import roofline, traffic
 from . import buffers, guards, recording, registry
 
 LESSON = registry.lesson("roofline", N_("Lesson 2: Memory and the roofline"), pass_line=8)
+SECTION_INTENSITY = N_('section 1 ("Arithmetic intensity")')
+SECTION_ROOFLINE = N_('section 2 ("The roofline")')
+SECTION_ATTENTION = N_('section 3 ("Attention on the roofline")')
+SECTION_KERNELS = N_('section 4 ("A Triton copy kernel")')
 
 
 def _number(value, case: str) -> float:
@@ -39,17 +43,20 @@ GEMM_HIDDEN = [(64, 64, 64, 4), (8192, 128, 8192, 2)]
 
 
 def _gemm_variants(m, n, k, b):
-    return [
+    section = _(SECTION_INTENSITY)
+    return [(value, why.format(section=section)) for value, why in [
         (m * n * k / ((m * k + k * n + m * n) * b),
-         _("Your FLOPs are half the right count: each term of the sum is a multiply and an add, 2 "
-           "FLOPs, so flops = 2*m*n*k.")),
+         _("Your FLOP count is half the right one: it counts one FLOP per term of the sums, "
+           "but each term is a multiply and an add ({section}).")),
         (2 * m * n * k / ((m * k + k * n) * b),
-         _("The bytes count only the reads of A and B: the kernel also writes C (m*n elements).")),
+         _("The bytes count only the reads of A and B: the kernel also writes C, once "
+           "({section}).")),
         (2 * m * n * k / (m * k + k * n + m * n),
-         _("The bytes count elements, not bytes: multiply by element_bytes.")),
+         _("The bytes count elements, not bytes: each element of this case takes element_bytes "
+           "bytes ({section}).")),
         (2 * m * n * k / ((m * k + k * n + 2 * m * n) * b),
-         _("C is counted twice: C = A @ B only writes C, it does not read it.")),
-    ]
+         _("C is counted twice: the product only writes C, it does not read it ({section}).")),
+    ]]
 
 
 @registry.exercise("roofline/gemm-intensity", N_("arithmetic intensity of a GEMM"), 1)
@@ -64,8 +71,8 @@ def _check_gemm(gemm_intensity) -> str:
             hint = next((why for value, why in _gemm_variants(m, n, k, b)
                          if np.isclose(got, value, rtol=1e-9)),
                         _("Count the FLOPs of one multiply-add per output element and k, and the "
-                          "bytes of reading A and B once and writing C once: {section}.").format(
-                          section=_(registry.section_of('roofline/q1-intensity'))))
+                          "bytes of reading A and B once and writing C once ({section}).").format(
+                          section=_(SECTION_INTENSITY)))
             raise registry.WrongAnswer(_("{case}: you returned {got:.6g} FLOP/B, which is not "
                                          "this GEMM's intensity. {hint}").format(case=case,
                                          got=got, hint=hint))
@@ -95,9 +102,11 @@ def _check_attainable(attainable_tflops) -> str:
         except ValueError as err:
             if "truth value" in str(err):
                 raise registry.WrongAnswer(
-                    _("{case}: your function raised ValueError ({err}). Python's min() cannot "
-                      "compare whole arrays: use np.minimum(a, b), which works element "
-                      "by element.").format(case=case, err=err)) from err
+                    _("{case}: your function raised ValueError ({err}). Python's built-in "
+                      "min() compares whole objects, not arrays element by element: the "
+                      "roofline takes the lower ceiling at each intensity separately "
+                      "({section}).").format(case=case, err=err,
+                                             section=_(SECTION_ROOFLINE))) from err
             raise registry.WrongAnswer(_("{case}: your code raised ValueError: {err}").format(
                                          case=case, err=err)) from err
         except (BlankNotFilled, NotImplementedError, registry.WrongAnswer):
@@ -107,28 +116,51 @@ def _check_attainable(attainable_tflops) -> str:
                 _("{case}: your code raised {error_type}: {err}").format(case=case,
                   error_type=type(err).__name__, err=err)) from err
         want = roofline.attainable_tflops(intensity, peak, bw)
-        variants = [
-            (np.maximum(peak, intensity * bw), _("You took the maximum: attainable throughput is "
-                                                 "the LOWER of the two ceilings, np.minimum(peak, "
-                                                 "intensity * bandwidth).")),
-            (intensity * bw, _("There is no compute ceiling: above the ridge point the answer "
-                               "must stay at peak_tflops.")),
-            (np.full_like(intensity, peak), _("Below the ridge the memory ceiling limits: "
-                                              "intensity * bandwidth.")),
-            (np.minimum(peak, intensity * bw * 1000), _("Units: FLOP/B times TB/s is already "
-                                                        "TFLOP/s; there is no factor of 1000.")),
-            (np.minimum(peak, intensity / bw), _("Multiply intensity by bandwidth (FLOP/B x B/s = "
-                                                 "FLOP/s), do not divide.")),
-        ]
         try:
-            registry.compare(got, want, case, atol=1e-9, rtol=1e-9,
-                            hint=_("attainable = np.minimum(peak, intensity * bandwidth)."))
+            registry.compare(got, want, case, atol=1e-9, rtol=1e-9)
         except registry.WrongAnswer as err:
-            hint = next((why for value, why in variants
-                         if registry.same_result(got, value, 1e-9)), "")
-            raise registry.WrongAnswer(f"{err}\n{hint}".rstrip()) from None
+            raise registry.WrongAnswer(
+                f"{err}\n{_roofline_mistake(got, intensity, peak, bw)}") from None
     return _("{total} machines right{hidden}").format(total=len(cases),
              hidden=registry.hidden_note())
+
+
+def _roofline_mistake(got, intensity, peak, bw) -> str:
+    """What a wrong roofline does, in words: a known mistake, else which ceiling it breaks."""
+    section = _(SECTION_ROOFLINE)
+    variants = [
+        (np.maximum(peak, intensity * bw),
+         _("Your values exceed the compute peak where intensity is high and the memory ceiling "
+           "where it is low: you took the higher ceiling, but an operator can beat neither, so "
+           "the roofline is the lower of the two at each intensity ({section}).")),
+        (intensity * bw,
+         _("Your values grow past the compute peak where intensity is high: there is no compute "
+           "ceiling, but above the ridge point the throughput stays at the peak ({section}).")),
+        (np.full_like(intensity, peak),
+         _("Your values stay at the peak at every intensity: there is no memory ceiling, but "
+           "below the ridge point memory cannot feed the peak rate ({section}).")),
+        (np.minimum(peak, intensity * bw * 1000),
+         _("Units: FLOP/B times TB/s is already TFLOP/s; there is no factor of 1000 "
+           "({section}).")),
+        (np.minimum(peak, intensity / bw),
+         _("Your memory ceiling divides intensity by bandwidth: FLOP/B and B/s give FLOP/s only "
+           "as a product ({section}).")),
+    ]
+    known = next((why for value, why in variants if registry.same_result(got, value, 1e-9)),
+                 None)
+    if known is not None:
+        return known.format(section=section)
+    values = np.asarray(got, dtype=np.float64) if np.shape(got) == np.shape(intensity) else None
+    if values is not None and np.any(values > peak * (1 + 1e-9)):
+        why = _("Some of your values exceed the compute peak: the roofline caps attainable "
+                "throughput by both ceilings ({section}).")
+    elif values is not None and np.any(values > intensity * bw * (1 + 1e-9)):
+        why = _("Some of your values exceed the memory ceiling where intensity is low: the "
+                "roofline caps attainable throughput by both ceilings ({section}).")
+    else:
+        why = _("Attainable throughput is the lower of the two ceilings at each intensity, the "
+                "compute peak and what memory can feed ({section}).")
+    return why.format(section=section)
 
 
 # ---------------------------------------------------------------- attention on the roofline
@@ -147,20 +179,24 @@ def _attention_variants(n, d, dtype):
     reads = [p.flops / k.read_bytes for p, k in
              zip(points, traffic.standard_attention_traffic(n, d, dtype), strict=False)]
     fused = traffic.flash_attention_traffic(n, d, dtype, block_rows=roofline.FUSED_BLOCK_ROWS)
-    return [
+    section = _(SECTION_ATTENTION)
+    return [(value, why.format(section=section)) for value, why in [
         (np.array([right[0] / 2, right[1], right[2] / 2,
                    (2 * n * n * d + f * n * n) / fused.total]),
-         _("The matmul FLOPs are half the right count: an (n, d) @ (d, n) product does n*n*d "
-           "multiply-adds, 2*n*n*d FLOPs.")),
+         _("Your matmul FLOP count is half the right one: each multiply-add of a product is two "
+           "FLOPs, a multiply and an add ({section}).")),
         (np.array(reads + [right[3]]),
-         _("The bytes count only what a kernel reads: use kernel.total (read + written).")),
+         _("The bytes count only what a kernel reads: its intensity divides by every byte it "
+           "moves, read and written ({section}).")),
         (np.array(right[:3] + [(2 * n * n * d + f * n * n) / fused.total]),
-         _("The fused kernel does both matmuls (QK^T and PV) plus the softmax: 2 * matmul_flops + "
-           "softmax_flops.")),
+         _("The fused kernel's FLOPs hold one matmul only: it does both products (QK^T and PV) "
+           "as well as the softmax ({section}).")),
         (np.array(right[:3] + [4 * n * n * d / fused.total]),
-         _("The fused kernel also does the softmax's FLOPs: 2 * matmul_flops + softmax_flops.")),
-        (bf16, _("Your result ignores dtype: pass it on to the traffic functions.")),
-    ]
+         _("The fused kernel's FLOPs leave out the softmax: it does the softmax's work as well "
+           "as both products ({section}).")),
+        (bf16, _("Your result ignores dtype: the bytes of every kernel depend on it "
+                 "({section}).")),
+    ]]
 
 
 @registry.exercise("roofline/attention-intensity", N_("where attention's kernels sit"), 2)
@@ -173,7 +209,7 @@ def _check_attention(attention_intensities) -> str:
         want = roofline.attention_intensities(n, d, dtype)
         try:
             registry.compare(got, want, case, atol=0, rtol=1e-9,
-                            hint=_("Order: [S = Q K^T, P = softmax(S), O = P V, fused]."))
+                            hint=_("The order: QK^T, softmax, PV, then the fused kernel."))
         except registry.WrongAnswer as err:
             got_array = np.asarray(got, dtype=np.float64) if not isinstance(got, str) else got
             hint = next((why for value, why in _attention_variants(n, d, dtype)
@@ -210,8 +246,8 @@ def _copy_hint(out, values, n, block, does: str = N_("copies")) -> str:
     written = ~out.unwritten().cpu()
     if n > block and bool(written[:block].all()) and not bool(written[block:].any()):
         return (_("Only the first block was written: every program stored to the same offsets. "
-                  "Each program must start at its own block (its program id times the block "
-                  "size): {section}.").format(section=_(registry.section_of('roofline/q3-copy'))))
+                  "Each program must start at its own block: {section}.").format(
+                  section=_(registry.section_of('roofline/q3-copy'))))
     if bool(written[:-1].all()) and not bool(written[-1]):
         return (_("The last element was never written: the mask switches off one index too many "
                   "at the end: {section}.").format(
@@ -279,17 +315,20 @@ def run_axpy(axpy_kernel, n: int, block: int, alpha: float, dtype: torch.dtype, 
 def _axpy_hint(got, x, y, alpha, atol) -> str:
     x, y = x.double().cpu(), y.double().cpu()
     variants = [
-        (x + y, _("alpha is missing: out = alpha * x + y.")),
+        (x + y, _("alpha is missing: your output is the plain sum of x and y.")),
         (alpha * y + x, _("x and y are swapped: alpha multiplies x, not y.")),
-        (alpha * (x + y), _("alpha multiplies the sum: out = alpha * x + y, only x is scaled.")),
-        (alpha * x, _("y is never added: out = alpha * x + y.")),
-        (y, _("The output is y alone: alpha * x is never added.")),
+        (alpha * (x + y), _("alpha multiplies the sum: only x is scaled, then y is added.")),
+        (alpha * x, _("y is never added: your output is x scaled by alpha alone.")),
+        (y, _("The output is y alone: the scaled x is never added.")),
     ]
+    section = _(SECTION_KERNELS)
     for value, why in variants:
         if alpha not in (0.0, 1.0) and registry.same_result(got, value, atol):
-            return _("Likely mistake: ") + why
-    return (_("Hint: load x and y with the same offsets and mask, convert both to float32, store "
-              "alpha * x + y."))
+            return _("Likely mistake: ") + why + " " + _("Re-read the specification of "
+                                                         "{section}.").format(section=section)
+    return _("Hint: both inputs are read at the same positions and with the same mask, in "
+             "float32, and the output follows the specification of {section}.").format(
+             section=section)
 
 
 @registry.exercise("roofline/axpy-kernel", N_("Triton axpy kernel, written from scratch"), 2,

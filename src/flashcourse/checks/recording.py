@@ -34,6 +34,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from fractions import Fraction
 from functools import cache
 from pathlib import Path
 
@@ -311,6 +312,8 @@ def encode(value, depth: int = 0):
         return value
     if isinstance(value, np.generic) and type(value).__module__ == "numpy":
         return encode(value.item(), depth + 1)
+    if type(value) is Fraction:  # a number answer: its value is what a question grades
+        return float(value)
     if type(value) is np.ndarray:
         if value.dtype.hasobject:
             raise TypeError("an array of Python objects")

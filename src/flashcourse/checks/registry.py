@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from numbers import Real
 
 import numpy as np
 
 from .. import blanks, student
 from ..blanks import BlankNotFilled, is_blank, refuse_blanks
 from ..i18n import N_, _
-from ..messages import install_message_handler
+from ..messages import install_message_handler, word_list
 from ..runtime import book_page, current
 from . import cases, recording
 from . import numbers as varying
@@ -412,10 +413,19 @@ def scorecard(lesson_id: str) -> float:
         install_message_handler()  # also when the setup cell was skipped
         # one line under the scorecard (messages.py shows course errors without a traceback);
         # raising is what makes Run All, nbval and the grader see the lesson as not passed
-        error = VetoMisconception if reasons[0] in (VETO_JUDGED_WRONGLY, VETO_NOT_JUDGED) \
-            else WrongAnswer
-        raise error(_("Not passed yet: {reasons}.").format(reasons=joined))
+        raise _scorecard_error(reasons, states.values())(
+            _("Not passed yet: {reasons}.").format(reasons=joined))
     return earned
+
+
+def _scorecard_error(reasons: list[str], states) -> type[WrongAnswer]:
+    """A misjudged veto fails the lesson as a veto; a lesson with nothing answered wrongly (only
+    blanks and items not started yet) is not started; anything else is a wrong answer."""
+    if reasons[0] == VETO_JUDGED_WRONGLY:
+        return VetoMisconception
+    if all(state in ("passed", "blank", NOT_STARTED) for state in states):
+        return NotStarted
+    return WrongAnswer
 
 
 def lesson_notebooks(root=None) -> list[str]:
@@ -499,19 +509,26 @@ def require_answers(answers, keys, exercise_id: str) -> None:
     missing = [key for key in keys if key not in answers]
     if missing:
         raise WrongAnswer(_("{exercise_id}: missing answers for {keys}.").format(
-            exercise_id=exercise_id, keys=missing))
+            exercise_id=exercise_id, keys=word_list(missing)))
     blanks = [key for key in keys if is_blank(answers[key])]
+    if len(blanks) == 1:
+        raise BlankNotFilled(_("Fill in the blank for {key} in {exercise_id}.").format(
+            key=blanks[0], exercise_id=exercise_id))
     if blanks:
-        raise BlankNotFilled(_("Fill in the blank for {keys} in {exercise_id}.").format(
-            keys=blanks, exercise_id=exercise_id))
+        raise BlankNotFilled(_("Fill in the blanks for {keys} in {exercise_id}.").format(
+            keys=word_list(blanks), exercise_id=exercise_id))
+
+
+def is_number(value) -> bool:
+    """A real number of any kind (int, float, numpy, Fraction), not a bool."""
+    return isinstance(value, Real) and not isinstance(value, (bool, np.bool_))
 
 
 def _same_answer(given, right, rtol: float) -> bool:
     if isinstance(right, bool) or isinstance(given, bool):
         return given is right  # True is not 1 here: a yes/no question wants a bool
     if isinstance(right, (int, float)):
-        return isinstance(given, (int, float, np.number)) and bool(
-            np.isclose(float(given), right, rtol=rtol, atol=0))
+        return is_number(given) and bool(np.isclose(float(given), right, rtol=rtol, atol=0))
     if isinstance(right, str):
         return isinstance(given, str) and given.strip().lower() == right.lower()
     return given == right
@@ -522,8 +539,7 @@ def _kind_of_mistake(given, right) -> str:
     if isinstance(right, bool):
         return "" if isinstance(given, bool) else _(" (answer True or False)")
     if isinstance(right, (int, float)):
-        number = isinstance(given, (int, float, np.number)) and not isinstance(given, bool)
-        return "" if number else _(" (this part wants a number)")
+        return "" if is_number(given) else _(" (this part wants a number)")
     if isinstance(right, str) and not isinstance(given, str):
         return _(" (this part wants one of the strings named in the cell's comment)")
     return ""
@@ -536,17 +552,23 @@ def where_explained(sections, key: str) -> str:
 
 
 def grade_answers(exercise_id: str, answers, expected: dict, explanations: dict,
-                  rtol: float = 1e-9, sections: str | dict | None = None) -> str:
-    """Compare a dict of self-check answers with `expected`; numbers within `rtol`, strings
-    without regard to case. Raise WrongAnswer naming every wrong key and the section of the
-    lesson that explains it (`sections`: one for all keys, or {key: section}), never the right
-    value: `explanations` hold the reasoning for the reference answers and are not shown."""
+                  rtol: float = 1e-9, sections: str | dict | None = None,
+                  rounded: tuple[str, ...] = ()) -> str:
+    """Compare a dict of self-check answers with `expected`; numbers within `rtol` (those of the
+    `rounded` keys rounded to the nearest whole number first), strings without regard to case.
+    Raise WrongAnswer naming every wrong key as entered and the section of the lesson that
+    explains it (`sections`: one for all keys, or {key: section}), never the right value:
+    `explanations` hold the reasoning for the reference answers and are not shown."""
     require_answers(answers, list(expected), exercise_id)
+    graded = {key: round(answers[key]) if key in rounded and _finite_number(answers[key])
+              else answers[key] for key in expected}
     wrong = [_("  {key} = {answer} is not right{kind}.{reread}").format(
                  key=key, answer=printable_answer(answers[key]),
-                 kind=_kind_of_mistake(answers[key], right),
+                 kind=_kind_of_mistake(answers[key], right) or (
+                     _(" (graded after rounding to the nearest whole number)")
+                     if key in rounded else ""),
                  reread=where_explained(sections, key))
-             for key, right in expected.items() if not _same_answer(answers[key], right, rtol)]
+             for key, right in expected.items() if not _same_answer(graded[key], right, rtol)]
     if wrong:
         raise WrongAnswer(_("{exercise_id}: {wrong} of {total} answers are wrong:").format(
             exercise_id=exercise_id, wrong=len(wrong), total=len(expected))
@@ -569,13 +591,12 @@ def questions(exercise_id: str, title: str, points: float, expected: dict, expla
     @exercise(exercise_id, title, points, kind="question", answers=dict(expected))
     def _check(answers) -> str:
         require_answers(answers, list(expected), exercise_id)
-        whole = {key: round(answers[key]) for key in rounded if _finite_number(answers[key])}
         graded_as = student.current() if formulas else None
         right = varying.expected_answers(exercise_id, expected, numbers or {}, formulas or {},
                                          graded_as)
         try:
-            return grade_answers(exercise_id, dict(answers, **whole), right, explanations,
-                                 rtol=rtol, sections=sections)
+            return grade_answers(exercise_id, answers, right, explanations, rtol=rtol,
+                                 sections=sections, rounded=tuple(rounded))
         except WrongAnswer as err:
             if graded_as is None:  # the lesson's numbers, as the text says
                 raise
@@ -598,9 +619,7 @@ def show_numbers(exercise_id: str) -> None:
 
 
 def _finite_number(value) -> bool:
-    return (isinstance(value, (int, float, np.integer, np.floating))
-            and not isinstance(value, bool)
-            and bool(np.isfinite(value)))
+    return is_number(value) and bool(np.isfinite(float(value)))
 
 
 def misconceptions(lesson_id: str, statements: dict[str, tuple[bool, str]],

@@ -23,6 +23,7 @@ from .. import i18n
 from ..checks import recording
 from ..checks.errors import CourseInputError
 from ..i18n import _
+from ..messages import install_message_handler, word_list
 
 HINTS_DIR = Path(__file__).resolve().parent
 HINT_MIME = recording.HINT_MIME
@@ -62,7 +63,7 @@ def levels_shown(exercise_id: str) -> tuple[tuple[str, ...], bool]:
 
 def _unknown(exercise_id) -> CourseInputError:
     lesson = str(exercise_id).partition("/")[0]
-    same_lesson = [name for name in table() if name.partition("/")[0] == lesson]
+    same_lesson = _of_lesson(str(exercise_id))
     if same_lesson:
         known = _("the exercises of lesson {lesson!r} with hints are: {names}").format(
             lesson=lesson, names=", ".join(same_lesson))
@@ -107,8 +108,25 @@ def reveal(exercise_id: str, level: int | None = None) -> str:
 
 
 def hint(exercise_id: str, level: int | None = None) -> None:
-    """Show the next hint level of an exercise not shown yet, or level `level`."""
-    text = reveal(exercise_id, level)
+    """Show the next hint level of an exercise not shown yet, or level `level`; for an item of
+    a lesson that has no hints (a question), a short note naming the lesson's ones."""
+    install_message_handler()  # bad input shows as one line, also before the setup cell
+    if isinstance(exercise_id, str) and exercise_id not in table() and _of_lesson(exercise_id):
+        _show(_("`{exercise_id}` has no hints. In lesson {lesson!r}, the exercises with hints "
+                "are {names}.").format(exercise_id=exercise_id,
+                                       lesson=exercise_id.partition("/")[0],
+                                       names=word_list(_of_lesson(exercise_id))))
+        return
+    _show(reveal(exercise_id, level))
+
+
+def _of_lesson(exercise_id: str) -> list[str]:
+    """The exercises with hints in the lesson of `exercise_id`."""
+    lesson = exercise_id.partition("/")[0]
+    return [name for name in table() if name.partition("/")[0] == lesson]
+
+
+def _show(text: str) -> None:
     try:
         from IPython import get_ipython
         from IPython.display import Markdown, display

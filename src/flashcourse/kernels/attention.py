@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import runtime
+from ..i18n import _
 from ..models.matmul import cdiv
 from ..runtime import CourseInputError
 from . import LOG2E, tiles
@@ -118,16 +119,30 @@ def kernel_helpers(kernel) -> list[tuple[str, object]]:
 
 def refuse_unfinished(kernel, name: str = "kernel") -> None:
     """Raise BlankNotFilled when a kernel, or a @triton.jit helper it calls, still holds a
-    `______`, instead of letting Triton fail with a long stack trace."""
-    from ..blanks import refuse_blanks
-
+    `______`, and NotStarted when one still raises NotImplementedError, instead of letting
+    Triton fail with a long stack trace."""
     if kernel in _FINISHED:  # read the source once per kernel object, not per launch
         return
-    refuse_blanks(kernel, name)  # the kernel and its helpers, every blank listed at once
+    refuse_unfinished_kernel(kernel, name)  # every blank listed at once
     _FINISHED.add(kernel)
 
 
 _FINISHED: set = set()
+
+
+def refuse_unfinished_kernel(kernel, name: str) -> None:
+    """Before a launch: a blank in the kernel or in a @triton.jit helper it calls raises
+    BlankNotFilled, a body still `raise NotImplementedError` raises NotStarted, each one short
+    line instead of the Triton interpreter's stack trace."""
+    from ..blanks import refuse_blanks, source_of
+    from ..checks.errors import NotStarted
+
+    refuse_blanks(kernel, name)
+    for shown, obj in [(name, kernel), *kernel_helpers(kernel)]:
+        if "raise NotImplementedError" in (source_of(obj) or ""):
+            raise NotStarted(_("{name} still raises NotImplementedError. Replace the `raise "
+                               "NotImplementedError` line with your implementation.").format(
+                                   name=shown))
 
 
 def _is_power_of_two(x: int) -> bool:

@@ -340,8 +340,8 @@ BACKWARD_HINTS = {
            "forward's probabilities P from the saved logsumexp, and dV sums P^T dO with those. "
            "See {backward_section}."))),
     "delta_from_do": (dict(delta_from_do=True), (
-        N_("delta (the row term of dS = P * (dP - delta)) is computed from dO alone: it is the "
-           "row sum of dO times the forward's output O, elementwise. See {backward_section}."))),
+        N_("delta (the row term of dS) is computed from dO alone: it also needs the forward's "
+           "output O, row by row. See {backward_section}."))),
     "dk_scale": (dict(dk_scaled=False), (
         N_("dK lacks the softmax scale: the scores are sm_scale times q.k, so the chain rule "
            "brings sm_scale into dK as it does into dQ. See {backward_section}."))),

@@ -245,7 +245,7 @@ NUMPY_BACKWARD_MISTAKES = [
         "P-weighted mean of that row of dP.")),
     (dict(delta="dp"),
      N_("D is the plain row sum of dP: each entry of dP must be weighted by its probability P "
-        "before summing (which equals the row sum of dO * O).")),
+        "before summing.")),
     (dict(delta_sign=-1.0),
      N_("D enters dS with the wrong sign: the softmax's Jacobian subtracts D from dP.")),
     (dict(scale_grads=False),

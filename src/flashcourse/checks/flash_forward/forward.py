@@ -124,8 +124,8 @@ STRIDE_HINT = (
 
 OVERFLOW_HINT = (
     N_("Likely mistake: with large scores every output is NaN or inf, so the weights overflowed "
-       "or all underflowed to 0. exp2(s * qk_scale - m) stays in (0, 1] only if m is the running "
-       "max of the *scaled* scores, max(s) * qk_scale, the same scaling as in the exponent. See "
+       "or all underflowed to 0. The weights stay in (0, 1] only if the running max is the max "
+       "of the *scaled* scores, with the same scaling as the scores in the exponent. See "
        "\"Base 2, with the scale in the FMA\" in {forward_section}."))
 
 
@@ -188,11 +188,13 @@ def _check_forward(kernel) -> str:
                             rtol=l_rtol)
         except registry.WrongAnswer as err:
             if close_to(lse64, ref_lse.numpy() * LOG2E, 1e-4):
-                hint = (_("Likely mistake: L is in log2 units. m_i and log2(l_i) are base 2 "
-                          "because the kernel uses exp2; store (m_i + log2(l_i)) * ln(2)."))
+                hint = (_("Likely mistake: L is in log2 units. The running max and the log of "
+                          "the running sum are base 2 because the kernel uses exp2; L is a "
+                          "natural logarithm, so convert the base before storing it (section 2)."))
             else:
-                hint = (_("L must be the natural-log logsumexp of each row of sm_scale * q k^T: "
-                          "(m_i + log2(l_i)) * ln(2) with the kernel's base-2 running max."))
+                hint = (_("L must be the natural-log logsumexp of each row of the scaled scores, "
+                          "built from the kernel's base-2 running max and running sum (section "
+                          "2)."))
             raise registry.WrongAnswer(f"{err}\n{hint}") from None
     hidden = registry.hidden_note()
     return _("{total} cases match standard attention, O and L{hidden}").format(total=len(cases),

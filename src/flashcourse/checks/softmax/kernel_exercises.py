@@ -47,8 +47,9 @@ NO_GUARD_HINT = (
        "max, 0 while the running max is -inf (section 4, \"The online softmax\")."))
 NO_DIVIDE_HINT = N_("The outputs are exp(x - max) but never divided by the sum of the row.")
 ROW_STRIDE_HINT = (
-    N_("Row r starts at x_ptr + r * x_row_stride, not r * n_cols: the grader's rows are not "
-       "contiguous (each row is followed by padding). Use the strides the launcher passes."))
+    N_("Your rows start r * n_cols apart, as if they were contiguous: the grader's rows are "
+       "not contiguous (each row is followed by padding), so a row's start comes from the row "
+       "stride the launcher passes (section 3)."))
 
 
 def _row_mistakes(x, block):

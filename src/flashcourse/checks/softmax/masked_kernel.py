@@ -133,9 +133,10 @@ def check_masked_softmax(kernel) -> str:
         try:
             registry.compare(output, expected, label, atol=atol, rtol=rtol)
         except registry.WrongAnswer as err:
-            hint = (_("Hint: load with mask=cols < length and other=float(\"-inf\"), scale in "
-                      "float32, running max with a safe max, running sum rescaled; store exp(s - "
-                      "m) / l for every column below n_cols."))
+            hint = (_("Hint: the columns from the row's length on are hidden, loaded so that "
+                      "they weigh nothing; the scores are scaled in float32; the running max "
+                      "uses a safe max and the running sum is rescaled; every column below "
+                      "n_cols is stored, normalised (sections 4 and 5)."))
             for candidate, why in _masked_mistakes(x64, lengths_np, scale, block):
                 if candidate is not None and registry.same_result(output, candidate,
                                                                   max(1e-3, 10 * atol)):

@@ -68,7 +68,7 @@ def _crash_hint(err: registry.WrongAnswer) -> str:
     text = str(err)
     if "broadcast" in text:
         return (_("\nHint: a reduction without keepdims=True returns shape (rows,), which does "
-                  "not broadcast against (rows, n). Use x.max(axis=-1, keepdims=True)."))
+                  "not broadcast against (rows, n): keep the reduced axis (section 2)."))
     return ""
 
 
@@ -105,8 +105,9 @@ def check_stable_softmax(stable_softmax) -> str:
                     raise registry.WrongAnswer(_("{err}\nLikely mistake: {hint}").format(err=err,
                                                  hint=_(hint))) from None
             raise registry.WrongAnswer(
-                _("{err}\nHint: softmax(x) = exp(x - max) / sum(exp(x - max)), max and sum per "
-                  "row (axis=-1, keepdims=True).").format(err=err)) from None
+                _("{err}\nHint: shift each row by its own max before exponentiating, then "
+                  "divide by the row's sum of those exponentials; reduce over the last axis "
+                  "and keep it for broadcasting (section 2).").format(err=err)) from None
     return passed(len(cases), _("match the float64 reference"))
 
 

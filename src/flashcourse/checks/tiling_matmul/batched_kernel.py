@@ -11,6 +11,8 @@ from ...i18n import _
 from ...models.matmul import cdiv
 from .. import buffers, guards, registry
 from .common import (
+    LAST_K_STEP_HINT,
+    OUTSIDE_HINT,
     fp16_accumulation,
     random_operands,
     summary_notes,
@@ -104,11 +106,8 @@ def _batched_diagnosis(kernel, A, B, out_dtype, cfg, actual, expected, atol, lab
         return ""
     if np.isnan(actual).any() and registry.same_result(zero, expected, atol):
         if K % BLOCK_K:
-            return (_("Likely mistake: the last K step reads past column K-1 of A and row K-1 of "
-                      "B (K is not a multiple of BLOCK_K). Mask both loads with the K that is "
-                      "left (K - k at step k), with other=0.0."))
-        return (_("Likely mistake: a load reads outside A or B. Mask it: rows < M for A, columns "
-                  "< N for B, and other=0.0."))
+            return _(LAST_K_STEP_HINT)
+        return _(OUTSIDE_HINT)
     if out_dtype == "float32":
         simulated = np.stack([fp16_accumulation(A64[z], B64[z], BLOCK_K)
                               for z in range(batch)])
@@ -151,9 +150,10 @@ def check_batched(kernel) -> str:
         written = np.isfinite(actual)
         if batch > 1 and written[0].all() and not written[1:].any():
             raise registry.WrongAnswer(
-                _("{label}: only matrix 0 of C was written. Every program must offset its "
-                  "pointers by its batch index (tl.program_id(2)) times the batch stride of each "
-                  "tensor: z * stride_az, z * stride_bz and z * stride_cz.").format(label=label))
+                _("{label}: only matrix 0 of C was written: every program worked on the first "
+                  "matrices. Each program must move its pointers to the matrices of its own "
+                  "batch index, each tensor by its own batch stride (section 6, the batched "
+                  "matmul).").format(label=label))
         try:
             registry.compare(actual, expected, label, atol=atol, rtol=rtol, tile_rows=bm)
         except registry.WrongAnswer as err:

@@ -7,8 +7,17 @@ from __future__ import annotations
 import numpy as np
 
 from ... import runtime
-from ...i18n import _
+from ...i18n import N_, _
 from .. import registry
+
+# a NaN output where the product of zero-padded edges is right: a load read past A or B
+LAST_K_STEP_HINT = N_(
+    "Likely mistake: the last K step reads past column K-1 of A and row K-1 of B (K is not a "
+    "multiple of BLOCK_K). Both loads must switch off what lies past the end of K at that step "
+    "and fill it with a value that adds nothing to the sums (section 6).")
+OUTSIDE_HINT = N_(
+    "Likely mistake: a load reads outside A or B. Mask the rows past M in A and the columns "
+    "past N in B, filled with a value that adds nothing to the sums (section 6).")
 
 
 def torch_dtype(name):

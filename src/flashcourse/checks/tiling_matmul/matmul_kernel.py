@@ -11,6 +11,8 @@ from ...i18n import _
 from ...models.matmul import cdiv
 from .. import buffers, guards, registry
 from .common import (
+    LAST_K_STEP_HINT,
+    OUTSIDE_HINT,
     fp16_accumulation,
     random_operands,
     summary_notes,
@@ -131,11 +133,8 @@ def _diagnose(kernel, A, B, out_dtype, cfg, actual, expected, atol, label) -> st
     if np.isnan(actual).any():
         if registry.same_result(zero, expected, atol):
             if K % BLOCK_K:
-                return (_("Likely mistake: the last K step reads past column K-1 of A and row K-1 "
-                          "of B (K is not a multiple of BLOCK_K). Mask both loads with the K that "
-                          "is left: offs_k < k_left (K - k at step k), with other=0.0."))
-            return (_("Likely mistake: a load reads outside A or B. Mask it: rows offs_m < M for "
-                      "A, columns offs_n < N for B, and other=0.0."))
+                return _(LAST_K_STEP_HINT)
+            return _(OUTSIDE_HINT)
         if np.isnan(zero).any():
             row, col = np.argwhere(np.isnan(zero))[0]
             return (_("Likely mistake: no program wrote output tile (pid_m={pid_m}, "
