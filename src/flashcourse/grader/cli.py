@@ -54,6 +54,7 @@ from . import channel, collect, limits, outputs, report, sandbox, score, shards,
 from .submission import CRASHED, DEFAULT_TIMEOUT, MALFORMED, TIMEOUT, Submission
 
 STARTUP_ALLOWANCE = 120  # seconds of a run that are not any cell's (kernel start, imports)
+LOG_TAIL = 600  # characters of the end of a sandbox's error output kept in a note
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -135,9 +136,10 @@ class Grader:
             sub.problems.append(cap.message())
         with self.replay_lock:
             score.score(sub, job, talk, self.timeout, wall_killed=status is None)
-        if status not in (0, None) and not sub.problems:
+        if status not in (0, None) and (sub.status == CRASHED or not sub.problems):
+            # a crash keeps what the sandbox said: often the only account of the fault
             sub.notes.append(f"the sandbox exited with status {status}: "
-                             f"{collect.printable(log.strip()[-300:], 300)}")
+                             f"{collect.printable(log.strip()[-LOG_TAIL:], LOG_TAIL)}")
         return work
 
     def _run_sandbox(self, stack: contextlib.ExitStack, work: Path,
