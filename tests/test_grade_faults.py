@@ -101,3 +101,44 @@ def test_a_missing_runner_keeps_the_end_of_the_sandboxs_error_output(root, tmp_p
     exited = [note for note in sub.notes if note.startswith("the sandbox exited with status")]
     assert len(exited) == 1 and "inside.py" in exited[0], sub.notes
     assert "No such file" in exited[0], exited
+
+
+# ---------------------------------------------------------------- a notebook that cannot be read
+
+
+def test_an_unreadable_notebook_keeps_the_lesson_its_name_gives_and_no_dead_link(
+        root, tmp_path, monkeypatch):
+    import csv
+    import re
+
+    folder = tmp_path / "in"
+    samples.write(samples.filled_notebook(root), folder / "alice" / "01-gpu-flash.ipynb")
+    truncated = (folder / "alice" / "01-gpu-flash.ipynb").read_text()[:5000]
+    (folder / "carol").mkdir()
+    (folder / "carol" / "01-gpu-flash.ipynb").write_text(truncated)
+    (folder / "dave").mkdir()
+    (folder / "dave" / "notes.ipynb").write_text(truncated)  # its name gives no lesson
+    found, missing = collect.collect([folder])
+    out = tmp_path / "out"
+    subs = {sub.label.split("/")[0]: sub for sub in cli.grade(
+        found, missing, out=out, jobs=1, timeout=60, root=root, sandboxed=False)}
+    carol, dave = subs["carol"], subs["dave"]
+    assert carol.status == dave.status == "MALFORMED"
+    assert carol.lesson == "01-gpu-flash" and dave.lesson == ""
+    assert (carol.total, carol.written_total) == (subs["alice"].total,
+                                                  subs["alice"].written_total)
+    students = {row["student"]: row for row in csv.DictReader((out / "students.csv").open())}
+    assert students["carol"]["01-gpu-flash"].startswith("MALFORMED 0/16")
+    assert students["alice"]["01-gpu-flash"].startswith("PASS")
+    assert students["dave"]["?"].startswith("MALFORMED")  # no lesson to put it under
+    results = {row["submission"]: row for row in csv.DictReader((out / "results.csv").open())}
+    row = results["carol/01-gpu-flash.ipynb"]
+    assert row["lesson"] == "01-gpu-flash" and row["written_max"] == "6", row
+    pages = [out / "progress.html", *(out / "submissions").glob("*.html")]
+    for page in pages:
+        for target in re.findall(r'href="([^"#]+)', page.read_text()):
+            assert (page.parent / target).exists(), (page.name, target)
+    alice_page = (out / "submissions" / "alice__01-gpu-flash.html").read_text()
+    assert 'href="../executed/alice__01-gpu-flash.ipynb"' in alice_page
+    carol_page = (out / "submissions" / "carol__01-gpu-flash.html").read_text()
+    assert "no executed notebook" in carol_page and "executed/" not in carol_page

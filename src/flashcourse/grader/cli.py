@@ -240,9 +240,10 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
         try:
             sub, job = collect.prepare(item, exercises, editions)
         except Exception as err:  # noqa: BLE001  (one bad notebook must not stop the class)
-            sub, job = Submission(label=item.label, path=str(item.path), status=MALFORMED,
-                                  problems=[f"malformed notebook: it could not be read "
-                                            f"({type(err).__name__})"]), None
+            sub, job = collect.lesson_from_name(Submission(
+                label=item.label, path=str(item.path), status=MALFORMED,
+                problems=[f"malformed notebook: it could not be read ({type(err).__name__})"]),
+                item.path, exercises), None
         subs.append(sub)
         if job is not None:
             prepared.append((number, job))

@@ -411,9 +411,27 @@ def write_students_csv(subs: list[Submission], path: Path) -> None:
                 *(_lesson_summary(row[lesson]) if lesson in row else "" for lesson in lessons)]])
 
 
-def _submission_details(sub: Submission, up: str = "") -> str:
-    """One submission's items, notes and open answers, as HTML; `up`: the way from the page
-    it is on to the report folder ("../" from a submission's own page)."""
+def kept_executed(out: Path) -> set[str]:
+    """The names of the executed notebooks kept under out/executed/ (copy_executed), which a
+    report may link to."""
+    folder = out / "executed"
+    return {path.name for path in folder.iterdir()} if folder.is_dir() else set()
+
+
+def _executed_link(sub: Submission, up: str, kept: set[str]) -> str:
+    """A link to the submission's executed notebook, or why there is none (never a dead link:
+    a notebook that was not run, or whose copy was not kept, has none)."""
+    name = executed_name(sub)
+    if name not in kept:
+        return f'<span class="none">{html_text(_("no executed notebook"))}</span>'
+    return (f'<a class="executed" href="{html_text(f"{up}executed/{name}")}">'
+            f'{html_text(_("executed notebook"))}</a>')
+
+
+def _submission_details(sub: Submission, kept: set[str], up: str = "") -> str:
+    """One submission's items, notes and open answers, as HTML; `kept`: the executed notebooks
+    kept (kept_executed); `up`: the way from the page it is on to the report folder ("../"
+    from a submission's own page)."""
     esc = html_text
     items = []
     for item in sub.exercises:
@@ -441,10 +459,9 @@ def _submission_details(sub: Submission, up: str = "") -> str:
             body = (f"<pre class=\"open-answer\">{esc(text)}</pre>" if answered(text) else
                     f"<p><i>{esc(_('not answered'))}</i></p>")
             opens.append(f"<h4>{esc(cell_id)}</h4>{body}")
-    executed = f"{up}executed/{executed_name(sub)}"
     return (f'<div class="submission"><p>{esc(sub.label)}: <b>{esc(sub.status)}</b> '
             f"{esc(total_text(sub))} ({esc(pass_text(sub))}) &middot; "
-            f'<a class="executed" href="{esc(executed)}">{esc(_("executed notebook"))}</a></p>'
+            f"{_executed_link(sub, up, kept)}</p>"
             f"<ul>{''.join(items)}</ul>"
             + (f"<p><small>{'<br>'.join(esc(n) for n in notes)}</small></p>" if notes else "")
             + (f'<div class="open-answers"><h4>{esc(_("Open answers"))}</h4>{"".join(opens)}'
@@ -457,6 +474,7 @@ def write_html(subs: list[Submission], path: Path) -> None:
     onto every item's reason, the executed notebook and the open answers."""
     esc = html_text
     table, lessons = by_student(subs)
+    kept = kept_executed(path.parent)
     passed = sum(s.passed for s in subs)
     students = sum(kind == "student" for kind, _ in table)
     at_top = "" if students == len(table) else \
@@ -472,7 +490,8 @@ def write_html(subs: list[Submission], path: Path) -> None:
             status = "PASS" if all(s.passed for s in group) else group[-1].status
             cells.append(f'<td class="{esc(status)}"><details id="s{number}-{esc(lesson)}">'
                          f"<summary>{esc(_lesson_summary(group))}</summary>"
-                         f"{''.join(_submission_details(s) for s in group)}</details></td>")
+                         f"{''.join(_submission_details(s, kept) for s in group)}"
+                         "</details></td>")
         rows.append(f'<tr><th scope="row" class="student">{esc(student)}</th>'
                     f"{''.join(cells)}</tr>")
     header = "".join(f"<th>{esc(lesson)}</th>" for lesson in lessons)
@@ -513,6 +532,7 @@ def write_submission_pages(subs: list[Submission], out: Path) -> None:
     folder = out / "submissions"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
+    kept = kept_executed(out)
     for sub in subs:
         with i18n.language(sub.lang):  # the student's own page: in the notebook's language
             page = f"""<!DOCTYPE html>
@@ -520,7 +540,7 @@ def write_submission_pages(subs: list[Submission], out: Path) -> None:
 <style>{STYLE}</style></head><body>
 <p><a class="back" href="../progress.html">{html_text(_("Grading progress"))}</a></p>
 <h1 class="label">{html_text(sub.label)}</h1>
-{_submission_details(sub, up="../")}
+{_submission_details(sub, kept, up="../")}
 </body></html>
 """
         (out / submission_page(sub)).write_text(page, encoding="utf-8")
