@@ -309,7 +309,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="whose each submission is, for students.csv and progress.html: "
                              "folder, the first folder of its path (default); file, its file "
                              "name before `__` (as ./course submit names it); metadata, its "
-                             "notebook's metadata.flashcourse.student")
+                             "notebook's metadata.flashcourse.student. With file or metadata "
+                             "the id is a claim the student wrote: a lesson of a student "
+                             "counts as passed when one of its submissions passed, and a "
+                             "student with several submissions of one lesson is listed under "
+                             "TO CHECK (scorecard, progress.html, students.csv's to_check)")
     parser.add_argument("--scores", type=Path, default=None, metavar="FILE",
                         help="an open-answers.csv of an earlier run with its score column "
                              "filled in: fold those scores of the written answers into every "
@@ -379,6 +383,11 @@ def run_cli(args: argparse.Namespace) -> int:
           + ("scorecard.txt, results.csv, students.csv, junit.xml, progress.html, class.csv, "
              "open-answers.csv, results.json, submissions/, " if "reports" in formats else "")
           + ("gradescope/, " if "gradescope" in formats else "") + "executed/")
+    claims = report.claims_lines(subs)
+    if claims:
+        print(f"{len(claims)} time{'s' if len(claims) > 1 else ''} a student has several "
+              "submissions of one lesson (the best counts): check them, listed under TO CHECK "
+              "above and in students.csv's to_check column.")
     unscored = sum(s.unscored for s in subs)
     if unscored:
         print(f"{unscored} written answer{'s are' if unscored > 1 else ' is'} not scored yet: "
