@@ -379,3 +379,61 @@ def test_backups_of_a_reset_are_refused_never_graded(tmp_path):
     assert [(r["student"], r["submissions"]) for r in rows] == [("alice", "1")]
     scorecard = (tmp_path / "out" / "scorecard.txt").read_text()
     assert scorecard.count("PROBLEM: refused: a backup copy, not a submission") == 3
+
+
+# ---------------------------------------------------------------- ids are claims
+
+
+def _claimed(rule: str) -> list[Submission]:
+    """alice's right notebook, a wrong one from mallory's folder that claims alice, and bob's
+    wrong one, all of lesson 1, under `rule`."""
+    def sub(label, status, student):
+        return Submission(label=label, path=label, status=status, lesson="01-gpu-flash",
+                          earned=10 if status == "PASS" else 4, student_from=rule,
+                          metadata_student=student)
+
+    return [sub("alice/alice__01-gpu-flash.ipynb", "PASS", "alice"),
+            sub("mallory/alice__01-gpu-flash.ipynb", "FAIL", "alice"),
+            sub("bob/bob__01-gpu-flash.ipynb", "FAIL", "bob")]
+
+
+@pytest.mark.parametrize("rule", ["file", "metadata"])
+def test_a_notebook_that_claims_a_classmate_cannot_take_a_lesson_away(tmp_path, rule):
+    subs = _claimed(rule)
+    report.write_all(subs, tmp_path, timeout=60, jobs=1)
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "students.csv").open())}
+    assert set(rows) == {"alice", "bob"}
+    assert rows["alice"]["lessons_passed"] == "1" and rows["alice"]["submissions"] == "2"
+    assert rows["alice"]["01-gpu-flash"] == "PASS 10/10 + FAIL 4/10"
+    assert "mallory/alice__01-gpu-flash.ipynb" in rows["alice"]["to_check"]
+    assert "alice/alice__01-gpu-flash.ipynb" in rows["alice"]["to_check"]
+    assert rows["bob"]["lessons_passed"] == "0" and rows["bob"]["to_check"] == ""  # his own
+    scorecard = (tmp_path / "scorecard.txt").read_text()
+    assert "TO CHECK" in scorecard and "2 submissions of 01-gpu-flash are alice's" in scorecard
+    page = (tmp_path / "progress.html").read_text()
+    assert 'class="to-check"' in page and "mallory/alice__01-gpu-flash.ipynb" in page
+    assert '<td class="PASS">' in page
+
+
+def test_one_submission_per_student_and_lesson_is_nothing_to_check(tmp_path):
+    subs = [_claimed("file")[0], _claimed("file")[2]]
+    report.write_all(subs, tmp_path, timeout=60, jobs=1)
+    assert "TO CHECK" not in (tmp_path / "scorecard.txt").read_text()
+    assert 'class="to-check"' not in (tmp_path / "progress.html").read_text()
+    assert report.several_claims(subs) == {}
+
+
+def test_the_runs_summary_counts_the_claims_to_check(tmp_path, monkeypatch, capsys):
+    from flashcourse.grader import cli
+
+    found = [collect.Found(path=tmp_path / sub.label, label=sub.label)
+             for sub in _claimed("file")]
+    monkeypatch.setattr(cli.collect, "collect", lambda paths: (found, []))
+    monkeypatch.setattr(cli, "grade", lambda *args, **kwargs: _claimed("file"))
+    assert cli.main([str(tmp_path), "--out", str(tmp_path / "out"),
+                     "--student-from", "file"]) == 1
+    out = capsys.readouterr().out
+    assert "1 time a student has several submissions of one lesson (the best counts)" in out
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "a claim the student wrote" in " ".join(capsys.readouterr().out.split())

@@ -121,8 +121,11 @@ def test_fc_numbers_prints_one_deterministic_line(monkeypatch, capsys):
     fc.numbers("roofline/q3-copy")
     fc.numbers("roofline/q3-copy")
     lines = capsys.readouterr().out.splitlines()
-    assert lines == ["Numbers for Q3: n_elements = 1,000,000, block = 1,024 (the lesson's own: "
-                     "no student id is set)"] * 2
+    assert len(lines) == 2 and lines[0] == lines[1]
+    assert lines[0].startswith("Numbers for Q3: n_elements = 1,000,000, block = 1,024 (the "
+                               "lesson's own: no student id is set. Your grader checks Q3 "
+                               "with the numbers of the id you hand in under")
+    assert 'fc.setup(student="ID")' in lines[0] and "FLASHCOURSE_STUDENT=ID" in lines[0]
     monkeypatch.setenv(student.STUDENT_ENV, ADA)
     fc.numbers("roofline/q3-copy")
     mine = capsys.readouterr().out

@@ -357,3 +357,108 @@ def test_course_help_changes_nothing(tmp_path):
                              timeout=60)
     assert unknown.returncode == 2 and "./course --help" in unknown.stderr, unknown
     assert sorted(p.name for p in tmp_path.iterdir()) == ["course"]  # no .venv, no work/
+
+
+# ---------------------------------------------------------------- each student's own numbers
+
+Q1 = "gpu-flash/q1-memory"  # lesson 1's question with numbers of each student's own
+
+
+@pytest.fixture
+def lesson_one(tmp_path, root) -> Path:
+    """A course with the real lesson 1, its copy in work/ answered and saved."""
+    (tmp_path / "exercises").mkdir()
+    shutil.copy(root / "exercises" / "01-gpu-flash.ipynb", tmp_path / "exercises")
+    workspace.prepare(tmp_path)
+    return tmp_path
+
+
+def _numbers_printed(course: Path, text: str | None) -> None:
+    """Save work/01-gpu-flash.ipynb as if its numbers cell had printed `text` (None: not run)."""
+    path = course / "work" / "01-gpu-flash.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if c.get("id") == "numbers-q1")
+    cell.outputs = [] if text is None else [
+        nbformat.v4.new_output("stream", name="stdout", text=text + "\n")]
+    cell.execution_count = None if text is None else 3
+    nbformat.write(nb, path)
+
+
+def _line(student: str | None) -> str:
+    from flashcourse.checks import numbers, registry
+
+    item = registry.get(Q1)
+    return numbers.numbers_line(item.id, item.title, item.numbers, student)
+
+
+def _values(student: str | None) -> str:
+    from flashcourse.checks import numbers, registry
+
+    item = registry.get(Q1)
+    return numbers.values_text(item.id, item.numbers, student)
+
+
+def test_submit_refuses_answers_worked_out_with_the_lessons_own_numbers(lesson_one):
+    assert _values("dana") != _values(None)
+    _numbers_printed(lesson_one, _line(None))
+    with pytest.raises(workspace.WorkspaceError) as refused:
+        workspace.submit(lesson_one, "01", student="dana")
+    message = str(refused.value)
+    assert "Q1 was worked out with the lesson's own numbers, as no student id was set" in message
+    assert f"numbers of student dana: {_values('dana')}" in message
+    assert _values(None) in message  # what the cell printed
+    assert "FLASHCOURSE_STUDENT=dana ./course lab" in message
+    assert 'fc.setup(student="dana")' in message and "Run All" in message
+    assert not (lesson_one / "submit").exists()
+
+
+def test_submit_refuses_answers_worked_out_with_another_ids_numbers(lesson_one, capsys):
+    from flashcourse.__main__ import main
+
+    other = next(f"s{n}" for n in range(100) if _values(f"s{n}") not in (_values("dana"),
+                                                                        _values(None)))
+    _numbers_printed(lesson_one, _line(other))
+    with pytest.raises(workspace.WorkspaceError, match="with other numbers than yours"):
+        workspace.submit(lesson_one, "01", student="dana")
+    assert main(["workspace", "--root", str(lesson_one), "submit", "01", "--student",
+                 "dana"]) == 2
+    assert f"student {other}" in capsys.readouterr().err  # the line it printed, quoted
+    assert not (lesson_one / "submit").exists()
+
+
+def test_submit_takes_answers_worked_out_with_the_students_numbers(lesson_one):
+    notes = []
+    _numbers_printed(lesson_one, _line("dana"))
+    path = workspace.submit(lesson_one, "01", student="dana", on_note=notes.append)
+    assert path.name == "dana__01-gpu-flash.ipynb" and notes == []
+    # an id whose numbers are the lesson's own: the lesson's line is right for it
+    same = next(f"s{n}" for n in range(200) if _values(f"s{n}") == _values(None))
+    _numbers_printed(lesson_one, _line(None))
+    assert workspace.submit(lesson_one, "01", student=same, on_note=notes.append).is_file()
+    assert notes == []
+
+
+def test_submit_of_an_unrun_numbers_cell_names_the_students_numbers(lesson_one, capsys):
+    _numbers_printed(lesson_one, None)
+    notes = []
+    assert workspace.submit(lesson_one, "01", student="dana", on_note=notes.append).is_file()
+    assert len(notes) == 1 and "no saved output" in notes[0]
+    assert f"numbers of student dana: {_values('dana')}" in notes[0]
+    workspace.submit(lesson_one, "01", student="dana")  # by default: on standard error
+    assert "no saved output" in capsys.readouterr().err
+
+
+def test_the_workspace_commands_work_without_workspace_and_lab_says_what_to_run(
+        course, capsys, monkeypatch):
+    from flashcourse.__main__ import main
+
+    monkeypatch.chdir(course)
+    assert main(["prepare"]) == 0 and (course / "work" / "01-first.ipynb").is_file()
+    assert main(["submit", "01", "--student", "alice"]) == 0
+    assert (course / "submit" / "alice__01-first.ipynb").is_file()
+    assert main(["reset", "02"]) == 0 and main(["update"]) == 0
+    capsys.readouterr()
+    assert main(["lab"]) == 2
+    assert "./course lab" in capsys.readouterr().err
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "python -m flashcourse submit 06 --student ID" in readme

@@ -1,5 +1,7 @@
 """Command line: `python -m flashcourse list | build [--examples] | check-sync | grade PATH... |
-bench | book | release OUT | translate [LANG] | workspace prepare|update|reset NN|submit NN`."""
+bench | book | release OUT | translate [LANG] | workspace prepare|update|reset NN|submit NN`;
+`prepare`, `update`, `reset NN` and `submit NN` also without `workspace` (what `./course`
+runs, for students who work in their own environment)."""
 
 from __future__ import annotations
 
@@ -7,16 +9,29 @@ import argparse
 import sys
 from pathlib import Path
 
+# ./course's commands on work/ (workspace.py), also given without `workspace`: action -> help
+WORKSPACE_ACTIONS = {
+    "prepare": "copy the lessons not yet in work/ (what ./course lab does first)",
+    "update": "bring new lessons into work/; leave started ones alone",
+    "reset": "start a lesson afresh in work/, keeping the old copy (reset NN)",
+    "submit": "write the file to hand in, submit/ID__NN-slug.ipynb (submit NN --student ID)",
+}
+NO_LAB = ("python -m flashcourse has no `lab`: run ./course lab, or in your own environment "
+          "python -m flashcourse prepare, then jupyter lab work/")
+
 
 def main(argv: list[str] | None = None) -> int:
     from .grader.inside import skip_iri_parser
 
     skip_iri_parser()  # every command but bench reads notebooks: 2 s saved per process
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["workspace"]:  # the student's copies: dispatched before the grader loads
-        from . import workspace
+    if argv[:1] == ["workspace"] or argv[:1] and argv[0] in WORKSPACE_ACTIONS:
+        from . import workspace  # the student's copies: dispatched before the grader loads
 
-        return workspace.main(argv[1:])
+        return workspace.main(argv[1:] if argv[0] == "workspace" else argv)
+    if argv[:1] == ["lab"]:  # ./course's own: it starts JupyterLab
+        print(NO_LAB, file=sys.stderr)
+        return 2
     if argv[:1] == ["book"]:  # render and serve the book
         from .authoring import book
 
@@ -51,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="benchmark attention on a CUDA GPU (see `bench --help`)")
     sub.add_parser("workspace", add_help=False,
                    help="the student's copies in work/: prepare, update, reset NN, submit NN")
+    for action, text in WORKSPACE_ACTIONS.items():
+        sub.add_parser(action, add_help=False, help=f"{text}; the same as workspace {action}")
     sub.add_parser("book", add_help=False,
                    help="render the book with Quarto and serve it on localhost")
     sub.add_parser("release", add_help=False,

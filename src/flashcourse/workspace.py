@@ -31,8 +31,10 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -384,11 +386,87 @@ def student_id(given: str | None) -> str:
     return student
 
 
+# The cell of a lesson that prints a question's numbers: `fc.numbers("lesson/qN-...")`.
+NUMBERS_CALL = re.compile(r"""fc\.numbers\(\s*["']([^"']+)["']\s*\)""")
+SHOWN_CHARS = 200  # of a saved output quoted in a message
+
+
+def numbers_cells(pristine: Path) -> dict[str, str]:
+    """cell id -> the question whose numbers that cell of the handed-out lesson prints."""
+    nb = json.loads(pristine.read_text(encoding="utf-8"))
+    found = {}
+    for cell in nb.get("cells", []):
+        match = NUMBERS_CALL.search(_text(cell.get("source", "")))
+        if match and cell.get("cell_type") == "code" and isinstance(cell.get("id"), str):
+            found[cell["id"]] = match.group(1)
+    return found
+
+
+def printed(cell: dict) -> str | None:
+    """What a code cell printed (its saved stdout), or None when it saved none."""
+    outputs = cell.get("outputs")
+    texts = [_text(out.get("text", "")) for out in outputs if isinstance(out, dict)
+             and out.get("output_type") == "stream" and out.get("name") == "stdout"] \
+        if isinstance(outputs, list) else []
+    texts = [text for text in texts if isinstance(text, str)]
+    return "".join(texts) if texts else None
+
+
+def shows_values(text: str, values: str) -> bool:
+    """True when `text` holds the numbers `values` (`n = 16,384, value_bytes = 2`) whole: not
+    as the start of longer numbers."""
+    return re.search(r"(?<![\w.])" + re.escape(values) + r"(?![\d.]|,\d)", text) is not None
+
+
+def check_numbers(root: Path, source: Path, cells: list, student: str,
+                  on_note: Callable[[str], None]) -> None:
+    """Before a hand-in: refuse (WorkspaceError) a lesson whose saved output of a numbers cell
+    (`fc.numbers(...)`) shows numbers other than `student`'s, the ones the grader checks that
+    question with: answers worked out with the lesson's own numbers (no id set) or another
+    id's would lose their points. A numbers cell with no saved output gets a note naming the
+    student's numbers."""
+    questions = numbers_cells(source)
+    if not questions:
+        return
+    from .checks import numbers, registry
+
+    theirs = {cell.get("id"): cell for cell in cells if isinstance(cell, dict)}
+    where = f"{WORK_DIR}/{source.name}"
+    for cell_id, question_id in questions.items():
+        item = registry.get(question_id)
+        if not item.numbers:
+            continue
+        label = numbers.short_label(item.title)
+        mine = numbers.values_text(item.id, item.numbers, student)
+        text = printed(theirs.get(cell_id, {}))
+        if text is None:
+            on_note(f"note: the cell that prints {label}'s numbers (`{cell_id}`) has no saved "
+                    f"output in {where}, so submit cannot tell which numbers your answers "
+                    f"used. The grader checks {label} with the numbers of student {student}: "
+                    f"{mine}")
+            continue
+        if shows_values(text, mine):
+            continue
+        lessons_own = numbers.values_text(item.id, item.numbers, None)
+        used = ("the lesson's own numbers, as no student id was set" if shows_values(
+            text, lessons_own) else "other numbers than yours")
+        shown = " ".join(text.split())[:SHOWN_CHARS]
+        raise WorkspaceError(
+            f"not handed in: in {where}, {label} was worked out with {used} (cell `{cell_id}` "
+            f"printed: {shown!r}), but the grader checks {label} with the numbers of student "
+            f"{student}: {mine}. Set your id, run the lesson again and save it: start the lab "
+            f"with {STUDENT_ENV}={student} ./course lab (or put fc.setup(student=\"{student}\") "
+            f"in the first cell), Run All, answer {label} with the numbers its cell prints "
+            "now, save, then submit again")
+
+
 def submit(root: Path, name: str, student: str | None = None,
-           keep_outputs: bool = False) -> Path:
+           keep_outputs: bool = False, on_note: Callable[[str], None] | None = None) -> Path:
     """Write `submit/<student>__NN-slug.ipynb` from the student's copy of lesson `name`, the
     student and the lesson in its metadata (`metadata.flashcourse`), outputs cleared unless
-    `keep_outputs`. The copy in work/ is only read. Returns the file written."""
+    `keep_outputs`. The copy in work/ is only read. Refuses a copy whose questions were worked
+    out with numbers other than the student's (`check_numbers`); `on_note` (default: standard
+    error) gets what the student should know. Returns the file written."""
     student = student_id(student)
     source = find_lesson(root, name)
     copy = work_dir(root) / source.name
@@ -402,6 +480,12 @@ def submit(root: Path, name: str, student: str | None = None,
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise WorkspaceError(f"{WORK_DIR}/{source.name} cannot be read as a notebook ({err}); "
                              "open it in JupyterLab and save it, then submit again") from None
+    if not isinstance(cells, list):
+        raise WorkspaceError(f"{WORK_DIR}/{source.name} cannot be read as a notebook (its cells "
+                             "are not a list); open it in JupyterLab and save it, then submit "
+                             "again")
+    check_numbers(root, source, cells, student,  # on the saved outputs, before they are cleared
+                  on_note or (lambda line: print(line, file=sys.stderr)))
     if not keep_outputs:  # the grader runs the notebook again: outputs only add size
         for cell in cells:
             if isinstance(cell, dict) and cell.get("cell_type") == "code":

@@ -101,13 +101,28 @@ def _shown(value) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:g}"
 
 
+def values_text(question_id: str, numbers: dict, student_id: str | None) -> str:
+    """`n_elements = 1,300,000, block = 512`: a student's numbers of a question, as the
+    numbers line prints them in every language (`workspace.submit` looks for them in a saved
+    output)."""
+    return ", ".join(f"{name} = {_shown(value)}"
+                     for name, value in chosen(numbers, question_id, student_id).items())
+
+
+def short_label(title: str) -> str:
+    """`Q3` of a question's title `Q3: ...`."""
+    return title.split(":", 1)[0]
+
+
 def numbers_line(question_id: str, title: str, numbers: dict, student_id: str | None) -> str:
     """`Your numbers for Q3 (student ada): n_elements = 1,300,000, block = 512`."""
-    label = title.split(":", 1)[0]
-    values = ", ".join(f"{name} = {_shown(value)}"
-                       for name, value in chosen(numbers, question_id, student_id).items())
+    label = short_label(title)
+    values = values_text(question_id, numbers, student_id)
     if student_id is None:
-        return _("Numbers for {label}: {values} (the lesson's own: no student id is "
-                 "set)").format(label=label, values=values)
+        return _("Numbers for {label}: {values} (the lesson's own: no student id is set. "
+                 "Your grader checks {label} with the numbers of the id you hand in under: "
+                 "set it first, fc.setup(student=\"ID\") in the first cell or "
+                 "FLASHCOURSE_STUDENT=ID before the lab starts, then run the notebook "
+                 "again)").format(label=label, values=values)
     return _("Your numbers for {label} (student {student_id}): {values}").format(
         label=label, student_id=student_id, values=values)

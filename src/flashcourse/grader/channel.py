@@ -53,6 +53,9 @@ class Conversation:
     finished: bool = False  # the runner reached the end and said so
     kernel_started: bool = False  # the runner said the notebook's kernel answered
     failed_starts: list[str] = field(default_factory=list)  # each failed try at starting it
+    # each of the grader's own cells that failed in the kernel: (had a notebook cell started
+    # yet, the error); one that failed before any did is the grading machine's fault
+    setup_failures: list[tuple[bool, str]] = field(default_factory=list)
     issued: set[str] = field(default_factory=set)
 
     def talk(self, to_sandbox, from_sandbox) -> None:
@@ -115,9 +118,9 @@ class Conversation:
                 self.failed_starts.append(
                     f"after {seconds:.0f} s: {str(message.get('error', ''))[:200]}")
         elif kind == "setup":
-            if message.get("ok") is not True:
-                self.notes.append("the grader's setup in the kernel failed: "
-                                  f"{str(message.get('error', ''))[:300]}")
+            if message.get("ok") is not True and len(self.setup_failures) < 100:
+                self.setup_failures.append((bool(self.order),
+                                            str(message.get("error", ""))[:300]))
         elif kind == "executed":
             text = message.get("notebook")
             data = text.encode("utf-8", "replace") if isinstance(text, str) else None

@@ -54,6 +54,7 @@ from . import channel, collect, limits, outputs, report, sandbox, score, shards,
 from .submission import CRASHED, DEFAULT_TIMEOUT, MALFORMED, TIMEOUT, Submission
 
 STARTUP_ALLOWANCE = 120  # seconds of a run that are not any cell's (kernel start, imports)
+LOG_TAIL = 600  # characters of the end of a sandbox's error output kept in a note
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -135,9 +136,10 @@ class Grader:
             sub.problems.append(cap.message())
         with self.replay_lock:
             score.score(sub, job, talk, self.timeout, wall_killed=status is None)
-        if status not in (0, None) and not sub.problems:
+        if status not in (0, None) and (sub.status == CRASHED or not sub.problems):
+            # a crash keeps what the sandbox said: often the only account of the fault
             sub.notes.append(f"the sandbox exited with status {status}: "
-                             f"{collect.printable(log.strip()[-300:], 300)}")
+                             f"{collect.printable(log.strip()[-LOG_TAIL:], LOG_TAIL)}")
         return work
 
     def _run_sandbox(self, stack: contextlib.ExitStack, work: Path,
@@ -238,9 +240,10 @@ def _grade(found: list[collect.Found], missing: list[str], out: Path | None = No
         try:
             sub, job = collect.prepare(item, exercises, editions)
         except Exception as err:  # noqa: BLE001  (one bad notebook must not stop the class)
-            sub, job = Submission(label=item.label, path=str(item.path), status=MALFORMED,
-                                  problems=[f"malformed notebook: it could not be read "
-                                            f"({type(err).__name__})"]), None
+            sub, job = collect.lesson_from_name(Submission(
+                label=item.label, path=str(item.path), status=MALFORMED,
+                problems=[f"malformed notebook: it could not be read ({type(err).__name__})"]),
+                item.path, exercises), None
         subs.append(sub)
         if job is not None:
             prepared.append((number, job))
@@ -306,7 +309,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="whose each submission is, for students.csv and progress.html: "
                              "folder, the first folder of its path (default); file, its file "
                              "name before `__` (as ./course submit names it); metadata, its "
-                             "notebook's metadata.flashcourse.student")
+                             "notebook's metadata.flashcourse.student. With file or metadata "
+                             "the id is a claim the student wrote: a lesson of a student "
+                             "counts as passed when one of its submissions passed, and a "
+                             "student with several submissions of one lesson is listed under "
+                             "TO CHECK (scorecard, progress.html, students.csv's to_check)")
     parser.add_argument("--scores", type=Path, default=None, metavar="FILE",
                         help="an open-answers.csv of an earlier run with its score column "
                              "filled in: fold those scores of the written answers into every "
@@ -376,6 +383,11 @@ def run_cli(args: argparse.Namespace) -> int:
           + ("scorecard.txt, results.csv, students.csv, junit.xml, progress.html, class.csv, "
              "open-answers.csv, results.json, submissions/, " if "reports" in formats else "")
           + ("gradescope/, " if "gradescope" in formats else "") + "executed/")
+    claims = report.claims_lines(subs)
+    if claims:
+        print(f"{len(claims)} time{'s' if len(claims) > 1 else ''} a student has several "
+              "submissions of one lesson (the best counts): check them, listed under TO CHECK "
+              "above and in students.csv's to_check column.")
     unscored = sum(s.unscored for s in subs)
     if unscored:
         print(f"{unscored} written answer{'s are' if unscored > 1 else ' is'} not scored yet: "

@@ -258,12 +258,18 @@ def pristine_of(exercises: dict[str, dict], slug: str, lang: str,
     return (editions or {}).get(lang, {}).get(slug) or exercises[slug]
 
 
+def slug_in_name(name: str, exercises: dict[str, dict]) -> str | None:
+    """The slug of the exercise notebook a file name names (the longest that it holds)."""
+    return next((slug for slug in sorted(exercises, key=len, reverse=True) if slug in name),
+                None)
+
+
 def match_exercise(name: str, cells: list[dict], exercises: dict[str, dict]) -> str | None:
     """The slug of the exercise notebook this submission answers: by file name, else by the
     grading cell ids it shares."""
-    for slug in sorted(exercises, key=len, reverse=True):
-        if slug in name:
-            return slug
+    named = slug_in_name(name, exercises)
+    if named:
+        return named
     ids = {c.get("id") for c in cells}
     best, best_score = None, 0
     for slug, nb in exercises.items():
@@ -373,7 +379,7 @@ def prepare(item: Found, exercises: dict[str, dict],
     except ValueError as err:
         sub.status = MALFORMED
         sub.problems.append(f"malformed notebook: {printable(str(err))}")
-        return sub, None
+        return lesson_from_name(sub, item.path, exercises), None
     sub.metadata_student = submitted["metadata"].get("flashcourse", {}).get("student", "")
     sub.lang, note = metadata_lang(submitted)
     if note:
@@ -386,15 +392,37 @@ def prepare(item: Found, exercises: dict[str, dict],
         failed.problems.append(f"malformed notebook: it could not be scanned ("
                                f"{printable(why, 300)}); nothing of it was run. Split very "
                                "long expressions or cells, then submit it again")
-        return failed, None
+        return lesson_from_name(failed, item.path, exercises), None
+
+
+def lesson_of(slug: str, exercises: dict[str, dict]):
+    """The registered lesson whose grading cells the exercise notebook `slug` holds, or None."""
+    from ..checks import registry
+
+    lesson_ids = {ex.split("/")[0] for ex in check_cells(exercises[slug])}
+    return registry.LESSONS.get(next(iter(lesson_ids), "")) if len(lesson_ids) == 1 else None
+
+
+def _take_lesson(sub: Submission, slug: str, lesson) -> None:
+    sub.lesson, sub.lesson_title = slug, lesson.title
+    sub.total, sub.pass_line = lesson.total_points, lesson.pass_line
+
+
+def lesson_from_name(sub: Submission, path: Path, exercises: dict[str, dict]) -> Submission:
+    """A submission that cannot be read or scanned still belongs to the lesson its file name
+    names, when it names one: its place in students.csv and its total out of that lesson's
+    points (its written answers, unread, score 0)."""
+    slug = slug_in_name(path.name, exercises)
+    lesson = lesson_of(slug, exercises) if slug else None
+    if lesson is not None:
+        _take_lesson(sub, slug, lesson)
+    return sub
 
 
 def _prepare_notebook(sub: Submission, item: Found, submitted: dict,
                       exercises: dict[str, dict],
                       editions: dict[str, dict[str, dict]] | None = None
                       ) -> tuple[Submission, Job | None]:
-    from ..checks import registry
-
     cells = submitted["cells"]
     split = split_lesson(item.path.name, exercises)
     if split:
@@ -406,16 +434,14 @@ def _prepare_notebook(sub: Submission, item: Found, submitted: dict,
         return sub, None
     slug = match_exercise(item.path.name, cells, exercises)
     checks = check_cells(exercises[slug]) if slug else {}
-    lesson_ids = {ex.split("/")[0] for ex in checks}
-    lesson = registry.LESSONS.get(next(iter(lesson_ids), "")) if len(lesson_ids) == 1 else None
+    lesson = lesson_of(slug, exercises) if slug else None
     if lesson is None:
         sub.status = UNMATCHED
         sub.problems.append("matches no exercise notebook (neither by file name nor by grading "
                             "cell ids)")
         return sub, None
     pristine = pristine_of(exercises, slug, sub.lang, editions)
-    sub.lesson, sub.lesson_title = slug, lesson.title
-    sub.total, sub.pass_line = lesson.total_points, lesson.pass_line
+    _take_lesson(sub, slug, lesson)
 
     kernels = {ex.id: checks[ex.id][1] for ex in lesson.exercises
                if ex.kernel and ex.id in checks}

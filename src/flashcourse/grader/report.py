@@ -236,7 +236,12 @@ def pass_text(sub: Submission) -> str:
 
 
 def scorecard_text(subs: list[Submission]) -> str:
-    return "\n\n".join(submission_text(s) for s in subs)
+    text = "\n\n".join(submission_text(s) for s in subs)
+    claims = claims_lines(subs)
+    if claims:
+        text += "\n\nTO CHECK: one student, several submissions of a lesson\n" + "\n".join(
+            f"    {line}" for line in claims)
+    return text
 
 
 def _exercise_columns(subs: list[Submission]) -> list[str]:
@@ -398,22 +403,75 @@ def _lesson_summary(subs: list[Submission]) -> str:
     return " + ".join(f"{s.status} {total_text(s)}" for s in subs)
 
 
+def lesson_passed(group: list[Submission]) -> bool:
+    """A student's lesson counts as passed when one of its submissions passed: with
+    `--student-from file` or `metadata` the id is the notebook's own claim, so another's
+    wrong notebook that claims the student must not take the lesson away (it is flagged:
+    several_claims)."""
+    return any(s.passed for s in group)
+
+
+def several_claims(subs: list[Submission]) -> dict[tuple[str, str], list[str]]:
+    """(student, lesson) -> the labels of the submissions of that lesson that are that
+    student's by the run's rule, for each student with more than one: for the instructor to
+    check which is theirs (students.csv's to_check, progress.html, the scorecard)."""
+    table, _lessons = by_student(subs)
+    return {(student, lesson): [s.label for s in group]
+            for (kind, student), row in table.items() if kind == "student"
+            for lesson, group in row.items() if len(group) > 1}
+
+
+def claims_text(student: str, lesson: str, labels: list[str]) -> str:
+    return (f"{len(labels)} submissions of {lesson} are {student}'s by the "
+            f"--student-from rule ({', '.join(labels)}): the best counts; check which is "
+            f"{student}'s own")
+
+
+def claims_lines(subs: list[Submission]) -> list[str]:
+    """One line per student and lesson with several submissions (several_claims)."""
+    return [printable(claims_text(student, lesson, labels), 1000)
+            for (student, lesson), labels in several_claims(subs).items()]
+
+
 def write_students_csv(subs: list[Submission], path: Path) -> None:
     table, lessons = by_student(subs)
+    claims = several_claims(subs)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow([csv_safe(v) for v in ["student", "submissions", "lessons_passed",
-                                               *lessons]])
-        for (_, student), row in table.items():
-            passed = sum(all(s.passed for s in row[lesson]) for lesson in row)
+                                               *lessons, "to_check"]])
+        for (kind, student), row in table.items():
+            passed = sum(lesson_passed(row[lesson]) for lesson in row)
+            flagged = " | ".join(claims_text(student, lesson, claims[student, lesson])
+                                 for lesson in row if (student, lesson) in claims) \
+                if kind == "student" else ""
             writer.writerow([csv_safe(v) for v in [
                 student, sum(len(v) for v in row.values()), passed,
-                *(_lesson_summary(row[lesson]) if lesson in row else "" for lesson in lessons)]])
+                *(_lesson_summary(row[lesson]) if lesson in row else "" for lesson in lessons),
+                flagged]])
 
 
-def _submission_details(sub: Submission, up: str = "") -> str:
-    """One submission's items, notes and open answers, as HTML; `up`: the way from the page
-    it is on to the report folder ("../" from a submission's own page)."""
+def kept_executed(out: Path) -> set[str]:
+    """The names of the executed notebooks kept under out/executed/ (copy_executed), which a
+    report may link to."""
+    folder = out / "executed"
+    return {path.name for path in folder.iterdir()} if folder.is_dir() else set()
+
+
+def _executed_link(sub: Submission, up: str, kept: set[str]) -> str:
+    """A link to the submission's executed notebook, or why there is none (never a dead link:
+    a notebook that was not run, or whose copy was not kept, has none)."""
+    name = executed_name(sub)
+    if name not in kept:
+        return f'<span class="none">{html_text(_("no executed notebook"))}</span>'
+    return (f'<a class="executed" href="{html_text(f"{up}executed/{name}")}">'
+            f'{html_text(_("executed notebook"))}</a>')
+
+
+def _submission_details(sub: Submission, kept: set[str], up: str = "") -> str:
+    """One submission's items, notes and open answers, as HTML; `kept`: the executed notebooks
+    kept (kept_executed); `up`: the way from the page it is on to the report folder ("../"
+    from a submission's own page)."""
     esc = html_text
     items = []
     for item in sub.exercises:
@@ -441,10 +499,9 @@ def _submission_details(sub: Submission, up: str = "") -> str:
             body = (f"<pre class=\"open-answer\">{esc(text)}</pre>" if answered(text) else
                     f"<p><i>{esc(_('not answered'))}</i></p>")
             opens.append(f"<h4>{esc(cell_id)}</h4>{body}")
-    executed = f"{up}executed/{executed_name(sub)}"
     return (f'<div class="submission"><p>{esc(sub.label)}: <b>{esc(sub.status)}</b> '
             f"{esc(total_text(sub))} ({esc(pass_text(sub))}) &middot; "
-            f'<a class="executed" href="{esc(executed)}">{esc(_("executed notebook"))}</a></p>'
+            f"{_executed_link(sub, up, kept)}</p>"
             f"<ul>{''.join(items)}</ul>"
             + (f"<p><small>{'<br>'.join(esc(n) for n in notes)}</small></p>" if notes else "")
             + (f'<div class="open-answers"><h4>{esc(_("Open answers"))}</h4>{"".join(opens)}'
@@ -452,11 +509,23 @@ def _submission_details(sub: Submission, up: str = "") -> str:
             + "</div>")
 
 
+def _claims_html(subs: list[Submission]) -> str:
+    """progress.html's list of the students with several submissions of a lesson."""
+    lines = claims_lines(subs)
+    if not lines:
+        return ""
+    items = "".join(f"<li>{html_text(line)}</li>" for line in lines)
+    return (f'<div class="to-check"><p><b>To check</b>: a student id is what the --student-from '
+            "rule reads (with file or metadata, the notebook's own claim); a lesson passes "
+            f"when one of its submissions passed.</p><ul>{items}</ul></div>")
+
+
 def write_html(subs: list[Submission], path: Path) -> None:
     """progress.html: one row per student, one column per lesson; each cell opens (details)
     onto every item's reason, the executed notebook and the open answers."""
     esc = html_text
     table, lessons = by_student(subs)
+    kept = kept_executed(path.parent)
     passed = sum(s.passed for s in subs)
     students = sum(kind == "student" for kind, _ in table)
     at_top = "" if students == len(table) else \
@@ -469,10 +538,11 @@ def write_html(subs: list[Submission], path: Path) -> None:
                 cells.append('<td class="none">&ndash;</td>')
                 continue
             group = row[lesson]
-            status = "PASS" if all(s.passed for s in group) else group[-1].status
+            status = "PASS" if lesson_passed(group) else group[-1].status
             cells.append(f'<td class="{esc(status)}"><details id="s{number}-{esc(lesson)}">'
                          f"<summary>{esc(_lesson_summary(group))}</summary>"
-                         f"{''.join(_submission_details(s) for s in group)}</details></td>")
+                         f"{''.join(_submission_details(s, kept) for s in group)}"
+                         "</details></td>")
         rows.append(f'<tr><th scope="row" class="student">{esc(student)}</th>'
                     f"{''.join(cells)}</tr>")
     header = "".join(f"<th>{esc(lesson)}</th>" for lesson in lessons)
@@ -488,7 +558,7 @@ item's reason, the executed notebook and the open answers. The same rows:
 <a href="students.csv">students.csv</a>; what the class got wrong, below and in
 <a href="class.csv">class.csv</a>.
 Generated <span class="volatile">{esc(time.strftime("%Y-%m-%d %H:%M"))}</span>.</p>
-<table id="progress"><thead><tr><th>student</th>{header}</tr></thead>
+{_claims_html(subs)}<table id="progress"><thead><tr><th>student</th>{header}</tr></thead>
 <tbody>
 {chr(10).join(rows)}
 </tbody></table>
@@ -513,6 +583,7 @@ def write_submission_pages(subs: list[Submission], out: Path) -> None:
     folder = out / "submissions"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
+    kept = kept_executed(out)
     for sub in subs:
         with i18n.language(sub.lang):  # the student's own page: in the notebook's language
             page = f"""<!DOCTYPE html>
@@ -520,7 +591,7 @@ def write_submission_pages(subs: list[Submission], out: Path) -> None:
 <style>{STYLE}</style></head><body>
 <p><a class="back" href="../progress.html">{html_text(_("Grading progress"))}</a></p>
 <h1 class="label">{html_text(sub.label)}</h1>
-{_submission_details(sub, up="../")}
+{_submission_details(sub, kept, up="../")}
 </body></html>
 """
         (out / submission_page(sub)).write_text(page, encoding="utf-8")

@@ -163,11 +163,23 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
                          f"grading machine failed {printable(talk.failed_starts[0], 240)}")
     died = [cell_id for cell_id, run in runs.items() if run.get("status") == "kernel died"]
     stuck = [cell_id for cell_id, run in runs.items() if run.get("status") == "stuck"]
+    # the grader's own cells: one failed before any cell of the notebook ran (no student code
+    # had run), or after (noted once per error: the notebook may have caused it)
+    no_setup = [error for started, error in talk.setup_failures if not started]
+    for error in dict.fromkeys(error for started, error in talk.setup_failures
+                               if started and error not in no_setup):
+        sub.notes.append(f"the grader's setup in the kernel failed: {printable(error, 300)}")
+    machine_fault = (no_kernel or bool(no_setup)) and not wall_killed
     if no_kernel and not wall_killed:
         sub.problems.append(
             f"the notebook's kernel did not start ({len(talk.failed_starts)} tries; "
             f"{printable('; '.join(talk.failed_starts), 600)}), so no cell ran: a fault of "
             "the grading machine, not of the notebook; grade it again")
+    elif no_setup and not wall_killed:
+        sub.problems.append(
+            "the grader's setup in the notebook's kernel failed before any cell ran "
+            f"({printable(no_setup[0], 300)}), so nothing could be graded: a fault of the "
+            "grading machine, not of the notebook; grade it again")
     elif died:
         sub.problems.append(f"the kernel died (crashed) while running `{printable(died[0], 80)}`;"
                             " later cells did not run")
@@ -204,7 +216,7 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
         if item.status == "pass":
             item.earned = float(ex.points)
         item.hints_total, item.hints_opened = hints_opened(ex.id, talk)
-        if ex.kind == "veto" and item.status != "pass":
+        if ex.kind == "veto" and item.status != "pass" and not machine_fault:
             why = item.message if item.status == "veto" else \
                 f"not answered ({item.status}): the misconception statements must be answered"
             sub.vetoes.append(f"{ex.title}: {why}")
@@ -213,7 +225,7 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
         return
     if sub.tampering:
         sub.status = TAMPERED
-    elif no_kernel or died or stuck or not accounted:
+    elif machine_fault or died or stuck or not accounted:
         sub.status = CRASHED
     elif sub.earned >= sub.pass_line and not sub.vetoes:
         sub.status = PASS
