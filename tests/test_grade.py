@@ -425,6 +425,11 @@ TAMPERING = {
         "string annotation",
     "box.__closure__": "reaches into",
     "f = wrapper_closure[0].cell_contents": "reads a function's closure",
+    # code the notebook brings in at run time: a module it wrote, a pickle
+    "import solfa\nflash_attention = solfa.flash_attention": "not installed here",
+    "from solfa import flash_attention": "not installed here",
+    "import numpy as np\nf = np.load('answers.npy', allow_pickle=True)": "unpickles data",
+    "import torch\nf = torch.load('answers.pt', weights_only=False)": "unpickles data",
 }
 
 

@@ -238,9 +238,12 @@ def _fake_course(base: Path) -> tuple[Path, list[Path]]:
     """A course with classmates' submissions, reports, a workspace and a history in it."""
     course = base / "course"
     for name in ("src/pkg", "exercises", "lessons", "assets", "solutions", "work/bob-workspace",
-                 ".git", "grading-output/old-report", "classmates-subs/alice-unique-name"):
+                 ".git", "grading-output/old-report", "classmates-subs/alice-unique-name",
+                 *sandbox.ANSWERS_HIDDEN):
         (course / name).mkdir(parents=True)
     (course / "pyproject.toml").write_text("[project]\n")
+    for name in sandbox.ANSWERS_HIDDEN:
+        (course / name / "01-gpu-flash.toml").write_text("answer-unique-text = 1\n")
     notebook = course / "classmates-subs" / "alice-unique-name" / "01-gpu-flash.ipynb"
     notebook.write_text("{}")
     return course, cli.hidden_folders(course, [notebook], course / "grading-output")
@@ -252,14 +255,20 @@ def test_a_sandbox_sees_only_the_course_parts_and_no_hidden_name(tmp_path):
     mounts = sandbox._mounts(course, hidden)
     for path in hidden:
         assert not any(str(path) in arg for arg in mounts)
-    script = f"ls -A {course.resolve()}; cat /proc/self/mountinfo /proc/1/cmdline"
-    result = _bwrap(*sandbox.sized_tmpfs("/tmp", 2**20, "1777"), *mounts, "--dev", "/dev",
-                    "--proc", "/proc", "--", "sh", "-c", script)
-    assert result.returncode == 0, result.stderr
+    answers = [course.resolve() / name for name in sandbox.ANSWERS_HIDDEN]
+    script = (f"ls -A {course.resolve()}; ls -A {' '.join(map(str, answers))}; "
+              f"cat {answers[0]}/*; touch {answers[0]}/planted; "
+              "cat /proc/self/mountinfo /proc/1/cmdline")
+    result = _bwrap(*sandbox.sized_tmpfs("/tmp", 2**20, "1777"), *mounts,
+                    *sandbox._answers_hidden(course), "--dev", "/dev", "--proc", "/proc", "--",
+                    "sh", "-c", script)
     listed = result.stdout.split("\n")
-    assert sorted(listed[:5]) == ["assets", "exercises", "lessons", "pyproject.toml", "src"]
+    # lessons/ and solutions/ hold the answers: absent; the self-check files: an empty folder
+    # that cannot be written either
+    assert sorted(listed[:4]) == ["assets", "exercises", "pyproject.toml", "src"], listed
+    assert "Read-only file system" in result.stderr, result.stderr
     for name in ("alice-unique-name", "classmates-subs", "bob-workspace", "old-report",
-                 "solutions", ".git"):
+                 "solutions", ".git", "lessons", "answer-unique-text"):
         assert name not in result.stdout
 
 

@@ -13,7 +13,9 @@ reference and kernel checks below say whether its answers do the work themselves
 from __future__ import annotations
 
 import ast
+import functools
 import re
+import sys
 from collections import deque
 from dataclasses import dataclass
 
@@ -367,6 +369,10 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"imports `{module}`")
             return
         origin = f"{module}.{name}" if name else module
+        if module and not _installed(top):
+            self.flag(node, f"imports `{module}`, which is not installed here: a notebook "
+                            "brings no module of its own (one it writes while it runs is code "
+                            "the scan never sees)")
         if name in DYNAMIC_ATTRIBUTES:
             self.flag(node, f"imports `{origin}`, which resolves a name or runs source text")
             return
@@ -382,7 +388,7 @@ class _Scanner(ast.NodeVisitor):
             self._import(node, module, "", bound)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        module = node.module or ""
+        module = (node.module or "") if not node.level else ""  # relative: fails in a notebook
         for alias in node.names:
             if alias.name == "*":
                 if module.split(".")[0] not in ("math",):
@@ -462,6 +468,11 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        for keyword in node.keywords:  # np.load(allow_pickle=True), torch.load(weights_only=...)
+            unsafe = {"allow_pickle": True, "weights_only": False}.get(keyword.arg or "")
+            if unsafe is not None and not (isinstance(keyword.value, ast.Constant)
+                                           and keyword.value.value is not unsafe):
+                self.flag(node, f"unpickles data (`{keyword.arg}=`): a pickle runs any code")
         kind = self._watched_call(func)
         if kind:
             self.reported.add(id(func))  # named by this call's finding, not as a value
@@ -630,6 +641,17 @@ MAX_HELPER_DEPTH = 64
 def _is_reference_attribute(name: str) -> bool:
     return name in REFERENCE_ATTRIBUTES or name.lstrip("_") in REFERENCE_ATTRIBUTES or \
         "scaled_dot_product" in name
+
+
+@functools.cache
+def _installed(top: str) -> bool:
+    """Whether a top-level module `top` can be imported here (found, not imported)."""
+    import importlib.util
+
+    try:
+        return top in sys.builtin_module_names or importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _is_module(dotted: str) -> bool:
