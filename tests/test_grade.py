@@ -430,6 +430,14 @@ TAMPERING = {
     "from solfa import flash_attention": "not installed here",
     "import numpy as np\nf = np.load('answers.npy', allow_pickle=True)": "unpickles data",
     "import torch\nf = torch.load('answers.pt', weights_only=False)": "unpickles data",
+    # a module's attribute written through a name bound to it (or to that name) in a cell
+    "rec = fc.checks.recording\nrec.in_student_code = lambda: False": "patches module `rec`",
+    "wires = fc.checks.tripwires\nw = wires\nw._called_by_student = max": "patches module `w`",
+    # text run, or a dotted path looked up, by other modules
+    "import timeit\ntimeit.timeit('f()', globals=g)": "imports `timeit`",
+    "from multiprocessing.reduction import ForkingPickler": "imports `multiprocessing",
+    "import string\nf = string.Formatter().get_field('0.reference', (fc,), {})":
+        "resolves a name",
 }
 
 

@@ -74,3 +74,41 @@ print(json.dumps({"wired": wired(wire), "wrapped": hasattr(wire, "__wrapped__"),
     assert found == {"wired": "flashcourse.reference.standard_attention", "wrapped": False,
                      "located": "flashcourse.reference.standard_attention",
                      "name": "standard_attention"}
+
+
+def test_a_reference_handed_to_library_code_or_a_check_helper_is_a_hit(tmp_path):
+    """What the tripwire counts as the student's call: the nearest caller outside Python and
+    the environment (past functools or a thread pool the reference was handed to), or no such
+    caller at all; every function a lesson's check module defines is a reference too."""
+    student = tmp_path / "student_cell.py"  # stands for a notebook cell: outside every library
+    student.write_text(
+        "import concurrent.futures, functools\n"
+        "from flashcourse import reference\n"
+        "from flashcourse.checks import gpu_flash\n"
+        "def via_thread(q):\n"
+        "    pool = concurrent.futures.ThreadPoolExecutor(1)\n"
+        "    return pool.submit(reference.standard_attention, q, q, q).result()\n"
+        "def via_dispatch(q):\n"
+        "    return functools.singledispatch(reference.standard_attention)(q, q, q)\n"
+        "def via_check_helper(q):\n"
+        "    return gpu_flash.blocked_attention(q, q, q, 4)\n")
+    found = _run(f"""
+import importlib.util
+import numpy as np
+from flashcourse.checks import recording
+hits = []
+recording.publish = lambda mime, data: hits.append(data["name"])
+spec = importlib.util.spec_from_file_location("student_cell", {str(student)!r})
+cell = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cell)
+q = np.random.default_rng(0).standard_normal((8, 4))
+cell.via_check_helper(q)  # outside a check: no hit
+outside = list(hits)
+for name in ("via_thread", "via_dispatch", "via_check_helper"):
+    recording.student_call(name, lambda: getattr(cell, name)(q))
+print(json.dumps({{"outside": outside, "hits": hits, "gone": tripwires.intact()}}))
+""")
+    assert found["outside"] == [] and found["gone"] == [], found
+    assert found["hits"][:2] == ["flashcourse.reference.standard_attention"] * 2, found
+    # the helper's own calls of the module's functions are the package's: no more hits
+    assert found["hits"][2:] == ["flashcourse.checks.gpu_flash.blocked_attention"], found

@@ -9,8 +9,11 @@ check runs that code (`recording.in_student_code()`), publishes a tripwire outpu
 The runner forwards it to the grader with the cell that produced it, outside the student's
 reach; the exercise being checked then earns nothing and the submission is flagged.
 
-A call from the package or from torch itself (a launcher the check hands the student's kernel
-to, torch's own layers) is not a hit: only a call whose caller is student code. Each record
+The references are the names below and every function a lesson's check module defines
+(`lesson_check_module`). A call made by the package (a launcher the check hands the student's
+kernel to, the check itself) is not a hit; one whose nearest caller outside Python and the
+environment is student code is, as is one with no such caller at all (a thread pool or a
+`functools` helper the student handed the reference to). Each record
 also says whether every loaded reference still had its tripwire when its check ended
 (`intact`), so a notebook that put an original back, or took the hook away before importing
 torch, is flagged too. What remains: a reference reached beneath these names (torch's internal
@@ -23,9 +26,10 @@ import functools
 import importlib
 import importlib.abc
 import sys
+import types
 from pathlib import Path
 
-from . import recording
+from . import LESSON_MODULES, recording
 
 # (module, attribute) of every reference an answer must not call.
 REFERENCES = (
@@ -75,28 +79,50 @@ _installed: dict[tuple[str, str], object] = {}  # (module, attribute) -> its tri
 _LIBRARY_ROOTS: tuple[str, ...] = ()
 # Every module whose import may complete a reference: the references' modules and the packages
 # above them (torch holds torch.Tensor and torch._C._nn).
+_LESSON_CHECKS = frozenset(LESSON_MODULES.values())
 _WATCHED = frozenset(".".join(module.split(".")[:end]) for module, _ in REFERENCES
                      for end in range(1, module.count(".") + 2))
 _importing = 0  # watched modules being executed right now, nested
 
 
 def _library_roots() -> tuple[str, ...]:
-    """Folders whose code is not the student's: Python, the environment, the course package."""
-    package = Path(__file__).resolve().parents[1]
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(package)}
-    return tuple(str(Path(r).resolve()) + "/" for r in roots)
+    """Folders of code that is neither the student's nor the course's: Python, the
+    environment (torch, numpy, Triton, IPython)."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    return tuple(str(Path(root).resolve()) + "/" for root in roots)
+
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _owner(filename: str) -> str:
+    """Whose code a frame of `filename` runs: "package" (the course's), "library" (Python,
+    the environment, frozen importlib) or "student" (anything else: notebook cells, files the
+    notebook wrote, text it ran)."""
+    if filename.startswith("<frozen"):
+        return "library"
+    try:
+        path = Path(filename).resolve()
+    except (OSError, ValueError):
+        return "student"
+    if path.is_relative_to(_PACKAGE):
+        return "package"
+    return "library" if str(path).startswith(_LIBRARY_ROOTS) else "student"
 
 
 def _called_by_student(depth: int = 2) -> bool:
+    """Whether the code that made this call, past any library code between (functools,
+    a thread pool, torch's own layers), is the student's; a call whose stack holds only
+    library code (a thread or callback started for it) counts as the student's too, as it
+    runs while student code does."""
     frame = sys._getframe(depth)
-    filename = frame.f_code.co_filename
-    if filename.startswith("<frozen"):
-        return False
-    try:
-        filename = str(Path(filename).resolve())
-    except (OSError, ValueError):
-        return True
-    return not filename.startswith(_LIBRARY_ROOTS)
+    while frame is not None:
+        owner = _owner(frame.f_code.co_filename)
+        if owner != "library":
+            return owner == "student"
+        frame = frame.f_back
+    return True
 
 
 def _loaded(module_name: str):
@@ -110,10 +136,13 @@ def _loaded(module_name: str):
     return None if owner is None else getattr(owner, attribute, None)
 
 
-def _tripwire(name: str, original):
+def _tripwire(name: str, original, in_student_code=recording.in_student_code,
+              called_by_student=_called_by_student):
+    # the two tests are this function's own (bound when the module loads): a notebook that
+    # rebinds the modules' names does not change them
     @functools.wraps(original)
     def tripwire(*args, **kwargs):
-        if recording.in_student_code() and _called_by_student():
+        if in_student_code() and called_by_student():
             recording.publish(recording.TRIPWIRE_MIME,
                               {"name": name, "exercise": recording.current_exercise()})
         return original(*args, **kwargs)
@@ -147,7 +176,7 @@ class _WireAfterImport(importlib.abc.MetaPathFinder):
     Nothing is imported for its own sake: lesson 1 never loads torch (about 2 s a notebook)."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in _WATCHED:
+        if fullname not in _WATCHED and not lesson_check_module(fullname):
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
@@ -182,13 +211,34 @@ class _WiringLoader(importlib.abc.Loader):
             _wire_loaded()
 
 
+def lesson_check_module(name: str) -> bool:
+    """Whether `name` is a lesson's check module (or one of its submodules): every function
+    it defines computes part of what its exercises ask, so each is a reference too."""
+    parts = name.split(".")
+    return len(parts) >= 3 and parts[:2] == ["flashcourse", "checks"] and \
+        parts[2] in _LESSON_CHECKS
+
+
+def _references_loaded():
+    """(module name, attribute, owner) of every reference loaded now: REFERENCES, and the
+    functions the loaded lesson check modules define."""
+    for module_name, attribute in REFERENCES:
+        owner = _loaded(module_name)
+        if owner is not None:
+            yield module_name, attribute, owner
+    for module_name, module in list(sys.modules.items()):
+        if module is not None and lesson_check_module(module_name):
+            for attribute, value in list(vars(module).items()):
+                if isinstance(value, types.FunctionType) and value.__module__ == module_name:
+                    yield module_name, attribute, module
+
+
 def _wire_loaded() -> None:
     """Put a tripwire on every loaded reference that has none yet (and on the names other
     loaded modules of the package bound it to)."""
     replaced: dict[int, object] = {}
-    for module_name, attribute in REFERENCES:
-        owner = _loaded(module_name)
-        if owner is None or (module_name, attribute) in _installed:
+    for module_name, attribute, owner in _references_loaded():
+        if (module_name, attribute) in _installed:
             continue
         original = getattr(owner, attribute, None)
         if original is None or getattr(original, "__flashcourse_tripwire__", None):
@@ -216,6 +266,7 @@ def install() -> list[str]:
 
     runtime.current()  # the runtime before any module of the package defines a kernel
     _LIBRARY_ROOTS = _library_roots()
+    _owner.cache_clear()
     if not any(isinstance(finder, _WireAfterImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _WireAfterImport())
     _wire_loaded()
@@ -227,7 +278,7 @@ def intact() -> list[str]:
     """The references loaded without their tripwire in place (empty when every one is): put
     back by the notebook, or imported after it took the import hook away."""
     gone = []
-    for module_name, attribute in REFERENCES:
+    for module_name, attribute in dict.fromkeys([*REFERENCES, *_installed]):
         owner = _loaded(module_name)
         original = None if owner is None else getattr(owner, attribute, None)
         if original is not None and original is not _installed.get((module_name, attribute)):

@@ -47,7 +47,8 @@ FORBIDDEN_MODULES = {"builtins", "__builtin__", "importlib", "ctypes", "gc", "im
                      "_thread", "signal", "faulthandler", "atexit", "sitecustomize", "inspect",
                      "pkgutil", "code", "codeop", "runpy", "pdb", "bdb", "cProfile", "profile",
                      "pickle", "_pickle", "marshal", "dill", "cloudpickle", "pydoc", "unittest",
-                     "typing_extensions"}
+                     "typing_extensions", "timeit", "doctest", "multiprocessing", "copyreg",
+                     "shelve"}
 # Builtins a lesson answer never needs and that reach around the scan.
 FORBIDDEN_CALLS = {"setattr", "delattr", "exec", "eval", "compile", "globals", "vars",
                    "__import__", "breakpoint", "locals"}
@@ -59,7 +60,9 @@ DYNAMIC_ATTRIBUTES = {"resolve_name", "import_module", "run_path", "run_module",
                       "runcode", "compile_command", "exec_module",
                       # a dotted name, or a string annotation evaluated as source
                       "locate", "get_type_hints", "get_annotations", "ForwardRef", "_eval_type",
-                      "evaluate_forward_ref", "dictConfig", "fileConfig"}
+                      "evaluate_forward_ref", "dictConfig", "fileConfig",
+                      # string.Formatter looks a dotted attribute path up in its arguments
+                      "get_field"}
 # A string annotation that names a type (`"np.ndarray"`, `"list[int] | None"`), nothing more.
 PLAIN_ANNOTATION = re.compile(r"[A-Za-z_][\w.]*(\[[\w.,\s\[\]|]*\])?(\s*\|\s*[\w.]+)*")
 # The decorators a kernel answer may carry: Triton's own (checked by their dotted name, and
@@ -528,7 +531,45 @@ def imported_names(sources: list[str]) -> dict[str, str]:
             elif isinstance(node, ast.ImportFrom):
                 for alias in node.names:
                     names[alias.asname or alias.name] = f"{node.module or ''}.{alias.name}"
+    return _with_aliases(sources, names)
+
+
+def _with_aliases(sources: list[str], names: dict[str, str]) -> dict[str, str]:
+    """`names` with every name a cell binds to an attribute of an imported or grading name
+    (`rec = fc.checks.recording`): writing to it patches that module as much as the import's
+    name does. Followed through chains of such names, in any cell order."""
+    roots = {**{name: modules[0] for name, modules in CANONICAL.items() if modules}, **names}
+    pairs = []
+    for source in sources:
+        tree = _parse(source)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Assign):
+                pairs += [(target, node.value) for target in node.targets]
+            elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                pairs.append((node.target, node.value))
+    pairs = [(t.id, v) for t, v in _unpacked(pairs) if isinstance(t, ast.Name)]
+    for _ in range(len(pairs) + 1):
+        grown = False
+        for name, value in pairs:
+            chain = _dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else ""
+            root = chain.split(".")[0]
+            if chain and root in roots and name not in roots and name != root:
+                roots[name] = roots[root] + chain[len(root):]
+                names[name] = roots[name]
+                grown = True
+        if not grown:
+            break
     return names
+
+
+def _unpacked(pairs):
+    """(target, value) pairs with `a, b = x, y` taken apart."""
+    for target, value in pairs:
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+                and len(target.elts) == len(value.elts):
+            yield from _unpacked(list(zip(target.elts, value.elts, strict=True)))
+        else:
+            yield target, value
 
 
 def scan_cell(cell_label: str, source: str, imported: dict[str, str]) -> list[Finding]:
