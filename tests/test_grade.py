@@ -438,6 +438,12 @@ TAMPERING = {
     "from multiprocessing.reduction import ForkingPickler": "imports `multiprocessing",
     "import string\nf = string.Formatter().get_field('0.reference', (fc,), {})":
         "resolves a name",
+    # the shell, which publishes every output (a filter dropped the tripwires' ones)
+    "import IPython\nshell = IPython.get_ipython()": "reaches the notebook's shell",
+    "from IPython.core.getipython import get_ipython as g": "imports `IPython.core",
+    # a kernel whose body calls Python: in the interpreter it runs, on the CPU
+    "def helper(b):\n    return b\n@triton.jit\ndef k(x_ptr):\n    helper(x_ptr)":
+        "uses `helper`",
 }
 
 
@@ -453,6 +459,16 @@ def test_scan_flags_tampering(source, record_rejection):
 def test_scan_accepts_every_solution_cell(root):
     nb = json.loads((root / "solutions" / "01-gpu-flash.ipynb").read_text())
     assert scan.scan_student_cells(nb["cells"]) == []
+
+
+def test_an_honest_notebook_of_any_lesson_has_no_finding(root):
+    """Every solution, and every exercise as handed out (a blank bound to a name, `x =
+    ______`, once made that name look like the package's, and the lesson's own cell writing
+    into `x` a patch of it), in both languages."""
+    for folder in ("solutions", "exercises", "solutions/zh", "exercises/zh"):
+        for path in sorted((root / folder).glob("*.ipynb")):
+            cells = json.loads(path.read_text())["cells"]
+            assert scan.scan_student_cells(cells) == [], (path, scan.scan_student_cells(cells))
 
 
 def test_grading_cells_compared_with_the_exercise(root):
@@ -486,6 +502,22 @@ def test_reference_calls_are_flagged_only_in_answer_cells(root):
             "source": "import torch\nout = torch.softmax(x, -1)"}
     assert "torch.softmax" in str(scan.reference_calls([cell], answers)[0])
 
+
+
+def test_ready_made_softmax_and_derivatives_are_references_in_answers():
+    """Private spellings of softmax and attention, and torch's autograd, do in an answer what
+    the exercise asks the student to write."""
+    sources = {
+        "torch._safe_softmax": "def f(x):\n    return torch._safe_softmax(x, -1)\n",
+        "torch._native_multi_head_attention":
+            "def f(q):\n    return torch._native_multi_head_attention(q, q, q)\n",
+        "y.backward": "def f(t):\n    y = (t * t).sum()\n    y.backward()\n    return t\n",
+        "t.grad": "def f(t):\n    return t.grad\n",
+    }
+    for reached, source in sources.items():
+        cells = [{"cell_type": "code", "id": "exercise-x", "source": source}]
+        found = [str(f) for f in scan.reference_calls(cells, {"exercise-x"}, cells)]
+        assert any(f"`{reached}`" in f for f in found), (reached, found)
 
 
 def test_every_solution_is_free_of_reference_calls(root):

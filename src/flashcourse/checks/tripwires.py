@@ -44,6 +44,16 @@ REFERENCES = (
     ("torch._C._nn", "scaled_dot_product_attention"),
     ("torch.Tensor", "softmax"),
     ("torch.Tensor", "log_softmax"),
+    # private spellings (a name missing from this torch is skipped)
+    ("torch", "_softmax"),
+    ("torch", "_log_softmax"),
+    ("torch", "_safe_softmax"),
+    ("torch", "_masked_softmax"),
+    ("torch", "_native_multi_head_attention"),
+    ("flashcourse.models.softmax_states", "softmax_state"),
+    ("flashcourse.models.softmax_states", "merge_all"),
+    ("flashcourse.models.softmax_states", "merge_lse"),
+    ("flashcourse.bench.providers", "naive_attention"),
     ("flashcourse.reference", "softmax"),
     ("flashcourse.reference", "standard_attention"),
     ("flashcourse.kernels.host", "forward"),
@@ -93,6 +103,7 @@ def _library_roots() -> tuple[str, ...]:
 
 
 _PACKAGE = Path(__file__).resolve().parents[1]
+_CHECK_CALLS_STUDENT = recording.student_call.__code__
 
 
 @functools.lru_cache(maxsize=4096)
@@ -112,15 +123,17 @@ def _owner(filename: str) -> str:
 
 
 def _called_by_student(depth: int = 2) -> bool:
-    """Whether the code that made this call, past any library code between (functools,
-    a thread pool, torch's own layers), is the student's; a call whose stack holds only
-    library code (a thread or callback started for it) counts as the student's too, as it
-    runs while student code does."""
+    """Whether student code made this call, itself or through library or course code between
+    (functools, a thread pool, a helper of the package): any frame of the student's on the
+    stack above the check's call of student code (`recording.student_call`). A stack with no
+    such call (a thread or callback started for student code) counts as the student's too,
+    as it runs while student code does."""
     frame = sys._getframe(depth)
     while frame is not None:
-        owner = _owner(frame.f_code.co_filename)
-        if owner != "library":
-            return owner == "student"
+        if frame.f_code is _CHECK_CALLS_STUDENT:
+            return False  # only the check's own code between: the package's call
+        if _owner(frame.f_code.co_filename) == "student":
+            return True
         frame = frame.f_back
     return True
 

@@ -41,6 +41,10 @@ CANONICAL = {
     "print": (),
     "json": ("json",),
 }
+# The grading names above that are modules (the others are functions or the blank `______`,
+# whose attributes no answer writes).
+MODULE_NAMES = {"np", "numpy", "torch", "triton", "tl", "fc", "flashcourse", "grading",
+                "registry", "checks", "json"}
 # Modules whose import in a student cell is refused outright. Those from `pkgutil` on resolve
 # dotted names or run source text at run time (pickle resolves the globals its data names).
 FORBIDDEN_MODULES = {"builtins", "__builtin__", "importlib", "ctypes", "gc", "imp", "cffi",
@@ -49,10 +53,16 @@ FORBIDDEN_MODULES = {"builtins", "__builtin__", "importlib", "ctypes", "gc", "im
                      "pickle", "_pickle", "marshal", "dill", "cloudpickle", "pydoc", "unittest",
                      "typing_extensions", "timeit", "doctest", "multiprocessing", "copyreg",
                      "shelve"}
+# Packages of the notebook's shell and kernel (IPython.display stays: it shows things).
+SHELL_MODULES = ("IPython.core", "IPython.terminal", "ipykernel", "jupyter_client", "zmq",
+                 "traitlets", "comm")
 # Builtins a lesson answer never needs and that reach around the scan.
 FORBIDDEN_CALLS = {"setattr", "delattr", "exec", "eval", "compile", "globals", "vars",
                    "__import__", "breakpoint", "locals"}
 FORBIDDEN_NAMES = {"__builtins__", "__builtin__", "get_ipython", "sys_modules"}
+# Attributes that reach the notebook's shell, and with it what every cell publishes.
+SHELL_ATTRIBUTES = {"get_ipython", "display_pub", "displayhook", "InteractiveShell",
+                    "IPKernelApp", "kernel_app"}
 # Attributes that resolve a dotted name or run source text, reached from any object (a module
 # may hold `code` or `importlib` without the student importing it).
 DYNAMIC_ATTRIBUTES = {"resolve_name", "import_module", "run_path", "run_module", "run_code",
@@ -368,7 +378,8 @@ class _Scanner(ast.NodeVisitor):
     # ---- imports
     def _import(self, node: ast.AST, module: str, name: str, bound: str) -> None:
         top = module.split(".")[0]
-        if top in FORBIDDEN_MODULES or module in FORBIDDEN_MODULES:
+        if top in FORBIDDEN_MODULES or module in FORBIDDEN_MODULES or \
+                module.startswith(SHELL_MODULES) or name in SHELL_ATTRIBUTES:
             self.flag(node, f"imports `{module}`")
             return
         origin = f"{module}.{name}" if name else module
@@ -420,6 +431,8 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"reaches into `{text}`")
         elif attr == "modules" and root == "sys":
             self.flag(node, "uses `sys.modules`")
+        elif attr in SHELL_ATTRIBUTES:
+            self.flag(node, f"reaches the notebook's shell (`{text}`)")
         elif attr == "cell_contents":
             self.flag(node, f"reads a function's closure (`{text}`)")
         elif attr in FRAME_ATTRIBUTES and root not in ("np", "numpy", "torch"):
@@ -538,7 +551,8 @@ def _with_aliases(sources: list[str], names: dict[str, str]) -> dict[str, str]:
     """`names` with every name a cell binds to an attribute of an imported or grading name
     (`rec = fc.checks.recording`): writing to it patches that module as much as the import's
     name does. Followed through chains of such names, in any cell order."""
-    roots = {**{name: modules[0] for name, modules in CANONICAL.items() if modules}, **names}
+    roots = {**{name: modules[0] for name, modules in CANONICAL.items()
+                if name in MODULE_NAMES}, **names}
     pairs = []
     for source in sources:
         tree = _parse(source)
@@ -651,6 +665,74 @@ def scan_student_cells(cells: list[dict]) -> list[Finding]:
     findings: list[Finding] = []
     for label, source in student:
         findings += scan_cell(label, source, imported)
+    every = imported_names([cell_source(c) for c in cells if c.get("cell_type") == "code"])
+    return findings + kernel_free_names(student, every)
+
+
+# Python builtins a Triton kernel may name (its compiler knows them; in the interpreter any
+# name would run as plain Python, which a kernel on the GPU cannot)
+KERNEL_BUILTINS = {"range", "min", "max", "len", "int", "float", "abs", "bool", "print",
+                   "isinstance", "zip", "enumerate", "True", "False", "None",
+                   "______", "NotImplementedError"}  # a blank, a stub: scored as not answered
+
+
+def _jit_functions(trees) -> dict[str, list[ast.FunctionDef]]:
+    found: dict[str, list[ast.FunctionDef]] = {}
+    for label, tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and any(
+                    _dotted(d.func if isinstance(d, ast.Call) else d) in KERNEL_DECORATORS
+                    for d in node.decorator_list):
+                found.setdefault(label, []).append(node)
+    return found
+
+
+def _constants(trees) -> set[str]:
+    """Names the cells bind, at their top level, only to literals (or tl.constexpr of one)."""
+    bound: dict[str, bool] = {}
+    for _, tree in trees:
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                value = node.value
+                if isinstance(value, ast.Call) and _dotted(value.func) == "tl.constexpr":
+                    value = value.args[0] if value.args else value
+                literal = isinstance(value, ast.Constant) or (
+                    isinstance(value, ast.UnaryOp) and isinstance(value.operand, ast.Constant))
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                    if isinstance(target, ast.Name):
+                        bound[target.id] = bound.get(target.id, True) and literal
+            else:
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                        bound[sub.id] = False
+    return {name for name, literal in bound.items() if literal}
+
+
+def kernel_free_names(student: list[tuple[str, str]], imported: dict[str, str]) -> list[Finding]:
+    """A @triton.jit function names nothing from outside it but triton, other @triton.jit
+    functions (its cells' or the course kernels' a cell imports), the builtins the compiler
+    knows and constants: in Triton's interpreter its body is plain Python, and a notebook
+    function, numpy or torch called from it would do the work on the CPU where no kernel on
+    the GPU could. `imported`: the names every code cell imports."""
+    trees = [(label, tree) for label, source in student
+             if (tree := _parse(source)) is not None]
+    kernels = _jit_functions(trees)
+    allowed = ({"tl", "triton"} | KERNEL_BUILTINS | _constants(trees)
+               | {f.name for found in kernels.values() for f in found}
+               | {name for name, origin in imported.items()
+                  if origin.startswith(("triton", "flashcourse.kernels."))})
+    findings = []
+    for label, found in kernels.items():
+        for kernel in found:
+            local = _locals_of(kernel)
+            for node in ast.walk(kernel):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
+                        node.id not in local and node.id not in allowed:
+                    findings.append(Finding(label, node.lineno, (
+                        f"the @triton.jit function `{kernel.name}` uses `{node.id}`, which is "
+                        "not part of Triton, another @triton.jit function or a constant: a "
+                        "kernel's body runs on the GPU")))
+                    allowed.add(node.id)  # once per name
     return findings
 
 
@@ -675,12 +757,21 @@ REFERENCE_ATTRIBUTES = {"scaled_dot_product_attention", "softmax", "log_softmax"
                         "flash_attention", "flex_attention", "standard_attention",
                         "multi_head_attention_forward", "Softmax", "LogSoftmax",
                         "MultiheadAttention"}
+# Library machinery that computes a derivative: an answer that derives a backward pass uses
+# none of it (`torch._native_multi_head_attention`, `torch._safe_softmax` and other private
+# spellings of softmax and attention count as references above).
+# (`torch.autograd.Function`, which wraps the student's own kernels, is not among them).
+GRADIENT_ATTRIBUTES = {"backward", "requires_grad", "requires_grad_", "vjp", "jvp", "jacrev",
+                       "jacfwd", "grad"}
 # Helpers followed from an answer towards a reference, at most (`a` calls `b` calls `c`...).
 MAX_HELPER_DEPTH = 64
 
 
 def _is_reference_attribute(name: str) -> bool:
+    lowered = name.lower()
     return name in REFERENCE_ATTRIBUTES or name.lstrip("_") in REFERENCE_ATTRIBUTES or \
+        (name.startswith("_") and ("softmax" in lowered or "attention" in lowered)) or \
+        name in GRADIENT_ATTRIBUTES or \
         "scaled_dot_product" in name
 
 
