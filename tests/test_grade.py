@@ -444,6 +444,10 @@ TAMPERING = {
     # a kernel whose body calls Python: in the interpreter it runs, on the CPU
     "def helper(b):\n    return b\n@triton.jit\ndef k(x_ptr):\n    helper(x_ptr)":
         "uses `helper`",
+    "@triton.jit\ndef k(x_ptr):\n    x = tl.load(x_ptr)\n    x.handle.data[:] = 0": "x.handle",
+    "@triton.jit\ndef k(x_ptr):\n    host = triton.runtime.interpreter.np": "triton.runtime",
+    # a refused module another module holds
+    "f = triton.runtime.interpreter.inspect.getattr_static(a, 'b')": "module `inspect`",
 }
 
 
@@ -555,6 +559,18 @@ def test_kernel_answers_must_be_jit_functions():
                    "@swap\n@triton.jit\ndef k(x_ptr):\n    pass\n"):
         problems = scan.kernel_problems([dict(cells[0], source=source)], {"x/k": "k"})
         assert problems and "not defined as a @triton.jit" in problems[0], (source, problems)
+
+
+def test_a_kernel_may_name_constants_made_of_numbers_and_math():
+    source = ("import math\nLOG2E = tl.constexpr(1.0 / math.log(2.0))\nBLOCK = 64\n"
+              "HALF: tl.constexpr = BLOCK // 2\n@triton.jit\ndef k(x_ptr):\n"
+              "    x = tl.load(x_ptr + tl.arange(0, HALF))\n"
+              "    tl.store(x_ptr, tl.exp2(x * LOG2E))\n")
+    assert scan.scan_student_cells([{"cell_type": "code", "id": "a", "source": source}]) == []
+    moved = source.replace("BLOCK = 64", "BLOCK = np.int64(64)")  # not a number's literal
+    found = [str(f) for f in scan.scan_student_cells([{"cell_type": "code", "id": "a",
+                                                        "source": moved}])]
+    assert found and "uses `HALF`" in found[0], found
 
 
 def test_plain_string_annotations_are_not_findings():

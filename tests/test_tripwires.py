@@ -120,3 +120,24 @@ print(json.dumps({{"outside": outside, "first": first, "package": hits,
                               "via_dispatch": "flashcourse.reference.standard_attention",
                               "via_check_helper": "flashcourse.checks.gpu_flash."
                                                   "blocked_attention"}, found
+
+
+def test_an_answer_whose_class_calls_a_reference_is_a_hit():
+    """An object whose class's __call__ is a reference (a staticmethod): the check calls the
+    reference itself, with no frame of the student's between."""
+    found = _run("""
+from flashcourse.checks import recording
+from flashcourse.models import roofline
+hits = []
+recording.publish = lambda mime, data: hits.append(data["name"])
+class Answer:
+    __call__ = staticmethod(roofline.gemm_intensity)
+class Honest:
+    def __call__(self, *args):
+        return 0.0
+tripwires.flag_answer(Answer())
+tripwires.flag_answer(Honest())
+tripwires.flag_answer(lambda *args: 0.0)
+print(json.dumps({"hits": hits}))
+""")
+    assert found == {"hits": ["flashcourse.models.roofline.gemm_intensity"]}, found

@@ -11,9 +11,11 @@ reach; the exercise being checked then earns nothing and the submission is flagg
 
 The references are the names below and every function a lesson's check module defines
 (`lesson_check_module`). A call made by the package (a launcher the check hands the student's
-kernel to, the check itself) is not a hit; one whose nearest caller outside Python and the
-environment is student code is, as is one with no such caller at all (a thread pool or a
-`functools` helper the student handed the reference to). Each record
+kernel to, a stand-in the check hands the student, the check itself) is not a hit; one whose
+nearest caller outside Python and the environment is student code is, as is one with no such
+caller at all (a thread pool or a `functools` helper the student handed the reference to).
+So a course function that calls a reference for whoever calls it must be a reference itself
+(the course's helpers that compute an answer are listed). Each record
 also says whether every loaded reference still had its tripwire when its check ended
 (`intact`), so a notebook that put an original back, or took the hook away before importing
 torch, is flagged too. What remains: a reference reached beneath these names (torch's internal
@@ -103,7 +105,6 @@ def _library_roots() -> tuple[str, ...]:
 
 
 _PACKAGE = Path(__file__).resolve().parents[1]
-_CHECK_CALLS_STUDENT = recording.student_call.__code__
 
 
 @functools.lru_cache(maxsize=4096)
@@ -123,17 +124,17 @@ def _owner(filename: str) -> str:
 
 
 def _called_by_student(depth: int = 2) -> bool:
-    """Whether student code made this call, itself or through library or course code between
-    (functools, a thread pool, a helper of the package): any frame of the student's on the
-    stack above the check's call of student code (`recording.student_call`). A stack with no
-    such call (a thread or callback started for student code) counts as the student's too,
-    as it runs while student code does."""
+    """Whether the code that made this call, past any library code between (functools, a
+    thread pool, torch's own layers), is the student's. Course code in between decides
+    for the course: a check hands the student course functions to call (lesson 8's stand-in
+    backends), so a course helper that computes an answer is a reference itself (REFERENCES,
+    the lesson check modules). A stack with only library code (a thread or callback started
+    for student code) counts as the student's, as it runs while student code does."""
     frame = sys._getframe(depth)
     while frame is not None:
-        if frame.f_code is _CHECK_CALLS_STUDENT:
-            return False  # only the check's own code between: the package's call
-        if _owner(frame.f_code.co_filename) == "student":
-            return True
+        owner = _owner(frame.f_code.co_filename)
+        if owner != "library":
+            return owner == "student"
         frame = frame.f_back
     return True
 
@@ -178,8 +179,21 @@ def flag_answer(answer) -> None:
                               {"name": name, "exercise": recording.current_exercise()})
             return
         answer = (getattr(answer, "func", None) or getattr(answer, "__func__", None)
-                  or getattr(answer, "__wrapped__", None))
+                  or getattr(answer, "__wrapped__", None) or getattr(answer, "pyfunc", None)
+                  or _call_of(answer))
         seen += 1
+
+
+def _call_of(answer):
+    """What calling an object of a class of the notebook's runs: its class's __call__ (a
+    staticmethod of a reference would be called by the check itself, no student frame
+    between); None for functions and the like, whose __call__ is Python's own."""
+    for klass in type(answer).__mro__:
+        call = vars(klass).get("__call__")
+        if call is not None:
+            call = getattr(call, "__func__", call)  # a staticmethod or classmethod
+            return call if isinstance(call, types.FunctionType) else None
+    return None
 
 
 class _WireAfterImport(importlib.abc.MetaPathFinder):

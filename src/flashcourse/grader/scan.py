@@ -72,7 +72,16 @@ DYNAMIC_ATTRIBUTES = {"resolve_name", "import_module", "run_path", "run_module",
                       "locate", "get_type_hints", "get_annotations", "ForwardRef", "_eval_type",
                       "evaluate_forward_ref", "dictConfig", "fileConfig",
                       # string.Formatter looks a dotted attribute path up in its arguments
-                      "get_field"}
+                      "get_field", "getattr_static"}
+# Refused modules that other modules hold as attributes (`triton.runtime.interpreter.inspect`)
+ATTRIBUTE_MODULES = {"inspect", "importlib", "builtins", "__builtin__", "ctypes", "gc",
+                     "pickle", "_pickle", "marshal", "runpy", "pkgutil", "pydoc", "codeop",
+                     "dill", "cloudpickle", "copyreg", "timeit", "doctest", "multiprocessing"}
+# Attributes a kernel's body never needs: a Triton value's interpreter handle (its numpy
+# array), the runtime and the modules behind triton.language
+KERNEL_REFUSED_ATTRIBUTES = {"handle", "runtime", "interpreter", "testing", "backends",
+                             "compiler", "np", "numpy", "torch", "os", "sys", "semantic",
+                             "_semantic", "builder", "_builder"}
 # A string annotation that names a type (`"np.ndarray"`, `"list[int] | None"`), nothing more.
 PLAIN_ANNOTATION = re.compile(r"[A-Za-z_][\w.]*(\[[\w.,\s\[\]|]*\])?(\s*\|\s*[\w.]+)*")
 # The decorators a kernel answer may carry: Triton's own (checked by their dotted name, and
@@ -431,6 +440,8 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"reaches into `{text}`")
         elif attr == "modules" and root == "sys":
             self.flag(node, "uses `sys.modules`")
+        elif attr in ATTRIBUTE_MODULES:
+            self.flag(node, f"reaches the module `{attr}` through `{text}`")
         elif attr in SHELL_ATTRIBUTES:
             self.flag(node, f"reaches the notebook's shell (`{text}`)")
         elif attr == "cell_contents":
@@ -688,24 +699,47 @@ def _jit_functions(trees) -> dict[str, list[ast.FunctionDef]]:
 
 
 def _constants(trees) -> set[str]:
-    """Names the cells bind, at their top level, only to literals (or tl.constexpr of one)."""
-    bound: dict[str, bool] = {}
+    """Names the cells bind, at their top level, only to numbers: literals and arithmetic on
+    them, `math`'s constants and functions, other such names (or tl.constexpr of one)."""
+    values: dict[str, list[ast.AST | None]] = {}
     for _, tree in trees:
         for node in tree.body:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 value = node.value
-                if isinstance(value, ast.Call) and _dotted(value.func) == "tl.constexpr":
-                    value = value.args[0] if value.args else value
-                literal = isinstance(value, ast.Constant) or (
-                    isinstance(value, ast.UnaryOp) and isinstance(value.operand, ast.Constant))
+                if isinstance(value, ast.Call) and _dotted(value.func) in CONSTEXPR_CALLS:
+                    value = value.args[0] if len(value.args) == 1 else None
                 for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
                     if isinstance(target, ast.Name):
-                        bound[target.id] = bound.get(target.id, True) and literal
+                        values.setdefault(target.id, []).append(value)
             else:
                 for sub in ast.walk(node):
                     if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                        bound[sub.id] = False
-    return {name for name, literal in bound.items() if literal}
+                        values.setdefault(sub.id, []).append(None)
+    known: set[str] = set()
+    for _ in range(len(values) + 1):  # a constant made of constants bound before or after
+        grown = {name for name, bound in values.items() if name not in known and
+                 all(value is not None and _numeric(value, known) for value in bound)}
+        if not grown:
+            return known
+        known |= grown
+    return known
+
+
+CONSTEXPR_CALLS = {"tl.constexpr", "triton.language.constexpr", "float", "int"}
+
+
+def _numeric(node: ast.AST, known: set[str]) -> bool:
+    """Whether an expression is arithmetic on literals, `math` and the names in `known`."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and sub.id not in known and sub.id != "math":
+            return False
+        if isinstance(sub, ast.Call) and not _dotted(sub.func).startswith("math.") and \
+                _dotted(sub.func) not in CONSTEXPR_CALLS:
+            return False
+        if not isinstance(sub, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Name, ast.Call,
+                                ast.Attribute, ast.Load, ast.operator, ast.unaryop)):
+            return False
+    return True
 
 
 def kernel_free_names(student: list[tuple[str, str]], imported: dict[str, str]) -> list[Finding]:
@@ -726,6 +760,10 @@ def kernel_free_names(student: list[tuple[str, str]], imported: dict[str, str]) 
         for kernel in found:
             local = _locals_of(kernel)
             for node in ast.walk(kernel):
+                if isinstance(node, ast.Attribute) and node.attr in KERNEL_REFUSED_ATTRIBUTES:
+                    findings.append(Finding(label, node.lineno, (
+                        f"the @triton.jit function `{kernel.name}` reaches `{_dotted(node)}`, "
+                        "which no kernel on the GPU has")))
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
                         node.id not in local and node.id not in allowed:
                     findings.append(Finding(label, node.lineno, (
