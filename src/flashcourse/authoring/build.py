@@ -414,8 +414,10 @@ def _banner(lesson: Lesson, variant: str, lang: str) -> str:
     if variant == "exercise":
         return _(
             "*Exercise notebook, generated from {source} by `python -m flashcourse build`.* "
-            "Replace every `______` and every `raise NotImplementedError`, then run all cells: "
-            "each check cell tells you what is wrong. Leave the check cells as they are."
+            "Replace every `______` and every `raise NotImplementedError` in the answer cells, "
+            "then run all cells: each check cell tells you what is wrong. Leave the first code "
+            "cell (its `______` is the blank itself) and the check cells as they are: the "
+            "grader refuses a notebook whose setup or check cells were changed."
         ).format(source=source)
     return _(
         "*Solution notebook, generated from {source} by `python -m flashcourse build`: "

@@ -152,10 +152,13 @@ def _exercise_notebook(root: Path, lesson: build.Lesson) -> str:
             cell.metadata["tags"] = [*cell.metadata.get("tags", []), build.RAISES_EXCEPTION]
     notebook.cells[0].source = (
         f"# {lesson.title}\n\n*Class edition.* Replace every `______` and every "
-        "`raise NotImplementedError`, then run all cells. The check of a function or a "
+        "`raise NotImplementedError` in the answer cells, then run all cells. The check of a "
+        "function or a "
         "kernel compares it with the expected outputs of the visible cases; the questions and "
         "true/false statements are recorded and graded when you hand the notebook in, with "
-        "hidden cases run on inputs of your own. Leave the check cells as they are.")
+        "hidden cases run on inputs of your own. Leave the first code cell (its `______` is "
+        "the blank itself) and the check cells as they are: the grader refuses a notebook "
+        "whose setup or check cells were changed.")
     return nbformat.writes(notebook) + "\n"
 
 
