@@ -3,11 +3,14 @@ generated exercise notebook, and scan the student's own cells for code that rebi
 what grading relies on (the check, the reference, numpy/torch functions, builtins).
 
 The scan is static and deliberately strict: lesson answers never need to assign to a module
-attribute, import `builtins`, call `setattr`/`exec`, or look an attribute up by a computed name.
-A cell too deeply nested to follow is a finding too. A runtime snapshot taken inside the kernel
-is no longer needed for verdicts: every point is decided outside the student's process
-(`flashcourse.checks.recording`), so the scan's findings say what a submission tried, and the
-reference and kernel checks below say whether its answers do the work themselves.
+attribute (or to a name bound to one), import `builtins`, call `setattr`/`exec`, look an
+attribute up by a computed name, reach the notebook's shell or bring a module or a pickle of
+their own; a `@triton.jit` body names only Triton, other kernels and numeric constants (in
+the interpreter it would run any Python). A cell too deeply nested to follow is a finding
+too. A runtime snapshot taken inside the kernel is no longer needed for verdicts: every
+point is decided outside the student's process (`flashcourse.checks.recording`), so the
+scan's findings say what a submission tried, and the reference and kernel checks below say
+whether its answers do the work themselves.
 """
 
 from __future__ import annotations
