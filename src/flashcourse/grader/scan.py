@@ -690,13 +690,18 @@ KERNEL_BUILTINS = {"range", "min", "max", "len", "int", "float", "abs", "bool", 
                    "______", "NotImplementedError"}  # a blank, a stub: scored as not answered
 
 
+def _decorator_names(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> list[str]:
+    """The dotted names of a definition's decorators (`triton.autotune(...)`: its callee)."""
+    return [_dotted(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
+
+
 def _jit_functions(trees) -> dict[str, list[ast.FunctionDef]]:
+    """label -> the functions of that cell carrying one of Triton's decorators."""
     found: dict[str, list[ast.FunctionDef]] = {}
     for label, tree in trees:
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef) and any(
-                    _dotted(d.func if isinstance(d, ast.Call) else d) in KERNEL_DECORATORS
-                    for d in node.decorator_list):
+            if isinstance(node, ast.FunctionDef) and \
+                    set(_decorator_names(node)) & KERNEL_DECORATORS:
                 found.setdefault(label, []).append(node)
     return found
 
@@ -1090,8 +1095,7 @@ def kernel_problems(cells: list[dict], answers: dict[str, str]) -> list[str]:
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names = [_dotted(d.func if isinstance(d, ast.Call) else d)
-                         for d in node.decorator_list]
+                names = _decorator_names(node)
                 jit = isinstance(node, ast.FunctionDef) and "triton.jit" in names and \
                     all(name in KERNEL_DECORATORS for name in names)
                 bindings.setdefault(node.name, []).append("jit" if jit else label)

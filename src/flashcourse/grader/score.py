@@ -146,6 +146,9 @@ def graded_student(sub: Submission) -> str:
     return report.student_of(sub) or sub.label
 
 
+MACHINE_FAULT = "a fault of the grading machine, not of the notebook; grade it again"
+
+
 def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
           wall_killed: bool) -> None:
     runs, running, _finished = cell_runs(talk.state())
@@ -173,13 +176,12 @@ def score(sub: Submission, job: Job, talk: Conversation, timeout: float,
     if no_kernel and not wall_killed:
         sub.problems.append(
             f"the notebook's kernel did not start ({len(talk.failed_starts)} tries; "
-            f"{printable('; '.join(talk.failed_starts), 600)}), so no cell ran: a fault of "
-            "the grading machine, not of the notebook; grade it again")
+            f"{printable('; '.join(talk.failed_starts), 600)}), so no cell ran: "
+            + MACHINE_FAULT)
     elif no_setup and not wall_killed:
         sub.problems.append(
             "the grader's setup in the notebook's kernel failed before any cell ran "
-            f"({printable(no_setup[0], 300)}), so nothing could be graded: a fault of the "
-            "grading machine, not of the notebook; grade it again")
+            f"({printable(no_setup[0], 300)}), so nothing could be graded: " + MACHINE_FAULT)
     elif died:
         sub.problems.append(f"the kernel died (crashed) while running `{printable(died[0], 80)}`;"
                             " later cells did not run")
