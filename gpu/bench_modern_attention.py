@@ -315,7 +315,7 @@ def mask_case(b: Bench, kernels, ma, sf, flex, create_block_mask, q, k, v, case:
     B, H, n, D = q.shape
     block_m, block_n, warps, stages = ma.sparse_config(D)
     teaching_lists = ma.block_list_tensors(case.kinds(ma, sf, block_m, block_n), b.device)
-    config = sf.sparse_reference_config(D)
+    config = sf.sparse_reference_config(D, case.left, case.docs)
     plan = sf.sparse_plan(n, D, b.device, case.left, case.right, case.docs,
                           kinds=case.kinds(ma, sf, *config[:2]))
     tiles = plan.tile_counts
@@ -341,12 +341,12 @@ def mask_case(b: Bench, kernels, ma, sf, flex, create_block_mask, q, k, v, case:
 
         candidates["dense reference causal"] = lambda: dense_causal(q, k, v, causal=True)[0]
         candidates["sdpa is_causal"] = sdpa_causal
-    halves, full_range, partial_tests = sf.reference_variant(plan, D)
+    halves, full_range, partial_tests, row_ranges = sf.reference_variant(plan, D)
     row = {"mask": case.name, "N": n, "dtype": str(q.dtype)[6:], "B": B, "H": H, "D": D,
            "BLOCK_M": block_m, "BLOCK_N": block_n,
            "reference config": "x".join(str(x) for x in config),
            "reference halves": halves, "reference full range": full_range,
-           "reference partial tests": partial_tests,
+           "reference partial tests": partial_tests, "reference row ranges": row_ranges,
            "tiles computed": (tiles["full"] + tiles["partial"]) / sum(tiles.values()),
            "partial tiles": tiles["partial"]}
     reference = masked_reference(torch, q, k, v, dense)
@@ -545,14 +545,14 @@ def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
                                          tests_as_selects=tests_as_selects,
                                          entries_ahead=entries_ahead)[0]
 
-    final = sf.sparse_reference_config(D)
+    final = sf.sparse_reference_config(D, case.left, case.docs)
     variants = {"0 teaching kernel": teaching,
                 "1 reference inner loop": reference(teaching_config, False, False),
                 "2 + longest first": reference(teaching_config, True, False),
                 "3 + tensor descriptors": reference(teaching_config, True, True),
                 "4 + reference tiles": reference(final)}
     final_plan = plan_for(final)
-    halves, full_range, _ = sf.reference_variant(final_plan, D)  # D = 64: the dense step 7
+    halves, full_range = sf.reference_variant(final_plan, D)[:2]  # D = 64: the dense step 7
     if halves:
         variants["5 + two row halves"] = reference(final, halves=True)
     # every mask: the lists' entries loaded a step ahead (where the lists are runs, beside

@@ -102,9 +102,10 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads, win
                 if c.name.split()[:2] == name.split()[:2])
     config = sf.sparse_reference_config(d)
     kinds = case.kinds(ma, sf, *config[:2])
-    plan = sf.sparse_plan(n, d, b.device, case.left, case.right, case.docs, kinds=kinds)
+    plan = sf.sparse_plan(n, d, b.device, case.left, case.right, case.docs, kinds=kinds,
+                          config=config)
     unmasked = sf.sparse_plan(n, d, b.device, case.left, case.right, case.docs,
-                              kinds=np.where(kinds == ma.PARTIAL, ma.FULL, kinds))
+                              kinds=np.where(kinds == ma.PARTIAL, ma.FULL, kinds), config=config)
     tiles = plan.tile_counts
     row = {"mask": case.name, "N": n, "dtype": "float16", "D": d,
            "partial share of computed tiles": tiles["partial"]
