@@ -493,12 +493,14 @@ def bench_sparse_steps(b: Bench, kernels, ma, sf, sweep: bool) -> tuple[list[dic
     (sf.reference_variant); at D = 128 step 6 is timed to show why it does not. 7 (masks with
     PARTIAL tiles) the reference's variant of steps 5 and 6 with each PARTIAL tile masked only
     by the tests it needs (partial_tests=True: the reference's default at D = 128 on masks with
-    documents, where it wins); 6a (every mask) step 5 with the lists' entries loaded a step
-    ahead (entries_ahead=True, an experiment; not part of step 6's chain); 7s the same as 7
-    with those tests applied as selects, without
-    branches (tests_as_selects=True, an experiment); 8 (masks whose rows each see one range of
+    documents whose rows do not each see one range of keys); 6a (every mask) step 5 with the
+    lists' entries loaded a step ahead (entries_ahead=True, an experiment; not part of step 6's
+    chain); 7s the same as 7 with those tests applied as selects, without branches
+    (tests_as_selects=True, an experiment); 8 (masks whose rows each see one range of
     keys) the variant of step 7 with each PARTIAL tile masked by its rows' ranges instead
-    (row_ranges=True, an experiment)."""
+    (row_ranges=True: the reference's default at D = 128 on masks with documents). At D = 64
+    a sliding window's reference tiles are query blocks of 64 rows (sf.sparse_reference_config),
+    whose halves would not fill the tensor cores: no step 5 there."""
     torch = b.torch
     n, H = (128, 2) if b.mode == "interpreter" else (16384, 16)
     window = 32 if b.mode == "interpreter" else WINDOW

@@ -11,12 +11,13 @@ bench_modern_attention.REPEATS interleaved timings:
 * the reference sparse forward with every test on every PARTIAL tile ("every test",
   partial_tests=False), checked against float32 attention first;
 * the same with each PARTIAL tile masked only by the tests it needs ("partial tests",
-  partial_tests=True: the reference's default at d = 128 with documents), checked first too;
+  partial_tests=True: the default at d = 128 with documents before row ranges), checked too;
 * the same with those tests applied as selects, without branches ("tests as selects",
   tests_as_selects=True, an experiment: ptxas serializes the wgmma instructions of the
   branches' form on plans with documents), checked first too;
 * the same with each PARTIAL tile masked by its rows' ranges of keys ("row ranges",
-  row_ranges=True, an experiment: two compares per pair, no key ids), checked first too;
+  row_ranges=True: two compares per pair, no key ids; the reference's default at d = 128 with
+  documents since this table), checked first too;
 * the same kernel on the same tiles with every PARTIAL tile sent down the FULL path (no mask,
   no safe max, no bounds checks). Its output is wrong, so it is never checked and never a
   kernel to use: it is a bound on what cheaper masked code could win on those tiles. Timed
