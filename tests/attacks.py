@@ -276,7 +276,7 @@ def public_records(root: Path) -> dict:
         records = {exercise_id: json.loads((Path(folder) / recording.record_name(
             exercise_id)).read_text()) for exercise_id in answers}
     for record in records.values():  # as a record made in the sandbox would say
-        record["tripwires_removed"] = []
+        record["tripwires_removed"] = record["hooks_set"] = []
     return records
 
 

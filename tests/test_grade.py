@@ -815,6 +815,23 @@ def test_the_runner_sends_records_of_grading_cells_only(tmp_path, monkeypatch):
     assert hint == {"exercise": "a/b", "level": 2}
 
 
+def test_a_cell_cannot_clear_what_the_runner_takes_from_it(tmp_path, monkeypatch):
+    """A tripwire output, a hint note and a record are taken aside as they arrive: a cell that
+    clears its outputs afterwards (at once, or before its next output) clears only its own."""
+    clear = "from IPython.display import clear_output\n"
+    cells = {"check-a": PUBLISH.format(kind="tripwire", value="{'name': 'n', 'exercise': 'a'}")
+             + PUBLISH.format(kind="hint", value="{'exercise': 'a/b', 'level': 1}")
+             + clear + "clear_output()\nprint('kept')\n"
+             + PUBLISH.format(kind="record", value="{'exercise': 'a/b'}")
+             + "clear_output(wait=True)\nprint('last')\n"}
+    frames, _ = _run_inside(tmp_path, monkeypatch, hangs=0, waits=(600,), cells=cells,
+                            answers=[{"key": None, "grading": True}])
+    sent = [frame["type"] for frame in frames if frame["type"] in ("record", "tripwire", "hint")]
+    assert sent == ["record", "tripwire", "hint"], sent
+    executed = json.loads(next(f["notebook"] for f in frames if f["type"] == "executed"))
+    assert ["".join(o.get("text", "")) for o in executed["cells"][0]["outputs"]] == ["last\n"]
+
+
 def test_a_frame_of_many_tiny_objects_is_not_read():
     """`[{}] * N` is 3 bytes of JSON and about 60 bytes of Python per object: such a frame
     comes back as "too complex", unread; a record's shape (few objects, long strings) is read."""

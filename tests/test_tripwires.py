@@ -78,12 +78,15 @@ print(json.dumps({"wired": wired(wire), "wrapped": hasattr(wire, "__wrapped__"),
 
 def test_a_reference_handed_to_library_code_or_a_check_helper_is_a_hit(tmp_path):
     """What the tripwire counts as the student's call: the nearest caller outside Python and
-    the environment (past functools or a thread pool the reference was handed to), or no such
-    caller at all; every function a lesson's check module defines is a reference too."""
+    the environment (past functools or a thread pool the reference was handed to, past course
+    code that only calls what it was handed), or no such caller at all; every function a
+    lesson's check module defines is a reference too. A course stand-in whose own code names
+    the reference (lesson 8's backends) calls it for the course."""
     student = tmp_path / "student_cell.py"  # stands for a notebook cell: outside every library
     student.write_text(
         "import concurrent.futures, functools\n"
         "from flashcourse import reference\n"
+        "import torch\n"
         "from flashcourse.checks import gpu_flash\n"
         "def via_thread(q):\n"
         "    pool = concurrent.futures.ThreadPoolExecutor(1)\n"
@@ -91,10 +94,18 @@ def test_a_reference_handed_to_library_code_or_a_check_helper_is_a_hit(tmp_path)
         "def via_dispatch(q):\n"
         "    return functools.singledispatch(reference.standard_attention)(q, q, q)\n"
         "def via_check_helper(q):\n"
-        "    return gpu_flash.blocked_attention(q, q, q, 4)\n")
+        "    return gpu_flash.blocked_attention(q, q, q, 4)\n"
+        "def via_course_forwarder(q):\n"  # course code that only calls what it is handed
+        "    from flashcourse.checks import guards\n"
+        "    return guards._synchronized(functools.partial(reference.standard_attention,\n"
+        "                                                  q, q, q))\n"
+        "def via_stand_in(q):\n"  # a course stand-in whose own code calls the reference
+        "    t = torch.from_numpy(q)[None, None]\n"
+        "    return BACKEND(t, t, t)\n")
     found = _run(f"""
 import functools, importlib.util
 import numpy as np
+import torch
 from flashcourse.checks import gpu_flash, recording
 hits = []
 recording.publish = lambda mime, data: hits.append(data["name"])
@@ -103,23 +114,25 @@ cell = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(cell)
 q = np.random.default_rng(0).standard_normal((8, 4))
 cell.via_check_helper(q)  # outside a check: no hit
+from flashcourse.checks.performance import tools  # the check hands the student a stand-in
+cell.BACKEND = tools._stub_backends(["course"], torch.zeros(2, dtype=torch.int64))["course"]
 outside = list(hits)
 first = {{}}
-for name in ("via_thread", "via_dispatch", "via_check_helper"):
+for name in ("via_thread", "via_dispatch", "via_check_helper", "via_course_forwarder",
+             "via_stand_in"):
     hits.clear()
     recording.student_call(name, lambda: getattr(cell, name)(q))
     first[name] = hits[0] if hits else None
-# the check's own call of a reference while student code is running: not a hit
-hits.clear()
-recording.student_call("package", functools.partial(gpu_flash.blocked_attention, q, q, q, 4))
-print(json.dumps({{"outside": outside, "first": first, "package": hits,
-                  "gone": tripwires.intact()}}))
+print(json.dumps({{"outside": outside, "first": first, "gone": tripwires.intact()}}))
 """)
-    assert found["outside"] == [] and found["package"] == [] and found["gone"] == [], found
+    assert found["outside"] == [] and found["gone"] == [], found
     assert found["first"] == {"via_thread": "flashcourse.reference.standard_attention",
                               "via_dispatch": "flashcourse.reference.standard_attention",
                               "via_check_helper": "flashcourse.checks.gpu_flash."
-                                                  "blocked_attention"}, found
+                                                  "blocked_attention",
+                              "via_course_forwarder": "flashcourse.reference."
+                                                      "standard_attention",
+                              "via_stand_in": None}, found
 
 
 def test_an_answer_whose_class_calls_a_reference_is_a_hit():
@@ -141,3 +154,24 @@ tripwires.flag_answer(lambda *args: 0.0)
 print(json.dumps({"hits": hits}))
 """)
     assert found == {"hits": ["flashcourse.models.roofline.gemm_intensity"]}, found
+
+
+def test_a_profile_hook_set_while_a_check_hands_over_student_code_is_in_its_record():
+    """A profile or trace function sees a course launcher's locals while the check runs the
+    student's kernel (it can write the launcher's output for an empty kernel): the record says
+    which hooks were set when the check handed student code over."""
+    found = _run("""
+import os
+from flashcourse.checks import recording
+published = []
+recording.publish = lambda mime, data: published.append(data)
+os.environ[recording.RECORD_CHANNEL_ENV] = "display"
+def check(hook):
+    sys.setprofile(hook)
+    with recording.recording("x/y", None):
+        recording.student_call("run", lambda: sys.setprofile(None))  # a hook that leaves
+    return published.pop()["hooks_set"]
+print(json.dumps({"none": check(None), "profile": check(lambda *args: None),
+                  "now": tripwires.hooks_set()}))
+""")
+    assert found == {"none": [], "profile": ["sys.setprofile"], "now": []}, found

@@ -94,6 +94,8 @@ _recording: dict | None = None  # the record being written (inside the sandbox)
 _replay: dict | None = None  # the record being replayed (in the grader)
 _student_depth = 0  # > 0 while student code runs inside a check (tripwires look at it)
 _tripwires_removed: Callable[[], list[str]] | None = None  # set by tripwires.install()
+_hooks_set: Callable[[], list[str]] | None = None  # set by tripwires.install()
+_hooks_seen: set[str] = set()  # the hooks found set while the current check ran
 
 
 def record_dir() -> Path | None:
@@ -119,11 +121,18 @@ def publish(mime: str, data: dict) -> None:
         publish_display_data({mime: data})
 
 
-def watch_tripwires(removed: Callable[[], list[str]]) -> None:
+def watch_tripwires(removed: Callable[[], list[str]],
+                    hooks: Callable[[], list[str]] | None = None) -> None:
     """`removed()` names the tripwires no longer in place; each record made in the sandbox
-    says what it returned when its check ended."""
-    global _tripwires_removed
-    _tripwires_removed = removed
+    says what it returned when its check ended. `hooks()` names the interpreter's trace and
+    profile hooks set: a check that hands student code over while one is set is a hit."""
+    global _tripwires_removed, _hooks_set
+    _tripwires_removed, _hooks_set = removed, hooks
+
+
+def _note_hooks() -> None:
+    if _hooks_set is not None:
+        _hooks_seen.update(_hooks_set())
 
 
 def in_student_code() -> bool:
@@ -154,6 +163,7 @@ def recording(exercise_id: str, answer):
         return
     _recording = {"exercise": exercise_id, "answer": describe_answer(answer),
                   "lang": i18n.current(), "events": []}  # the language its labels are in
+    _hooks_seen.clear()
     try:
         yield
     finally:
@@ -161,6 +171,9 @@ def recording(exercise_id: str, answer):
         if channel:
             record["tripwires_removed"] = _tripwires_removed() if _tripwires_removed else \
                 ["all of them (never installed)"]
+            _note_hooks()
+            record["hooks_set"] = sorted(_hooks_seen) if _hooks_set else \
+                ["none looked for (never installed)"]
             publish(RECORD_MIME, record)
         else:
             folder.mkdir(parents=True, exist_ok=True)
@@ -206,6 +219,7 @@ def student_call(label: str, run: Callable[[], object], inputs=(), tensors=()):
             _student_depth -= 1
     event = {"label": label, "inputs": digest(inputs, tensors)}
     _recording["events"].append(event)
+    _note_hooks()  # one set before the call would see the course's launcher run it
     _student_depth += 1
     try:
         result = run()

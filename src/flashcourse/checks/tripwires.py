@@ -123,20 +123,40 @@ def _owner(filename: str) -> str:
     return "library" if str(path).startswith(_LIBRARY_ROOTS) else "student"
 
 
-def _called_by_student(depth: int = 2) -> bool:
-    """Whether the code that made this call, past any library code between (functools, a
-    thread pool, torch's own layers), is the student's. Course code in between decides
-    for the course: a check hands the student course functions to call (lesson 8's stand-in
-    backends), so a course helper that computes an answer is a reference itself (REFERENCES,
-    the lesson check modules). A stack with only library code (a thread or callback started
-    for student code) counts as the student's, as it runs while student code does."""
+def _called_by_student(attribute: str, depth: int = 2) -> bool:
+    """Whether the code that made this call of the reference named `attribute`, past any
+    library code between (functools, a thread pool, torch's own layers) and past course code
+    that only passes on a callable it was handed (its code does not name the reference: a
+    launcher, a guard), is the student's. Course code that names the reference decides for the
+    course: a check hands the student course functions to call (lesson 8's stand-in backends),
+    so a course helper that computes an answer is a reference itself (REFERENCES, the lesson
+    check modules). A stack with no such frame (a thread or callback started for student code)
+    counts as the student's, as it runs while student code does."""
     frame = sys._getframe(depth)
     while frame is not None:
         owner = _owner(frame.f_code.co_filename)
-        if owner != "library":
-            return owner == "student"
+        if owner == "student":
+            return True
+        if owner == "package" and attribute in frame.f_code.co_names:
+            return False
         frame = frame.f_back
     return True
+
+
+_MONITORING = getattr(sys, "monitoring", None)  # Python 3.12 and later
+
+
+def hooks_set(gettrace=sys.gettrace, getprofile=sys.getprofile,
+              monitoring=_MONITORING) -> list[str]:
+    """The interpreter's hooks set now that run Python at every call (a trace or profile
+    function, a sys.monitoring tool): one can read and write a course launcher's locals while
+    the check runs the student's kernel. Python's own functions, bound when this loads."""
+    found = [name for name, get in (("sys.settrace", gettrace), ("sys.setprofile", getprofile))
+             if get() is not None]
+    if monitoring is not None:
+        found += [f"sys.monitoring tool {tool}" for tool in range(6)
+                  if monitoring.get_tool(tool) is not None]
+    return found
 
 
 def _loaded(module_name: str):
@@ -154,9 +174,11 @@ def _tripwire(name: str, original, in_student_code=recording.in_student_code,
               called_by_student=_called_by_student):
     # the two tests are this function's own (bound when the module loads): a notebook that
     # rebinds the modules' names does not change them
+    attribute = name.rpartition(".")[2]
+
     @functools.wraps(original)
     def tripwire(*args, **kwargs):
-        if in_student_code() and called_by_student():
+        if in_student_code() and called_by_student(attribute):
             recording.publish(recording.TRIPWIRE_MIME,
                               {"name": name, "exercise": recording.current_exercise()})
         return original(*args, **kwargs)
@@ -297,7 +319,7 @@ def install() -> list[str]:
     if not any(isinstance(finder, _WireAfterImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _WireAfterImport())
     _wire_loaded()
-    recording.watch_tripwires(intact)
+    recording.watch_tripwires(intact, hooks_set)
     return [f"{m}.{a}" for m, a in _installed]
 
 

@@ -177,6 +177,35 @@ def _take_channel_outputs(outputs: list) -> tuple[list, list, list, list]:
     return rest, records, hits, hints
 
 
+# How many of each of the package's outputs a cell's run keeps: a second record is the
+# grader's to flag, and one tripwire hit flags the exercise.
+KEPT_PER_CELL = {RECORD_MIME: 2, TRIPWIRE_MIME: TRIPWIRES_PER_CELL, HINT_MIME: HINTS_PER_CELL}
+
+
+def _channel_client(base):
+    """nbclient's client, taking the package's outputs (records, tripwire hits, hint notes)
+    aside as each arrives: what the cell does next (clear_output, an output widget's hook, a
+    display update) does not reach them."""
+
+    class ChannelClient(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.channel_outputs: list[dict] = []
+
+        def output(self, outs, msg, display_id, cell_index):
+            data = msg.get("content", {}).get("data")
+            kind = next((m for m in KEPT_PER_CELL if m in data), None) \
+                if isinstance(data, dict) else None
+            if kind:  # taken as the first kind it holds, as _take_channel_outputs does
+                if sum(kind in o["data"] for o in self.channel_outputs) < KEPT_PER_CELL[kind]:
+                    self.channel_outputs.append({"output_type": "display_data",
+                                                 "data": data})
+                return None
+            return super().output(outs, msg, display_id, cell_index)
+
+    return ChannelClient
+
+
 def _stop_kernel(client) -> None:
     """Kill the kernel and what it started (its own process group)."""
     process = getattr(getattr(client.km, "provisioner", None), "process", None)
@@ -242,10 +271,11 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK,
     folder = work / "run"
     folder.mkdir(exist_ok=True)
     notebook = nbformat.from_dict(start["notebook"])
-    client = NotebookClient(notebook, timeout=timeout, allow_errors=True, kernel_name="python3",
-                            interrupt_on_timeout=True, record_timing=False,
-                            shutdown_kernel="immediate",  # a graceful stop costs seconds
-                            resources={"metadata": {"path": str(folder)}})
+    client = _channel_client(NotebookClient)(
+        notebook, timeout=timeout, allow_errors=True, kernel_name="python3",
+        interrupt_on_timeout=True, record_timing=False,
+        shutdown_kernel="immediate",  # a graceful stop costs seconds
+        resources={"metadata": {"path": str(folder)}})
 
     def setup_cell(source: str) -> None:
         # nbclient writes an executed cell back at its index: the grader's own cells run at
@@ -256,6 +286,7 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK,
             client.execute_cell(cell, len(notebook.cells) - 1, store_history=False)
         finally:
             notebook.cells.pop()
+            client.channel_outputs.clear()
         write_frame(outgoing, {"type": "setup", "ok": not _error(cell.outputs)[0],
                                "error": " ".join(_error(cell.outputs))[:2000]})
 
@@ -292,6 +323,7 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK,
             started = time.monotonic()
             entry = {"id": cell.get("id"), "status": "ok", "ename": "", "evalue": "",
                      "dropped": 0}
+            client.channel_outputs.clear()
             try:
                 bounded(cell, index)
             except CellTimeoutError:
@@ -301,7 +333,8 @@ def run(incoming, outgoing, timeout: float, work: Path = WORK,
             except asyncio.TimeoutError:
                 entry["status"] = "stuck"
             entry["seconds"] = round(time.monotonic() - started, 2)
-            outputs, records, hits, hints = _take_channel_outputs(list(cell.get("outputs", [])))
+            outputs, records, hits, hints = _take_channel_outputs(
+                [*client.channel_outputs, *cell.get("outputs", [])])
             if not answer.get("grading"):  # the grader takes no record or hit from this cell
                 records, hits = [], []
             for record in records[:2]:  # a second one is the grader's to flag

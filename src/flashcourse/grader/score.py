@@ -135,6 +135,14 @@ def _judge_record(ex, job: Job, talk: Conversation, sub: Submission) -> tuple[st
             else "the record does not say"
         sub.tampering.append(f"{ex.id}: the references' tripwires were taken away ({gone})")
         return "error", _("the references' tripwires were taken away while it ran")
+    hooks = record.get("hooks_set")
+    if not isinstance(hooks, list) or hooks:
+        found = ", ".join(str(h)[:80] for h in hooks[:5]) if isinstance(hooks, list) \
+            else "the record does not say"
+        sub.tampering.append(f"{ex.id}: a trace or profile hook was set while its check ran "
+                             f"({found})")
+        return "error", _("a trace or profile hook was set while its check ran: it can "
+                          "change what the course's code computes")
     return replay_item(ex, record, talk.keys.get(ex.id), student=graded_student(sub))
 
 
