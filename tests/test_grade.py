@@ -573,6 +573,20 @@ def test_a_kernel_may_name_constants_made_of_numbers_and_math():
     assert found and "uses `HALF`" in found[0], found
 
 
+def test_a_kernel_may_name_triton_dtypes_and_unpacked_constants():
+    source = ("ACC = tl.constexpr(tl.float32)\nLOW: tl.constexpr = triton.language.bfloat16\n"
+              "LOG2E, NEG_INF = 1.4426950408889634, float('-inf')\nWIDE = ACC\n"
+              "@triton.jit\ndef k(x_ptr):\n"
+              "    x = tl.load(x_ptr, other=NEG_INF).to(ACC)\n"
+              "    tl.store(x_ptr, tl.exp2(x * LOG2E).to(LOW).to(WIDE))\n")
+    assert scan.scan_student_cells([{"cell_type": "code", "id": "a", "source": source}]) == []
+    for bound, name in [("ACC = triton.runtime.interpreter.np", "ACC"),
+                        ("NEG_INF, LOG2E = pair", "LOG2E"), ("NEG_INF, ACC = 1.0, np.exp", "ACC")]:
+        found = [str(f) for f in scan.scan_student_cells(
+            [{"cell_type": "code", "id": "a", "source": f"{bound}\n{source}"}])]
+        assert any(f"uses `{name}`" in f for f in found), (bound, found)
+
+
 def test_plain_string_annotations_are_not_findings():
     source = ("def f(x: 'np.ndarray', y: \"list[int] | None\") -> 'torch.Tensor':\n"
               "    z: 'float' = 1.0\n    return x\n")

@@ -707,18 +707,19 @@ def _jit_functions(trees) -> dict[str, list[ast.FunctionDef]]:
 
 
 def _constants(trees) -> set[str]:
-    """Names the cells bind, at their top level, only to numbers: literals and arithmetic on
-    them, `math`'s constants and functions, other such names (or tl.constexpr of one)."""
+    """Names the cells bind, at their top level, only to constants: numbers (literals and
+    arithmetic on them, `math`'s constants and functions), Triton's dtypes (`tl.float32`),
+    other such names, or tl.constexpr of one; one by one or unpacked (`A, B = 1.0, 2.0`)."""
     values: dict[str, list[ast.AST | None]] = {}
     for _, tree in trees:
         for node in tree.body:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                value = node.value
-                if isinstance(value, ast.Call) and _dotted(value.func) in CONSTEXPR_CALLS:
-                    value = value.args[0] if len(value.args) == 1 else None
-                for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                    if isinstance(target, ast.Name):
-                        values.setdefault(target.id, []).append(value)
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target, value in _unpacked([(t, node.value) for t in targets]):
+                    for name in ast.walk(target):  # a name unpacked from one value: not known
+                        if isinstance(name, ast.Name):
+                            values.setdefault(name.id, []).append(
+                                _constexpr_of(value) if name is target else None)
             else:
                 for sub in ast.walk(node):
                     if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
@@ -726,7 +727,7 @@ def _constants(trees) -> set[str]:
     known: set[str] = set()
     for _ in range(len(values) + 1):  # a constant made of constants bound before or after
         grown = {name for name, bound in values.items() if name not in known and
-                 all(value is not None and _numeric(value, known) for value in bound)}
+                 all(value is not None and _constant(value, known) for value in bound)}
         if not grown:
             return known
         known |= grown
@@ -734,6 +735,26 @@ def _constants(trees) -> set[str]:
 
 
 CONSTEXPR_CALLS = {"tl.constexpr", "triton.language.constexpr", "float", "int"}
+# Triton's dtypes, which a kernel may take from a global (`ACC = tl.constexpr(tl.float32)`)
+TRITON_DTYPES = {"int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                 "uint64", "float16", "bfloat16", "float32", "float64", "float8e4nv",
+                 "float8e5", "float8e4b15", "float8e4b8", "float8e5b16"}
+
+
+def _constexpr_of(value: ast.AST) -> ast.AST | None:
+    """What `tl.constexpr(x)`, `float(x)` or `int(x)` wraps (None for other arguments), or
+    `value` itself."""
+    if isinstance(value, ast.Call) and _dotted(value.func) in CONSTEXPR_CALLS:
+        return value.args[0] if len(value.args) == 1 and not value.keywords else None
+    return value
+
+
+def _constant(node: ast.AST, known: set[str]) -> bool:
+    """Whether an expression is a Triton dtype or numbers (`_numeric`)."""
+    if isinstance(node, ast.Attribute) and node.attr in TRITON_DTYPES and \
+            _dotted(node.value) in ("tl", "triton.language"):
+        return True
+    return _numeric(node, known)
 
 
 def _numeric(node: ast.AST, known: set[str]) -> bool:
@@ -762,7 +783,9 @@ def kernel_free_names(student: list[tuple[str, str]], imported: dict[str, str]) 
     allowed = ({"tl", "triton"} | KERNEL_BUILTINS | _constants(trees)
                | {f.name for found in kernels.values() for f in found}
                | {name for name, origin in imported.items()
-                  if origin.startswith(("triton", "flashcourse.kernels."))})
+                  if origin.startswith(("triton", "flashcourse.kernels."))
+                  # not a name bound to what a kernel's body may not reach (`triton.runtime`)
+                  and not set(origin.split(".")) & KERNEL_REFUSED_ATTRIBUTES})
     findings = []
     for label, found in kernels.items():
         for kernel in found:
