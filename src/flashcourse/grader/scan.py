@@ -1090,11 +1090,15 @@ def reference_calls(cells: list[dict], answer_ids: set[str],
     for label, tree, loads in parsed:
         if label not in answer_ids:
             continue
+        self_tests = _self_test_calls(tree)
         for node in ast.walk(tree):
+            if id(node) in self_tests:
+                continue
             line = getattr(node, "lineno", 0)
             found = _reference_in(node, aliases)
             if found:
-                findings.append(Finding(label, line, f"uses the reference `{found}` in an answer"))
+                findings.append(Finding(label, line, f"uses the reference `{found}` in an "
+                                                     f"answer{SELF_TEST_NOTE}"))
                 continue
             elsewhere = [r for r in reaching.get(getattr(node, "id", ""), []) if r.cell != label]
             if elsewhere and id(node) in loads:
@@ -1103,9 +1107,44 @@ def reference_calls(cells: list[dict], answer_ids: set[str],
                     if reach.through else ""
                 findings.append(Finding(
                     label, line, f"uses `{node.id}` (bound in `{reach.cell}`) in an answer: it "
-                                 f"reaches the reference `{reach.reference}`{way}"))
+                                 f"reaches the reference `{reach.reference}`{way}"
+                                 f"{SELF_TEST_NOTE}"))
     unique = {str(f): f for f in findings}
     return list(unique.values())
+
+
+# What a reference in an answer cell may do instead: test the answer, outside it.
+SELF_TEST_NOTE = ("; an answer does its work itself: to test it against the reference, "
+                  "compare the two in an `assert` of the cell or in a cell of your own")
+
+
+def _self_test_calls(tree: ast.Module) -> set[int]:
+    """ids of the nodes naming what a self-test calls (`assert np.allclose(mine(x),
+    reference(x))` at the cell's top level): a reference whose result only feeds the test.
+    The test may bind nothing (no walrus) and make no function (no lambda) that would keep
+    the reference or its result; a call writing into an argument (`out=`) is no test."""
+    found: set[int] = set()
+    for statement in tree.body:
+        if not isinstance(statement, ast.Assert):
+            continue
+        inner = list(ast.walk(statement.test))
+        if any(isinstance(node, (ast.NamedExpr, ast.Lambda)) for node in inner):
+            continue
+        looped = {name.id for node in inner if isinstance(node, ast.comprehension)
+                  for name in ast.walk(node.target) if isinstance(name, ast.Name)}
+        for call in inner:
+            if isinstance(call, ast.Call) and _dotted_name_root(call.func) not in (None, *looped) \
+                    and all(keyword.arg not in (None, "out") for keyword in call.keywords):
+                found |= {id(part) for part in ast.walk(call.func)}
+    return found
+
+
+def _dotted_name_root(node: ast.AST) -> str | None:
+    """The first name of a dotted name (`np` for `np.linalg.norm`); None for any other
+    expression."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def kernel_problems(cells: list[dict], answers: dict[str, str]) -> list[str]:
