@@ -27,6 +27,8 @@ SDPA_HELPER = ("import torch.nn.functional as F\n\n\n"
                "def helper(q, k, v):\n"
                "    return F.scaled_dot_product_attention(q, k, v)\n")
 
+TABLE_ANSWER = "def flash_attention(Q, K, V):\n    return table['f'](Q @ K.T, -1) @ V\n"
+
 # disguise -> (cells, what a finding must say)
 DISGUISES = {
     "a kernel module reached beside the table of tiles": (
@@ -106,6 +108,27 @@ DISGUISES = {
         _cells((ANSWER, "import functools\nimport torch\n"
                         "look = functools.partial(getattr, torch)\n")),
         "uses `getattr` as a value, not in a call"),
+    # a container filled from inside a function, lambda or method: a binding all the same
+    "a reference stashed into a dict by a function": (
+        _cells(("stash", "store = {}\n\n\ndef stash():\n"
+                         "    from flashcourse.reference import standard_attention as ref\n"
+                         "    store['ref'] = ref\n\n\nstash()\n"),
+               (ANSWER, "def flash_attention(Q, K, V):\n    return store['ref'](Q, K, V)\n")),
+        "uses `store` (bound in `stash`) in an answer: it reaches the reference `ref`"),
+    "a reference appended to a list by a function": (
+        _cells(("stash", "import torch\nkept = []\n\n\ndef keep():\n"
+                         "    kept.append(torch.softmax)\n"),
+               (ANSWER, "def flash_attention(Q, K, V):\n    return kept[0](Q @ K.T, -1) @ V\n")),
+        "uses `kept` (bound in `stash`) in an answer: it reaches the reference `torch.softmax`"),
+    "a reference put in a table by a lambda": (
+        _cells(("stash", "import torch\ntable = {}\n(lambda: table.update(f=torch.softmax))()\n"),
+               (ANSWER, TABLE_ANSWER)),
+        "uses `table` (bound in `stash`)"),
+    "a reference put in a table by a method": (
+        _cells(("stash", "import torch\ntable = {}\n\n\nclass Keeper:\n    def keep(self):\n"
+                         "        table['f'] = torch.softmax\n"),
+               (ANSWER, TABLE_ANSWER)),
+        "uses `table` (bound in `stash`)"),
 }
 
 
