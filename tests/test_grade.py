@@ -448,6 +448,39 @@ TAMPERING = {
     "@triton.jit\ndef k(x_ptr):\n    host = triton.runtime.interpreter.np": "triton.runtime",
     # a refused module another module holds
     "f = triton.runtime.interpreter.inspect.getattr_static(a, 'b')": "module `inspect`",
+    # sys reached through torch, which holds it (and os, threading) as an attribute
+    "import torch\nmods = torch.sys.modules": "uses `sys.modules` (`torch.sys.modules`)",
+    "import torch\nf = torch.sys._getframe(1).f_locals": "reads running frames",
+    "import sys as s\nmods = s.modules": "uses `sys.modules`",
+    "from sys import modules": "uses `sys.modules`",
+    "import torch\nmods = getattr(torch.sys, 'modules')": "uses `sys.modules`",
+    "import torch\nrun = torch.os.system": "reaches the module `os` through `torch.os`",
+    "from torch import threading": "reaches the module `threading`",
+    # hooks that run on every call, the checks' and the course launchers' included
+    "import torch\ntorch.sys.setprofile(fill_outputs)": "hook that runs on every call",
+    "import sys\nsys.settrace(hook)": "hook that runs on every call",
+    "from sys import setprofile": "hook that runs on every call",
+    "import threading\nthreading.setprofile_all_threads(hook)": "hook that runs on every call",
+    "import threading\nthreading.settrace_all_threads(hook)": "hook that runs on every call",
+    "import sys\nsys.monitoring.use_tool_id(3, 'mine')": "hook that runs on every call (`sys.mon",
+    # outputs erased after a check or a hint published its note
+    "from IPython.display import clear_output": "erases or rewrites outputs already shown",
+    "import IPython\nIPython.display.clear_output(wait=True)": "erases or rewrites outputs",
+    "from IPython.display import update_display": "erases or rewrites outputs",
+    "display(result, clear=True)": "erases or rewrites outputs",
+    "display(result, **options)": "erases or rewrites outputs",
+    # the course's grading code, and private attributes of what a cell did not make
+    "from flashcourse.checks import guards": "imports `flashcourse.checks.guards`",
+    "import flashcourse.checks.recording as rec": "the course's grading code",
+    "run = fc.checks": "reaches the course's grading code or internals (`fc.checks`)",
+    "from flashcourse.kernels import softmax as ks\nrun = ks.guards": "`ks.guards`",
+    "from flashcourse.kernels import host\nrun = host._launch": "`host._launch`",
+    "from flashcourse.kernels.host import _launch": "course's grading code or internals",
+    "import torch\nmods = torch.sys.modules\nrec = mods['flashcourse.checks.recording']\n"
+    "rec.in_student_code = max": "patches module `rec`",
+    "rec = held_elsewhere()\nrec._student_depth = -1000": "`_student_depth` is private",
+    "def off(module):\n    module._student_depth -= 1000": "`_student_depth` is private",
+    "def off(box):\n    box._table['run'] = max": "`_table` is private",
 }
 
 
@@ -458,6 +491,24 @@ def test_scan_flags_tampering(source, record_rejection):
     assert any(TAMPERING[source] in f for f in findings), findings
     assert all(f.startswith("answer-x") for f in findings)
     record_rejection("grade/tamper", source.splitlines()[-1])
+
+
+# Honest code beside the rules above: a class's own private state, reading (not setting) the
+# trace hook, showing outputs, torch's own `modules` and a figure cleared by matplotlib.
+HONEST = [
+    "class Cache:\n    def __init__(self):\n        self._rows = {}\n\n"
+    "    @classmethod\n    def reset(cls):\n        cls._count = 0\n",
+    "import sys\nprint(sys.version, sys.gettrace(), sys.getprofile())",
+    "from IPython.display import HTML, display\ndisplay(HTML('<b>tiles</b>'), clear=False)",
+    "import matplotlib.pyplot as plt\nfig = plt.figure(clear=True)",
+    "import torch\nlayer = torch.nn.modules.Linear(2, 2)",
+    "import os\nworkers = os.cpu_count()",
+]
+
+
+@pytest.mark.parametrize("source", HONEST)
+def test_scan_accepts_honest_code_beside_refused_forms(source):
+    assert scan.scan_student_cells([{"cell_type": "code", "id": "a", "source": source}]) == []
 
 
 def test_scan_accepts_every_solution_cell(root):
@@ -571,6 +622,20 @@ def test_a_kernel_may_name_constants_made_of_numbers_and_math():
     found = [str(f) for f in scan.scan_student_cells([{"cell_type": "code", "id": "a",
                                                         "source": moved}])]
     assert found and "uses `HALF`" in found[0], found
+
+
+def test_a_kernel_may_name_triton_dtypes_and_unpacked_constants():
+    source = ("ACC = tl.constexpr(tl.float32)\nLOW: tl.constexpr = triton.language.bfloat16\n"
+              "LOG2E, NEG_INF = 1.4426950408889634, float('-inf')\nWIDE = ACC\n"
+              "@triton.jit\ndef k(x_ptr):\n"
+              "    x = tl.load(x_ptr, other=NEG_INF).to(ACC)\n"
+              "    tl.store(x_ptr, tl.exp2(x * LOG2E).to(LOW).to(WIDE))\n")
+    assert scan.scan_student_cells([{"cell_type": "code", "id": "a", "source": source}]) == []
+    for bound, name in [("ACC = triton.runtime.interpreter.np", "ACC"),
+                        ("NEG_INF, LOG2E = pair", "LOG2E"), ("NEG_INF, ACC = 1.0, np.exp", "ACC")]:
+        found = [str(f) for f in scan.scan_student_cells(
+            [{"cell_type": "code", "id": "a", "source": f"{bound}\n{source}"}])]
+        assert any(f"uses `{name}`" in f for f in found), (bound, found)
 
 
 def test_plain_string_annotations_are_not_findings():

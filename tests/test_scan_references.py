@@ -27,6 +27,8 @@ SDPA_HELPER = ("import torch.nn.functional as F\n\n\n"
                "def helper(q, k, v):\n"
                "    return F.scaled_dot_product_attention(q, k, v)\n")
 
+TABLE_ANSWER = "def flash_attention(Q, K, V):\n    return table['f'](Q @ K.T, -1) @ V\n"
+
 # disguise -> (cells, what a finding must say)
 DISGUISES = {
     "a kernel module reached beside the table of tiles": (
@@ -106,6 +108,27 @@ DISGUISES = {
         _cells((ANSWER, "import functools\nimport torch\n"
                         "look = functools.partial(getattr, torch)\n")),
         "uses `getattr` as a value, not in a call"),
+    # a container filled from inside a function, lambda or method: a binding all the same
+    "a reference stashed into a dict by a function": (
+        _cells(("stash", "store = {}\n\n\ndef stash():\n"
+                         "    from flashcourse.reference import standard_attention as ref\n"
+                         "    store['ref'] = ref\n\n\nstash()\n"),
+               (ANSWER, "def flash_attention(Q, K, V):\n    return store['ref'](Q, K, V)\n")),
+        "uses `store` (bound in `stash`) in an answer: it reaches the reference `ref`"),
+    "a reference appended to a list by a function": (
+        _cells(("stash", "import torch\nkept = []\n\n\ndef keep():\n"
+                         "    kept.append(torch.softmax)\n"),
+               (ANSWER, "def flash_attention(Q, K, V):\n    return kept[0](Q @ K.T, -1) @ V\n")),
+        "uses `kept` (bound in `stash`) in an answer: it reaches the reference `torch.softmax`"),
+    "a reference put in a table by a lambda": (
+        _cells(("stash", "import torch\ntable = {}\n(lambda: table.update(f=torch.softmax))()\n"),
+               (ANSWER, TABLE_ANSWER)),
+        "uses `table` (bound in `stash`)"),
+    "a reference put in a table by a method": (
+        _cells(("stash", "import torch\ntable = {}\n\n\nclass Keeper:\n    def keep(self):\n"
+                         "        table['f'] = torch.softmax\n"),
+               (ANSWER, TABLE_ANSWER)),
+        "uses `table` (bound in `stash`)"),
 }
 
 
@@ -151,6 +174,68 @@ LEGITIMATE = {
 @pytest.mark.parametrize("use", list(LEGITIMATE))
 def test_legitimate_uses_are_not_flagged(use):
     assert _findings(LEGITIMATE[use]) == []
+
+
+IMPORTS_REFERENCE = ("imports", "import numpy as np\nimport torch\n"
+                                "from flashcourse.reference import standard_attention\n")
+MINE = "def flash_attention(Q, K, V):\n    return Q @ K.T @ V\n\n\n"
+
+
+def _answer_ending(line: str, *before: tuple[str, str]) -> list[dict]:
+    return _cells(*before, IMPORTS_REFERENCE, (ANSWER, f"{MINE}{line}\n"))
+
+
+# A self-test at the answer cell's top level, the reference's result feeding only the assert
+SELF_TESTS = {
+    "against the lesson's reference": _answer_ending(
+        "assert np.allclose(flash_attention(q, q, q), standard_attention(q, q, q))"),
+    "against a library reference": _answer_ending(
+        "assert torch.allclose(flash_attention(q, q, q), torch.softmax(q @ q.T, -1) @ q)"),
+    "over several inputs": _answer_ending(
+        "assert all(np.allclose(flash_attention(q, q, q), standard_attention(q, q, q))\n"
+        "           for q in inputs)"),
+    "against a helper of another cell": _answer_ending(
+        "assert torch.allclose(flash_attention(q, q, q), helper(q, q, q))",
+        ("helpers", SDPA_HELPER)),
+}
+# ... and what stays a use of the reference in an answer
+NOT_SELF_TESTS = {
+    "its result kept by a walrus": _answer_ending(
+        "assert (out := standard_attention(q, q, q)) is not None"),
+    "the reference kept in a lambda": _answer_ending(
+        "assert kept.append(lambda q: standard_attention(q, q, q)) is None"),
+    "the reference passed on": _answer_ending("assert kept.append(standard_attention) is None"),
+    "the reference bound by a comprehension": _answer_ending(
+        "assert all(f(q) is not None for f in [standard_attention])"),
+    "the reference in the assert's message": _answer_ending(
+        "assert q is not None, standard_attention(q, q, q)"),
+    "a call writing into `out=`": _answer_ending("assert torch.softmax(x, -1, out=y) is None"),
+    "its result printed": _answer_ending("print(standard_attention(q, q, q))"),
+    "the reference bound to a name": _answer_ending("answer = standard_attention"),
+    "an assert inside the graded function": _cells(IMPORTS_REFERENCE, (
+        ANSWER, "def flash_attention(Q, K, V):\n"
+                "    assert np.allclose(Q, standard_attention(Q, K, V))\n    return Q\n")),
+}
+
+
+@pytest.mark.parametrize("test", list(SELF_TESTS))
+def test_an_answer_may_test_itself_against_a_reference_in_an_assert(test):
+    assert _findings(SELF_TESTS[test]) == []
+
+
+@pytest.mark.parametrize("use", list(NOT_SELF_TESTS))
+def test_a_reference_that_does_more_than_feed_an_assert_is_flagged(use, record_rejection):
+    findings = _findings(NOT_SELF_TESTS[use])
+    assert any(f.startswith(ANSWER) and "reference" in f for f in findings), findings
+    record_rejection("grade/disguised-reference", use)
+
+
+def test_a_reference_in_an_answer_says_where_to_test_against_it():
+    helper, _ = DISGUISES["a helper defined in another cell"]
+    for cells in (NOT_SELF_TESTS["its result printed"], helper):
+        found = _findings(cells)
+        assert found and all("in an `assert` of the cell or in a cell of your own" in f
+                             for f in found), found
 
 
 def test_a_comprehension_variable_does_not_hide_a_helper():

@@ -3,14 +3,18 @@ generated exercise notebook, and scan the student's own cells for code that rebi
 what grading relies on (the check, the reference, numpy/torch functions, builtins).
 
 The scan is static and deliberately strict: lesson answers never need to assign to a module
-attribute (or to a name bound to one), import `builtins`, call `setattr`/`exec`, look an
-attribute up by a computed name, reach the notebook's shell or bring a module or a pickle of
-their own; a `@triton.jit` body names only Triton, other kernels and numeric constants (in
-the interpreter it would run any Python). A cell too deeply nested to follow is a finding
-too. A runtime snapshot taken inside the kernel is no longer needed for verdicts: every
-point is decided outside the student's process (`flashcourse.checks.recording`), so the
-scan's findings say what a submission tried, and the reference and kernel checks below say
-whether its answers do the work themselves.
+attribute (or to a name bound to one) or to a private attribute of anything but their own
+`self`, import `builtins`, call `setattr`/`exec`, look an attribute up by a computed name,
+reach the notebook's shell, the course's grading code or `sys` through another module,
+install a trace or profile hook, erase outputs already shown or bring a module or a pickle
+of their own; a `@triton.jit` body names only Triton, other kernels and constants (numbers,
+Triton's dtypes: in the interpreter it would run any Python). A cell too deeply nested to
+follow is a finding too. An answer cell names no reference, but for a self-test: a call
+whose result only feeds an `assert` at the cell's top level. A runtime snapshot taken inside
+the kernel is no longer needed for verdicts: every point is decided outside the student's
+process (`flashcourse.checks.recording`), so the scan's findings say what a submission
+tried, and the reference and kernel checks below say whether its answers do the work
+themselves.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ CANONICAL = {
 # whose attributes no answer writes).
 MODULE_NAMES = {"np", "numpy", "torch", "triton", "tl", "fc", "flashcourse", "grading",
                 "registry", "checks", "json"}
+MODULE_ORIGINS = {name: CANONICAL[name][0] for name in MODULE_NAMES}
 # Modules whose import in a student cell is refused outright. Those from `pkgutil` on resolve
 # dotted names or run source text at run time (pickle resolves the globals its data names).
 FORBIDDEN_MODULES = {"builtins", "__builtin__", "importlib", "ctypes", "gc", "imp", "cffi",
@@ -102,12 +107,29 @@ TOO_DEEP = "could not be scanned (too deeply nested)"
 # Dunder attributes that are harmless to read.
 HARMLESS_DUNDERS = {"__name__", "__doc__", "__class__", "__len__", "__init__", "__call__",
                     "__qualname__", "__module__"}
-# Attributes that reach into running frames or tracing: a lesson answer never needs them, and
-# they can read the grader's expected value out of the check that called the answer.
+# Attributes that reach into running frames: a lesson answer never needs them, and they can
+# read the grader's expected value out of the check that called the answer. Neither numpy nor
+# torch has an attribute of these names, so none is exempt by the module it is reached from.
 FRAME_ATTRIBUTES = {"f_back", "f_locals", "f_globals", "f_code", "f_builtins", "tb_frame",
                     "gi_frame", "cr_frame", "currentframe", "_getframe",
-                    "getouterframes", "getinnerframes", "settrace", "setprofile", "walk_stack",
+                    "getouterframes", "getinnerframes", "walk_stack",
                     "extract_stack", "get_referrers", "get_objects"}
+# Hooks that run a student's function on every call of any code, the checks' and the course's
+# launchers' included (sys.monitoring: PEP 669). Reading them (gettrace) is harmless.
+HOOK_ATTRIBUTES = {"settrace", "setprofile", "settrace_all_threads", "setprofile_all_threads",
+                   "monitoring"}
+# Modules a student may import by their own name (where the rules above know `sys.modules`)
+# that other modules hold too: `torch.sys`, `torch.os`, `torch.threading`.
+HELD_MODULES = {"sys", "os", "threading"}
+# Calls that erase or rewrite outputs a cell already showed (the tripwires' and hints' notes).
+OUTPUT_ERASERS = {"clear_output", "update_display"}
+ERASES_OUTPUTS = "erases or rewrites outputs already shown (`{}`), the checks' and hints' notes"
+# The course's grading code (its checks, records and tripwires) and the names other course
+# modules hold it under (`flashcourse.kernels.softmax.guards`): no cell of a lesson reaches it.
+GRADING_PACKAGE = "flashcourse.checks"
+GRADING_MODULES = {"checks", "registry", "recording", "guards", "tripwires"}
+# The only names whose private attributes a student's code writes: its own objects'.
+OWN_OBJECTS = {"self", "cls"}
 # Method calls that mutate a module-level container (e.g. registry.RESULTS.update(...)).
 MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert",
             "remove", "__setitem__", "__delitem__", "__setattr__", "__delattr__", "discard",
@@ -173,6 +195,34 @@ def _root(node: ast.AST) -> str | None:
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else None
+
+
+def _is_private(name: str) -> bool:
+    """`_name` or `__name`: private to its object by Python's convention (a dunder, whose rule
+    is its own, and the blank `______` are not)."""
+    return name.startswith("_") and not name.endswith("__") and bool(name.strip("_"))
+
+
+def _private_in(target: ast.AST) -> str | None:
+    """The first private attribute a write's target goes through (`rec._depth`, `a._b[0]`)."""
+    while isinstance(target, (ast.Attribute, ast.Subscript)):
+        if isinstance(target, ast.Attribute) and _is_private(target.attr):
+            return target.attr
+        target = target.value
+    return None
+
+
+def _dotted_node(dotted: str) -> ast.AST:
+    """`a.b.c` as the attribute chain that spells it."""
+    first, *rest = dotted.split(".")
+    node: ast.AST = ast.Name(first)
+    for part in rest:
+        node = ast.Attribute(node, part)
+    return node
+
+
+def _in_grading_code(dotted: str) -> bool:
+    return dotted == GRADING_PACKAGE or dotted.startswith(GRADING_PACKAGE + ".")
 
 
 def _dotted(node: ast.AST) -> str:
@@ -285,13 +335,24 @@ def _decodes(node: ast.AST, decoded: set[str]) -> bool:
     for inner in ast.walk(node):
         if isinstance(inner, ast.Name) and inner.id in decoded:
             return True
-        if isinstance(inner, ast.Call):
-            func = inner.func
-            name = func.attr if isinstance(func, ast.Attribute) else \
-                func.id if isinstance(func, ast.Name) else ""
-            if name in DECODERS:
-                return True
+        if isinstance(inner, ast.Call) and _called_name(inner.func) in DECODERS:
+            return True
     return False
+
+
+def _called_name(func: ast.AST) -> str:
+    """The last name of what a call calls: `decode` for `blob.decode()`; "" for others."""
+    return func.attr if isinstance(func, ast.Attribute) else \
+        func.id if isinstance(func, ast.Name) else ""
+
+
+def _clears_first(call: ast.Call) -> bool:
+    """Whether a `display(...)` call may erase the cell's outputs first (`clear=True`, or
+    keywords it cannot read)."""
+    return _called_name(call.func) == "display" and any(
+        keyword.arg is None or (keyword.arg == "clear" and not (
+            isinstance(keyword.value, ast.Constant) and not keyword.value.value))
+        for keyword in call.keywords)
 
 
 class _Scanner(ast.NodeVisitor):
@@ -325,6 +386,10 @@ class _Scanner(ast.NodeVisitor):
             root = _root(target)
             if root in CANONICAL or (root in self.imported and root not in WRITABLE_ROOTS):
                 self.flag(node, f"{how} `{_dotted(target)}` (patches module `{root}`)")
+            elif root not in OWN_OBJECTS and (private := _private_in(target)):
+                self.flag(node, f"{how} `{_dotted(target)}`: `{private}` is private to the "
+                                "object that holds it (an answer writes private attributes "
+                                "only on its own `self` or `cls`)")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
@@ -395,13 +460,15 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"imports `{module}`")
             return
         origin = f"{module}.{name}" if name else module
+        if _in_grading_code(origin):
+            self.flag(node, f"imports `{origin}`, the course's grading code")
+            return
+        if name.strip("_"):  # `from sys import settrace` reaches `sys.settrace` (no blank)
+            self._check_attribute(node, name, _dotted_node(module), origin)
         if module and not _installed(top):
             self.flag(node, f"imports `{module}`, which is not installed here: a notebook "
                             "brings no module of its own (one it writes while it runs is code "
                             "the scan never sees)")
-        if name in DYNAMIC_ATTRIBUTES:
-            self.flag(node, f"imports `{origin}`, which resolves a name or runs source text")
-            return
         if bound in CANONICAL:
             allowed = CANONICAL[bound]
             if module not in allowed and origin not in allowed:
@@ -434,27 +501,55 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if id(node) not in self.reported:
-            self._check_attribute(node, node.attr, _root(node), _dotted(node))
+            self._check_attribute(node, node.attr, node.value, _dotted(node))
         self.generic_visit(node)
 
-    def _check_attribute(self, node: ast.AST, attr: str, root: str | None, text: str) -> None:
-        """An attribute read, written `obj.attr` or looked up by a literal name."""
+    def _check_attribute(self, node: ast.AST, attr: str, owner: ast.AST | None,
+                         text: str) -> None:
+        """An attribute read, written `owner.attr`, looked up by a literal name or imported
+        from a module (`owner`: what holds it, None when unknown)."""
+        root = _root(owner) if owner is not None else None
+        held_by = self._resolved(owner)
         if attr.startswith("__") and attr.endswith("__") and attr not in HARMLESS_DUNDERS:
             self.flag(node, f"reaches into `{text}`")
-        elif attr == "modules" and root == "sys":
-            self.flag(node, "uses `sys.modules`")
+        elif attr == "modules" and held_by.rsplit(".", 1)[-1] == "sys":
+            self.flag(node, f"uses `sys.modules` (`{text}`)")
+        elif attr in HELD_MODULES and owner is not None:
+            self.flag(node, f"reaches the module `{attr}` through `{text}` (a lesson imports "
+                            "the modules it uses by their own names)")
+        elif held_by.split(".")[0] == "flashcourse" and (
+                _in_grading_code(f"{held_by}.{attr}") or attr in GRADING_MODULES
+                or _is_private(attr)):
+            self.flag(node, f"reaches the course's grading code or internals (`{text}`)")
         elif attr in ATTRIBUTE_MODULES:
             self.flag(node, f"reaches the module `{attr}` through `{text}`")
         elif attr in SHELL_ATTRIBUTES:
             self.flag(node, f"reaches the notebook's shell (`{text}`)")
         elif attr == "cell_contents":
             self.flag(node, f"reads a function's closure (`{text}`)")
-        elif attr in FRAME_ATTRIBUTES and root not in ("np", "numpy", "torch"):
+        elif attr in FRAME_ATTRIBUTES:
             self.flag(node, f"reads running frames (`{text}`)")
+        elif attr in HOOK_ATTRIBUTES:
+            self.flag(node, f"installs or reaches a hook that runs on every call (`{text}`)")
+        elif attr in OUTPUT_ERASERS:
+            self.flag(node, ERASES_OUTPUTS.format(text))
         elif attr in DYNAMIC_ATTRIBUTES and not self._from_forbidden_module(root):
             self.flag(node, f"resolves a name or runs source text at run time (`{text}`)")
         elif attr in LOOKUP_CALLS[1:] and isinstance(node, ast.Attribute):
             self.flag(node, f"uses `{text}` as a value, not in a call")
+
+    def _resolved(self, owner: ast.AST | None) -> str:
+        """The dotted name `owner` stands for, its first name read as what a cell imported or
+        bound it to (`guards._x`: `flashcourse.checks.guards._x`); "" for any other
+        expression."""
+        parts = []
+        while isinstance(owner, ast.Attribute):
+            parts.append(owner.attr)
+            owner = owner.value
+        if not isinstance(owner, ast.Name):
+            return ""
+        first = self.imported.get(owner.id) or MODULE_ORIGINS.get(owner.id, owner.id)
+        return ".".join([first, *reversed(parts)])
 
     def _from_forbidden_module(self, root: str | None) -> bool:
         """Whether `root` was imported from a refused module (its import is reported)."""
@@ -491,10 +586,12 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, "looks an attribute up by a computed name "
                             f"(`{_short(_dotted(node))}`)")
             return
-        root = _root(args[0]) if kind == "getattr" and args else None
+        # attrgetter's object comes later: its first name is an attribute of something
+        owner = args[0] if kind == "getattr" and args else ast.Name("<object>")
         for literal in named:
             for attr in literal.value.split("."):
-                self._check_attribute(node, attr, root, _short(_dotted(node)))
+                self._check_attribute(node, attr, owner, _short(_dotted(node)))
+                owner = ast.Attribute(owner, attr)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
@@ -503,6 +600,8 @@ class _Scanner(ast.NodeVisitor):
             if unsafe is not None and not (isinstance(keyword.value, ast.Constant)
                                            and keyword.value.value is not unsafe):
                 self.flag(node, f"unpickles data (`{keyword.arg}=`): a pickle runs any code")
+        if _clears_first(node):
+            self.flag(node, ERASES_OUTPUTS.format(_short(_dotted(node))))
         kind = self._watched_call(func)
         if kind:
             self.reported.add(id(func))  # named by this call's finding, not as a value
@@ -562,11 +661,11 @@ def imported_names(sources: list[str]) -> dict[str, str]:
 
 
 def _with_aliases(sources: list[str], names: dict[str, str]) -> dict[str, str]:
-    """`names` with every name a cell binds to an attribute of an imported or grading name
-    (`rec = fc.checks.recording`): writing to it patches that module as much as the import's
-    name does. Followed through chains of such names, in any cell order."""
-    roots = {**{name: modules[0] for name, modules in CANONICAL.items()
-                if name in MODULE_NAMES}, **names}
+    """`names` with every name a cell binds to an attribute or item of an imported or grading
+    name (`rec = fc.checks.recording`, `rec = mods["..."]` after `mods = torch.sys.modules`):
+    writing to it patches that module as much as the import's name does. Followed through
+    chains of such names, in any cell order."""
+    roots = {**MODULE_ORIGINS, **names}
     pairs = []
     for source in sources:
         tree = _parse(source)
@@ -579,15 +678,22 @@ def _with_aliases(sources: list[str], names: dict[str, str]) -> dict[str, str]:
     for _ in range(len(pairs) + 1):
         grown = False
         for name, value in pairs:
-            chain = _dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else ""
-            root = chain.split(".")[0]
-            if chain and root in roots and name not in roots and name != root:
-                roots[name] = roots[root] + chain[len(root):]
+            root = _chain_root(value)
+            if root in roots and name not in roots and name != root:
+                roots[name] = roots[root] + _dotted(value)[len(root):]
                 names[name] = roots[name]
                 grown = True
         if not grown:
             break
     return names
+
+
+def _chain_root(node: ast.AST) -> str | None:
+    """The name an attribute and item chain starts at (`mods` for `mods["x"].y`), None for
+    anything else (a call's result is a new object, not a part of a module)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _unpacked(pairs):
@@ -707,18 +813,19 @@ def _jit_functions(trees) -> dict[str, list[ast.FunctionDef]]:
 
 
 def _constants(trees) -> set[str]:
-    """Names the cells bind, at their top level, only to numbers: literals and arithmetic on
-    them, `math`'s constants and functions, other such names (or tl.constexpr of one)."""
+    """Names the cells bind, at their top level, only to constants: numbers (literals and
+    arithmetic on them, `math`'s constants and functions), Triton's dtypes (`tl.float32`),
+    other such names, or tl.constexpr of one; one by one or unpacked (`A, B = 1.0, 2.0`)."""
     values: dict[str, list[ast.AST | None]] = {}
     for _, tree in trees:
         for node in tree.body:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                value = node.value
-                if isinstance(value, ast.Call) and _dotted(value.func) in CONSTEXPR_CALLS:
-                    value = value.args[0] if len(value.args) == 1 else None
-                for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                    if isinstance(target, ast.Name):
-                        values.setdefault(target.id, []).append(value)
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target, value in _unpacked([(t, node.value) for t in targets]):
+                    for name in ast.walk(target):  # a name unpacked from one value: not known
+                        if isinstance(name, ast.Name):
+                            values.setdefault(name.id, []).append(
+                                _constexpr_of(value) if name is target else None)
             else:
                 for sub in ast.walk(node):
                     if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
@@ -726,7 +833,7 @@ def _constants(trees) -> set[str]:
     known: set[str] = set()
     for _ in range(len(values) + 1):  # a constant made of constants bound before or after
         grown = {name for name, bound in values.items() if name not in known and
-                 all(value is not None and _numeric(value, known) for value in bound)}
+                 all(value is not None and _constant(value, known) for value in bound)}
         if not grown:
             return known
         known |= grown
@@ -734,6 +841,26 @@ def _constants(trees) -> set[str]:
 
 
 CONSTEXPR_CALLS = {"tl.constexpr", "triton.language.constexpr", "float", "int"}
+# Triton's dtypes, which a kernel may take from a global (`ACC = tl.constexpr(tl.float32)`)
+TRITON_DTYPES = {"int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                 "uint64", "float16", "bfloat16", "float32", "float64", "float8e4nv",
+                 "float8e5", "float8e4b15", "float8e4b8", "float8e5b16"}
+
+
+def _constexpr_of(value: ast.AST) -> ast.AST | None:
+    """What `tl.constexpr(x)`, `float(x)` or `int(x)` wraps (None for other arguments), or
+    `value` itself."""
+    if isinstance(value, ast.Call) and _dotted(value.func) in CONSTEXPR_CALLS:
+        return value.args[0] if len(value.args) == 1 and not value.keywords else None
+    return value
+
+
+def _constant(node: ast.AST, known: set[str]) -> bool:
+    """Whether an expression is a Triton dtype or numbers (`_numeric`)."""
+    if isinstance(node, ast.Attribute) and node.attr in TRITON_DTYPES and \
+            _dotted(node.value) in ("tl", "triton.language"):
+        return True
+    return _numeric(node, known)
 
 
 def _numeric(node: ast.AST, known: set[str]) -> bool:
@@ -762,7 +889,9 @@ def kernel_free_names(student: list[tuple[str, str]], imported: dict[str, str]) 
     allowed = ({"tl", "triton"} | KERNEL_BUILTINS | _constants(trees)
                | {f.name for found in kernels.values() for f in found}
                | {name for name, origin in imported.items()
-                  if origin.startswith(("triton", "flashcourse.kernels."))})
+                  if origin.startswith(("triton", "flashcourse.kernels."))
+                  # not a name bound to what a kernel's body may not reach (`triton.runtime`)
+                  and not set(origin.split(".")) & KERNEL_REFUSED_ATTRIBUTES})
     findings = []
     for label, found in kernels.items():
         for kernel in found:
@@ -917,18 +1046,24 @@ def _reference_in(node: ast.AST, aliases: dict[str, str]) -> str | None:
 def _global_bindings(tree: ast.Module, library: set[str]) -> list[tuple[str, ast.AST]]:
     """(name, what it is bound to) for each notebook-wide name a cell binds: definitions,
     assignments, loop and `with` targets, names a function declares global (bound to the whole
-    function), and containers filled by a method call (`helpers.append(f)`). Module attributes
-    (`library`) are left out: the tamper scan refuses writes to them."""
+    function), and containers filled by a method call (`helpers.append(f)`), in the cell's
+    body or in a function's, lambda's or class's (`store["f"] = f` with `store` no local of
+    it). Module attributes (`library`) are left out: the tamper scan refuses writes to them."""
     found: list[tuple[str, ast.AST]] = []
-    stack: list[ast.AST] = list(tree.body)
+    # each node with the names local where it runs; None at the cell's top level
+    stack: list[tuple[ast.AST, frozenset[str] | None]] = [(node, None) for node in tree.body]
     while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            found.append((node.name, node))
-            found += [(name, node) for inner in ast.walk(node) if isinstance(inner, ast.Global)
-                      for name in inner.names]
-            continue
-        if isinstance(node, ast.Lambda):
+        node, local = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            if local is None and not isinstance(node, ast.Lambda):
+                found.append((node.name, node))
+                found += [(name, node) for inner in ast.walk(node)
+                          if isinstance(inner, ast.Global) for name in inner.names]
+            inner = frozenset() if local is None else local  # a class body binds no global
+            if not isinstance(node, ast.ClassDef):
+                inner |= _locals_of(node)
+            body = node.body if isinstance(node.body, list) else [node.body]
+            stack += [(part, inner) for part in body]
             continue
         pairs: list[tuple[ast.AST, ast.AST]] = []
         if isinstance(node, ast.Assign):
@@ -947,10 +1082,12 @@ def _global_bindings(tree: ast.Module, library: set[str]) -> list[tuple[str, ast
         for target, value in pairs:
             for part in _target_parts(target):
                 if isinstance(part, ast.Name):
-                    found.append((part.id, value))
-                elif (root := _root(part)) and root not in library:
+                    if local is None:
+                        found.append((part.id, value))
+                elif (root := _root(part)) and root not in library and \
+                        root not in (local or ()):
                     found.append((root, value))  # `table["x"] = f` fills `table`
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend((child, local) for child in ast.iter_child_nodes(node))
     return found
 
 
@@ -1067,11 +1204,15 @@ def reference_calls(cells: list[dict], answer_ids: set[str],
     for label, tree, loads in parsed:
         if label not in answer_ids:
             continue
+        self_tests = _self_test_calls(tree)
         for node in ast.walk(tree):
+            if id(node) in self_tests:
+                continue
             line = getattr(node, "lineno", 0)
             found = _reference_in(node, aliases)
             if found:
-                findings.append(Finding(label, line, f"uses the reference `{found}` in an answer"))
+                findings.append(Finding(label, line, f"uses the reference `{found}` in an "
+                                                     f"answer{SELF_TEST_NOTE}"))
                 continue
             elsewhere = [r for r in reaching.get(getattr(node, "id", ""), []) if r.cell != label]
             if elsewhere and id(node) in loads:
@@ -1080,9 +1221,44 @@ def reference_calls(cells: list[dict], answer_ids: set[str],
                     if reach.through else ""
                 findings.append(Finding(
                     label, line, f"uses `{node.id}` (bound in `{reach.cell}`) in an answer: it "
-                                 f"reaches the reference `{reach.reference}`{way}"))
+                                 f"reaches the reference `{reach.reference}`{way}"
+                                 f"{SELF_TEST_NOTE}"))
     unique = {str(f): f for f in findings}
     return list(unique.values())
+
+
+# What a reference in an answer cell may do instead: test the answer, outside it.
+SELF_TEST_NOTE = ("; an answer does its work itself: to test it against the reference, "
+                  "compare the two in an `assert` of the cell or in a cell of your own")
+
+
+def _self_test_calls(tree: ast.Module) -> set[int]:
+    """ids of the nodes naming what a self-test calls (`assert np.allclose(mine(x),
+    reference(x))` at the cell's top level): a reference whose result only feeds the test.
+    The test may bind nothing (no walrus) and make no function (no lambda) that would keep
+    the reference or its result; a call writing into an argument (`out=`) is no test."""
+    found: set[int] = set()
+    for statement in tree.body:
+        if not isinstance(statement, ast.Assert):
+            continue
+        inner = list(ast.walk(statement.test))
+        if any(isinstance(node, (ast.NamedExpr, ast.Lambda)) for node in inner):
+            continue
+        looped = {name.id for node in inner if isinstance(node, ast.comprehension)
+                  for name in ast.walk(node.target) if isinstance(name, ast.Name)}
+        for call in inner:
+            if isinstance(call, ast.Call) and _dotted_name_root(call.func) not in (None, *looped) \
+                    and all(keyword.arg not in (None, "out") for keyword in call.keywords):
+                found |= {id(part) for part in ast.walk(call.func)}
+    return found
+
+
+def _dotted_name_root(node: ast.AST) -> str | None:
+    """The first name of a dotted name (`np` for `np.linalg.norm`); None for any other
+    expression."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def kernel_problems(cells: list[dict], answers: dict[str, str]) -> list[str]:
