@@ -31,6 +31,20 @@ TABLE_ANSWER = "def flash_attention(Q, K, V):\n    return table['f'](Q @ K.T, -1
 
 # disguise -> (cells, what a finding must say)
 DISGUISES = {
+    "the benchmarks' provider of SDPA": (
+        _cells((ANSWER, "from flashcourse.bench import providers\n\n\n"
+                        "def flash_attention(Q, K, V):\n"
+                        "    return providers.make_call('sdpa-math', False, 1.0)(Q, K, V)\n")),
+        "providers.make_call"),
+    "the ring's autograd gradients": (
+        _cells((ANSWER, "import flashcourse.distributed.tries as tries\n\n\n"
+                        "def backward(case):\n"
+                        "    return tries.reference_gradients(case, False)\n")),
+        "tries.reference_gradients"),
+    "lesson 5's state algebra": (
+        _cells((ANSWER, "from flashcourse.models import softmax_states as states\n\n\n"
+                        "def merge(a, b):\n    return states.merge_all([a, b])\n")),
+        "states.merge_all"),
     "a kernel module reached beside the table of tiles": (
         _cells(("imports", "from flashcourse.kernels import tiles, forward\n"),
                (ANSWER, "def flash_attention(Q, K, V):\n"

@@ -917,7 +917,12 @@ def kernel_free_names(student: list[tuple[str, str]], imported: dict[str, str]) 
 # reach them (demo cells may, to compare).
 REFERENCE_MODULES = ("flashcourse.reference", "flashcourse.kernels", "flashcourse.checks",
                      "flashcourse.checks.registry",
-                     "flashcourse.checks.recording")
+                     "flashcourse.checks.recording",
+                     # the benchmarks' providers call SDPA and a naive attention for whoever
+                     # calls them; the ring's tries compute gradients by autograd; the state
+                     # algebra is lesson 5's answer
+                     "flashcourse.bench", "flashcourse.distributed.tries",
+                     "flashcourse.models.softmax_states")
 # Modules among those that hold only data an answer may use: the table of tiles, warps and
 # stages (numbers and nothing else: no import, no function, so nothing to reach through it).
 DATA_MODULES = ("flashcourse.kernels.tiles",)
