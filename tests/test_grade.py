@@ -463,12 +463,10 @@ TAMPERING = {
     "import threading\nthreading.setprofile_all_threads(hook)": "hook that runs on every call",
     "import threading\nthreading.settrace_all_threads(hook)": "hook that runs on every call",
     "import sys\nsys.monitoring.use_tool_id(3, 'mine')": "hook that runs on every call (`sys.mon",
-    # outputs erased after a check or a hint published its note
-    "from IPython.display import clear_output": "erases or rewrites outputs already shown",
-    "import IPython\nIPython.display.clear_output(wait=True)": "erases or rewrites outputs",
-    "from IPython.display import update_display": "erases or rewrites outputs",
-    "display(result, clear=True)": "erases or rewrites outputs",
-    "display(result, **options)": "erases or rewrites outputs",
+    # torch's modes see every torch call; torch's own resolver of dotted names
+    "from torch.overrides import TorchFunctionMode": "hook that runs on every call",
+    "import torch\nmode = torch.overrides.TorchDispatchMode": "hook that runs on every call",
+    "import torch\nref = torch._utils._import_dotted_name(name)": "resolves a name",
     # the course's grading code, and private attributes of what a cell did not make
     "from flashcourse.checks import guards": "imports `flashcourse.checks.guards`",
     "import flashcourse.checks.recording as rec": "the course's grading code",
@@ -480,7 +478,7 @@ TAMPERING = {
     "rec.in_student_code = max": "patches module `rec`",
     "rec = held_elsewhere()\nrec._student_depth = -1000": "`_student_depth` is private",
     "def off(module):\n    module._student_depth -= 1000": "`_student_depth` is private",
-    "def off(box):\n    box._table['run'] = max": "`_table` is private",
+    "def off(box):\n    box._recording['events'] = []": "`_recording` is private",
 }
 
 
@@ -503,6 +501,12 @@ HONEST = [
     "import matplotlib.pyplot as plt\nfig = plt.figure(clear=True)",
     "import torch\nlayer = torch.nn.modules.Linear(2, 2)",
     "import os\nworkers = os.cpu_count()",
+    # outputs a cell clears are its own: the runner takes the package's notes aside
+    "from IPython.display import clear_output\nclear_output(wait=True)\nprint(step)",
+    "from IPython.display import display\ndisplay(result, clear=True)",
+    # private state of the student's own objects, written from outside them
+    "def reset(watch):\n    watch._total = 0.0\n",
+    "class Stopwatch:\n    def merge(self, other):\n        other._total += self._total\n",
 ]
 
 

@@ -208,6 +208,11 @@ SELF_TESTS = {
     "over several inputs": _answer_ending(
         "assert all(np.allclose(flash_attention(q, q, q), standard_attention(q, q, q))\n"
         "           for q in inputs)"),
+    "in a loop": _answer_ending(
+        "for size in (8, 16):\n"
+        "    assert np.allclose(flash_attention(q, q, q), standard_attention(q, q, q))"),
+    "by numpy's testing function": _answer_ending(
+        "np.testing.assert_allclose(flash_attention(q, q, q), standard_attention(q, q, q))"),
     "against a helper of another cell": _answer_ending(
         "assert torch.allclose(flash_attention(q, q, q), helper(q, q, q))",
         ("helpers", SDPA_HELPER)),
@@ -225,6 +230,11 @@ NOT_SELF_TESTS = {
         "assert q is not None, standard_attention(q, q, q)"),
     "a call writing into `out=`": _answer_ending("assert torch.softmax(x, -1, out=y) is None"),
     "its result printed": _answer_ending("print(standard_attention(q, q, q))"),
+    "a generator that outlives the assert": _answer_ending(
+        "assert later.append(standard_attention(q, q, q) for q in feed) is None"),
+    "a testing call inside a function": _answer_ending(
+        "def test():\n"
+        "    np.testing.assert_allclose(flash_attention(q, q, q), standard_attention(q, q, q))"),
     "the reference bound to a name": _answer_ending("answer = standard_attention"),
     "an assert inside the graded function": _cells(IMPORTS_REFERENCE, (
         ANSWER, "def flash_attention(Q, K, V):\n"

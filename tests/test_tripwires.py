@@ -175,3 +175,21 @@ print(json.dumps({"none": check(None), "profile": check(lambda *args: None),
                   "now": tripwires.hooks_set()}))
 """)
     assert found == {"none": [], "profile": ["sys.setprofile"], "now": []}, found
+
+
+def test_a_torch_mode_is_a_hook_and_the_default_device_is_not():
+    """A torch function mode sees the interpreter's copies of a kernel's tensors (it wrote
+    softmax into an empty kernel's output); torch's default device is a mode of torch's own."""
+    found = _run("""
+import torch
+from torch.overrides import TorchFunctionMode
+class Fill(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+with Fill():
+    inside = tripwires.hooks_set()
+with torch.device("cpu"):
+    device = tripwires.hooks_set()
+print(json.dumps({"mode": inside, "device": device, "after": tripwires.hooks_set()}))
+""")
+    assert found == {"mode": ["torch function mode Fill"], "device": [], "after": []}, found

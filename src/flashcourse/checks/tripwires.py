@@ -60,6 +60,7 @@ REFERENCES = (
     ("flashcourse.distributed.tries", "reference_gradients"),
     ("flashcourse.reference", "softmax"),
     ("flashcourse.reference", "standard_attention"),
+    ("flashcourse.kernels.attention", "standard_attention"),
     ("flashcourse.kernels.host", "forward"),
     ("flashcourse.kernels.host", "backward"),
     ("flashcourse.kernels.host", "flash_attention"),
@@ -158,6 +159,23 @@ def hooks_set(gettrace=sys.gettrace, getprofile=sys.getprofile,
     if monitoring is not None:
         found += [f"sys.monitoring tool {tool}" for tool in range(6)
                   if monitoring.get_tool(tool) is not None]
+    return found + _torch_modes()
+
+
+def _torch_modes() -> list[str]:
+    """torch's function and dispatch modes in force (each sees every torch call, the Triton
+    interpreter's copies of a kernel's tensors too), but for torch's own default device
+    (`torch.set_default_device`). Nothing is imported when torch is not."""
+    if "torch" not in sys.modules:
+        return []
+    import torch
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+
+    found = [f"torch function mode {type(mode).__name__}"
+             for mode in _get_current_function_mode_stack() if type(mode) is not DeviceContext]
+    if torch._C._len_torch_dispatch_stack():
+        found.append("torch dispatch mode")
     return found
 
 

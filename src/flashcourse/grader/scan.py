@@ -80,7 +80,9 @@ DYNAMIC_ATTRIBUTES = {"resolve_name", "import_module", "run_path", "run_module",
                       "locate", "get_type_hints", "get_annotations", "ForwardRef", "_eval_type",
                       "evaluate_forward_ref", "dictConfig", "fileConfig",
                       # string.Formatter looks a dotted attribute path up in its arguments
-                      "get_field", "getattr_static"}
+                      "get_field", "getattr_static",
+                      # torch's own resolver of a dotted name
+                      "_import_dotted_name"}
 # Refused modules that other modules hold as attributes (`triton.runtime.interpreter.inspect`)
 ATTRIBUTE_MODULES = {"inspect", "importlib", "builtins", "__builtin__", "ctypes", "gc",
                      "pickle", "_pickle", "marshal", "runpy", "pkgutil", "pydoc", "codeop",
@@ -117,13 +119,13 @@ FRAME_ATTRIBUTES = {"f_back", "f_locals", "f_globals", "f_code", "f_builtins", "
 # Hooks that run a student's function on every call of any code, the checks' and the course's
 # launchers' included (sys.monitoring: PEP 669). Reading them (gettrace) is harmless.
 HOOK_ATTRIBUTES = {"settrace", "setprofile", "settrace_all_threads", "setprofile_all_threads",
-                   "monitoring"}
+                   "monitoring",
+                   # torch's modes see every torch call, the Triton interpreter's copies too
+                   "TorchFunctionMode", "TorchDispatchMode", "__torch_function__",
+                   "__torch_dispatch__"}
 # Modules a student may import by their own name (where the rules above know `sys.modules`)
 # that other modules hold too: `torch.sys`, `torch.os`, `torch.threading`.
 HELD_MODULES = {"sys", "os", "threading"}
-# Calls that erase or rewrite outputs a cell already showed (the tripwires' and hints' notes).
-OUTPUT_ERASERS = {"clear_output", "update_display"}
-ERASES_OUTPUTS = "erases or rewrites outputs already shown (`{}`), the checks' and hints' notes"
 # The course's grading code (its checks, records and tripwires) and the names other course
 # modules hold it under (`flashcourse.kernels.softmax.guards`): no cell of a lesson reaches it.
 GRADING_PACKAGE = "flashcourse.checks"
@@ -219,6 +221,17 @@ def _dotted_node(dotted: str) -> ast.AST:
     for part in rest:
         node = ast.Attribute(node, part)
     return node
+
+
+@functools.lru_cache(maxsize=1)
+def _grading_state() -> frozenset[str]:
+    """The private names the course's grading modules keep their state under (`_recording`,
+    `_student_depth`): written on anything, they switch a check or a tripwire off."""
+    from ..checks import cases, class_items, guards, recording, registry, tripwires
+
+    return frozenset(name for module in (cases, class_items, guards, recording, registry,
+                                         tripwires)
+                     for name in vars(module) if _is_private(name))
 
 
 def _in_grading_code(dotted: str) -> bool:
@@ -346,15 +359,6 @@ def _called_name(func: ast.AST) -> str:
         func.id if isinstance(func, ast.Name) else ""
 
 
-def _clears_first(call: ast.Call) -> bool:
-    """Whether a `display(...)` call may erase the cell's outputs first (`clear=True`, or
-    keywords it cannot read)."""
-    return _called_name(call.func) == "display" and any(
-        keyword.arg is None or (keyword.arg == "clear" and not (
-            isinstance(keyword.value, ast.Constant) and not keyword.value.value))
-        for keyword in call.keywords)
-
-
 class _Scanner(ast.NodeVisitor):
     def __init__(self, cell: str, imported: dict[str, str], global_loads: set[int] | None = None,
                  decoded: set[str] | None = None):
@@ -386,10 +390,11 @@ class _Scanner(ast.NodeVisitor):
             root = _root(target)
             if root in CANONICAL or (root in self.imported and root not in WRITABLE_ROOTS):
                 self.flag(node, f"{how} `{_dotted(target)}` (patches module `{root}`)")
-            elif root not in OWN_OBJECTS and (private := _private_in(target)):
+            elif root not in OWN_OBJECTS and (private := _private_in(target)) and \
+                    private in _grading_state():
                 self.flag(node, f"{how} `{_dotted(target)}`: `{private}` is private to the "
-                                "object that holds it (an answer writes private attributes "
-                                "only on its own `self` or `cls`)")
+                                "object that holds it, and the course's grading code keeps its "
+                                "state under that name")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
@@ -531,8 +536,6 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"reads running frames (`{text}`)")
         elif attr in HOOK_ATTRIBUTES:
             self.flag(node, f"installs or reaches a hook that runs on every call (`{text}`)")
-        elif attr in OUTPUT_ERASERS:
-            self.flag(node, ERASES_OUTPUTS.format(text))
         elif attr in DYNAMIC_ATTRIBUTES and not self._from_forbidden_module(root):
             self.flag(node, f"resolves a name or runs source text at run time (`{text}`)")
         elif attr in LOOKUP_CALLS[1:] and isinstance(node, ast.Attribute):
@@ -600,8 +603,6 @@ class _Scanner(ast.NodeVisitor):
             if unsafe is not None and not (isinstance(keyword.value, ast.Constant)
                                            and keyword.value.value is not unsafe):
                 self.flag(node, f"unpickles data (`{keyword.arg}=`): a pickle runs any code")
-        if _clears_first(node):
-            self.flag(node, ERASES_OUTPUTS.format(_short(_dotted(node))))
         kind = self._watched_call(func)
         if kind:
             self.reported.add(id(func))  # named by this call's finding, not as a value
@@ -1237,17 +1238,26 @@ SELF_TEST_NOTE = ("; an answer does its work itself: to test it against the refe
                   "compare the two in an `assert` of the cell or in a cell of your own")
 
 
+# Testing functions a self-test calls instead of `assert` (`np.testing.assert_allclose`).
+TESTING_CALLS = {"assert_allclose", "assert_close", "assert_array_equal", "assert_equal",
+                 "assert_array_almost_equal", "assert_almost_equal"}
+
+
 def _self_test_calls(tree: ast.Module) -> set[int]:
     """ids of the nodes naming what a self-test calls (`assert np.allclose(mine(x),
-    reference(x))` at the cell's top level): a reference whose result only feeds the test.
-    The test may bind nothing (no walrus) and make no function (no lambda) that would keep
-    the reference or its result; a call writing into an argument (`out=`) is no test."""
+    reference(x))`, `np.testing.assert_allclose(...)`, at the cell's top level or in its loops
+    and branches, never in a function): a reference whose result only feeds the test. The
+    test may bind nothing (no walrus), make no function (no lambda) and no generator that
+    outlives it (one `all` or `any` consumes is fine) that would keep the reference or its
+    result; a call writing into an argument (`out=`) is no test."""
     found: set[int] = set()
-    for statement in tree.body:
-        if not isinstance(statement, ast.Assert):
-            continue
-        inner = list(ast.walk(statement.test))
-        if any(isinstance(node, (ast.NamedExpr, ast.Lambda)) for node in inner):
+    for test in _test_expressions(tree.body):
+        inner = list(ast.walk(test))
+        consumed = {id(node.args[0]) for node in inner if isinstance(node, ast.Call)
+                    and _called_name(node.func) in ("all", "any") and len(node.args) == 1}
+        if any(isinstance(node, (ast.NamedExpr, ast.Lambda)) or (
+                isinstance(node, ast.GeneratorExp) and id(node) not in consumed)
+               for node in inner):
             continue
         looped = {name.id for node in inner if isinstance(node, ast.comprehension)
                   for name in ast.walk(node.target) if isinstance(name, ast.Name)}
@@ -1256,6 +1266,19 @@ def _self_test_calls(tree: ast.Module) -> set[int]:
                     and all(keyword.arg not in (None, "out") for keyword in call.keywords):
                 found |= {id(part) for part in ast.walk(call.func)}
     return found
+
+
+def _test_expressions(body: list[ast.stmt]):
+    """The tests of a cell's self-tests: each `assert`'s test and each testing call, at the top
+    level or in loops, branches and `with` blocks (not in a function or class)."""
+    for statement in body:
+        if isinstance(statement, ast.Assert):
+            yield statement.test
+        elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) and \
+                _called_name(statement.value.func) in TESTING_CALLS:
+            yield statement.value
+        elif isinstance(statement, (ast.For, ast.While, ast.If, ast.With)):
+            yield from _test_expressions([*statement.body, *getattr(statement, "orelse", [])])
 
 
 def _dotted_name_root(node: ast.AST) -> str | None:
