@@ -3,14 +3,16 @@ generated exercise notebook, and scan the student's own cells for code that rebi
 what grading relies on (the check, the reference, numpy/torch functions, builtins).
 
 The scan is static and deliberately strict: lesson answers never need to assign to a module
-attribute (or to a name bound to one) or to a private attribute of anything but their own
-`self`, import `builtins`, call `setattr`/`exec`, look an attribute up by a computed name,
+attribute (or to a name bound to one) or to a private name the grading code keeps its state
+under, import `builtins`, call `setattr`/`exec`, look an attribute up by a computed name,
 reach the notebook's shell, the course's grading code or `sys` through another module,
-install a trace or profile hook, erase outputs already shown or bring a module or a pickle
-of their own; a `@triton.jit` body names only Triton, other kernels and constants (numbers,
-Triton's dtypes: in the interpreter it would run any Python). A cell too deeply nested to
-follow is a finding too. An answer cell names no reference, but for a self-test: a call
-whose result only feeds an `assert` at the cell's top level. A runtime snapshot taken inside
+install a trace or profile hook or a torch mode, or bring a module or a pickle of their own;
+a `@triton.jit` body names only Triton, other kernels and constants (numbers, Triton's
+dtypes: in the interpreter it would run any Python). A cell too deeply nested to follow is a
+finding too. An answer cell names no reference, but for a self-test: a call whose result
+only feeds an `assert` or a testing call, at the cell's top level or in its loops and
+branches. (Clearing a cell's outputs is no finding: the runner takes the checks' and hints'
+notes aside as they arrive.) A runtime snapshot taken inside
 the kernel is no longer needed for verdicts: every point is decided outside the student's
 process (`flashcourse.checks.recording`), so the scan's findings say what a submission
 tried, and the reference and kernel checks below say whether its answers do the work
