@@ -479,6 +479,7 @@ TAMPERING = {
     "rec = held_elsewhere()\nrec._student_depth = -1000": "`_student_depth` is private",
     "def off(module):\n    module._student_depth -= 1000": "`_student_depth` is private",
     "def off(box):\n    box._recording['events'] = []": "`_recording` is private",
+    "def off(self):\n    self._student_depth = -1000": "`_student_depth` is private",
 }
 
 
@@ -506,6 +507,7 @@ HONEST = [
     "from IPython.display import display\ndisplay(result, clear=True)",
     # private state of the student's own objects, written from outside them
     "def reset(watch):\n    watch._total = 0.0\n",
+    "class Feed:\n    def __init__(self):\n        self._channel = []\n        self._loaded = 0\n",
     "class Stopwatch:\n    def merge(self, other):\n        other._total += self._total\n",
 ]
 

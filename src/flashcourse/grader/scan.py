@@ -132,8 +132,6 @@ HELD_MODULES = {"sys", "os", "threading"}
 # modules hold it under (`flashcourse.kernels.softmax.guards`): no cell of a lesson reaches it.
 GRADING_PACKAGE = "flashcourse.checks"
 GRADING_MODULES = {"checks", "registry", "recording", "guards", "tripwires"}
-# The only names whose private attributes a student's code writes: its own objects'.
-OWN_OBJECTS = {"self", "cls"}
 # Method calls that mutate a module-level container (e.g. registry.RESULTS.update(...)).
 MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert",
             "remove", "__setitem__", "__delitem__", "__setattr__", "__delattr__", "discard",
@@ -229,11 +227,14 @@ def _dotted_node(dotted: str) -> ast.AST:
 def _grading_state() -> frozenset[str]:
     """The private names the course's grading modules keep their state under (`_recording`,
     `_student_depth`): written on anything, they switch a check or a tripwire off."""
+    import types
+
     from ..checks import cases, class_items, guards, recording, registry, tripwires
 
     return frozenset(name for module in (cases, class_items, guards, recording, registry,
                                          tripwires)
-                     for name in vars(module) if _is_private(name))
+                     for name, value in vars(module).items() if _is_private(name)
+                     and not isinstance(value, (type, types.FunctionType, types.ModuleType)))
 
 
 def _in_grading_code(dotted: str) -> bool:
@@ -392,8 +393,8 @@ class _Scanner(ast.NodeVisitor):
             root = _root(target)
             if root in CANONICAL or (root in self.imported and root not in WRITABLE_ROOTS):
                 self.flag(node, f"{how} `{_dotted(target)}` (patches module `{root}`)")
-            elif root not in OWN_OBJECTS and (private := _private_in(target)) and \
-                    private in _grading_state():
+            elif (private := _private_in(target)) and private in _grading_state():
+                # on anything, `self` too: a function's first parameter may be any object
                 self.flag(node, f"{how} `{_dotted(target)}`: `{private}` is private to the "
                                 "object that holds it, and the course's grading code keeps its "
                                 "state under that name")
