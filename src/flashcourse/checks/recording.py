@@ -124,8 +124,9 @@ def publish(mime: str, data: dict) -> None:
 def watch_tripwires(removed: Callable[[], list[str]],
                     hooks: Callable[[], list[str]] | None = None) -> None:
     """`removed()` names the tripwires no longer in place; each record made in the sandbox
-    says what it returned when its check ended. `hooks()` names the interpreter's trace and
-    profile hooks set: a check that hands student code over while one is set is a hit."""
+    says what it returned when its check ended. `hooks()` names the hooks set that run code on
+    every call (trace, profile, torch's modes): each record lists those in force whenever its
+    check handed student code over."""
     global _tripwires_removed, _hooks_set
     _tripwires_removed, _hooks_set = removed, hooks
 

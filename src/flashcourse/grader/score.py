@@ -129,20 +129,19 @@ def _judge_record(ex, job: Job, talk: Conversation, sub: Submission) -> tuple[st
     if unrun:
         return "not run", printable(_("its answer cell `{cell}` did not run before its "
                                       "check").format(cell=unrun[0]), 300)
-    removed = record.get("tripwires_removed")
-    if not isinstance(removed, list) or removed:
-        gone = ", ".join(str(r)[:80] for r in removed[:5]) if isinstance(removed, list) \
-            else "the record does not say"
-        sub.tampering.append(f"{ex.id}: the references' tripwires were taken away ({gone})")
-        return "error", _("the references' tripwires were taken away while it ran")
-    hooks = record.get("hooks_set")
-    if not isinstance(hooks, list) or hooks:
-        found = ", ".join(str(h)[:80] for h in hooks[:5]) if isinstance(hooks, list) \
-            else "the record does not say"
-        sub.tampering.append(f"{ex.id}: a trace or profile hook was set while its check ran "
-                             f"({found})")
-        return "error", _("a trace or profile hook was set while its check ran: it can "
-                          "change what the course's code computes")
+    # what the sandbox's record must list as empty: the guards of the student's calls
+    for key, what, message in (
+            ("tripwires_removed", "the references' tripwires were taken away",
+             _("the references' tripwires were taken away while it ran")),
+            ("hooks_set", "a trace or profile hook was set while its check ran",
+             _("a trace or profile hook was set while its check ran: it can change what the "
+               "course's code computes"))):
+        listed = record.get(key)
+        if not isinstance(listed, list) or listed:
+            named = ", ".join(str(n)[:80] for n in listed[:5]) if isinstance(listed, list) \
+                else "the record does not say"
+            sub.tampering.append(f"{ex.id}: {what} ({named})")
+            return "error", message
     return replay_item(ex, record, talk.keys.get(ex.id), student=graded_student(sub))
 
 
