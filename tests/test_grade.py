@@ -480,6 +480,11 @@ TAMPERING = {
     "def off(module):\n    module._student_depth -= 1000": "`_student_depth` is private",
     "def off(box):\n    box._recording['events'] = []": "`_recording` is private",
     "def off(self):\n    self._student_depth = -1000": "`_student_depth` is private",
+    # object.__setattr__ is a write like any other, and only a plain literal name is one
+    "def off(m):\n    object.__setattr__(m, '_student_depth', -1)": "`_student_depth` is private",
+    "object.__setattr__(np, 'allclose', max)": "patches module `np`",
+    "def f(self, name):\n    object.__setattr__(self, name, 1)": "reaches into `object.__setattr",
+    "def f(self):\n    object.__setattr__(self, '__class__', int)": "reaches into `object.__s",
 }
 
 
@@ -509,6 +514,9 @@ HONEST = [
     "def reset(watch):\n    watch._total = 0.0\n",
     "class Feed:\n    def __init__(self):\n        self._channel = []\n        self._loaded = 0\n",
     "class Stopwatch:\n    def merge(self, other):\n        other._total += self._total\n",
+    # a frozen dataclass normalising a field
+    "@dataclass(frozen=True)\nclass Tile:\n    rows: int\n\n    def __post_init__(self):\n"
+    "        object.__setattr__(self, 'rows', int(self.rows))\n",
 ]
 
 

@@ -599,6 +599,18 @@ class _Scanner(ast.NodeVisitor):
                 self._check_attribute(node, attr, owner, _short(_dotted(node)))
                 owner = ast.Attribute(owner, attr)
 
+    def _object_setattr(self, node: ast.Call) -> bool:
+        """`object.__setattr__(owner, "name", value)` with `object` the builtin and a plain
+        literal name: the same write as `owner.name = value`, checked as one."""
+        func = node.func
+        return isinstance(func, ast.Attribute) and func.attr == "__setattr__" and \
+            isinstance(func.value, ast.Name) and func.value.id == "object" and \
+            "object" not in self.imported and \
+            len(node.args) == 3 and not node.keywords and \
+            isinstance(node.args[0], (ast.Name, ast.Attribute)) and \
+            isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) and \
+            node.args[1].value.isidentifier() and not node.args[1].value.startswith("__")
+
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         for keyword in node.keywords:  # np.load(allow_pickle=True), torch.load(weights_only=...)
@@ -609,6 +621,10 @@ class _Scanner(ast.NodeVisitor):
         kind = self._watched_call(func)
         if kind:
             self.reported.add(id(func))  # named by this call's finding, not as a value
+        if self._object_setattr(node):  # a frozen dataclass's __post_init__: a plain write
+            self.reported.add(id(func))
+            written = ast.Attribute(value=node.args[0], attr=node.args[1].value, ctx=ast.Store())
+            self._target(ast.copy_location(written, node), node, "assigns to")
         if kind in LOOKUP_CALLS:
             self._check_lookup(node, kind)
         if isinstance(func, ast.Name) and func.id in FORBIDDEN_CALLS:
