@@ -315,7 +315,7 @@ def mask_case(b: Bench, kernels, ma, sf, flex, create_block_mask, q, k, v, case:
     B, H, n, D = q.shape
     block_m, block_n, warps, stages = ma.sparse_config(D)
     teaching_lists = ma.block_list_tensors(case.kinds(ma, sf, block_m, block_n), b.device)
-    config = sf.sparse_reference_config(D)
+    config = sf.sparse_reference_config(D, case.left, case.docs)
     plan = sf.sparse_plan(n, D, b.device, case.left, case.right, case.docs,
                           kinds=case.kinds(ma, sf, *config[:2]))
     tiles = plan.tile_counts
@@ -341,12 +341,12 @@ def mask_case(b: Bench, kernels, ma, sf, flex, create_block_mask, q, k, v, case:
 
         candidates["dense reference causal"] = lambda: dense_causal(q, k, v, causal=True)[0]
         candidates["sdpa is_causal"] = sdpa_causal
-    halves, full_range, partial_tests = sf.reference_variant(plan, D)
+    halves, full_range, partial_tests, row_ranges = sf.reference_variant(plan, D)
     row = {"mask": case.name, "N": n, "dtype": str(q.dtype)[6:], "B": B, "H": H, "D": D,
            "BLOCK_M": block_m, "BLOCK_N": block_n,
            "reference config": "x".join(str(x) for x in config),
            "reference halves": halves, "reference full range": full_range,
-           "reference partial tests": partial_tests,
+           "reference partial tests": partial_tests, "reference row ranges": row_ranges,
            "tiles computed": (tiles["full"] + tiles["partial"]) / sum(tiles.values()),
            "partial tiles": tiles["partial"]}
     reference = masked_reference(torch, q, k, v, dense)
@@ -493,12 +493,14 @@ def bench_sparse_steps(b: Bench, kernels, ma, sf, sweep: bool) -> tuple[list[dic
     (sf.reference_variant); at D = 128 step 6 is timed to show why it does not. 7 (masks with
     PARTIAL tiles) the reference's variant of steps 5 and 6 with each PARTIAL tile masked only
     by the tests it needs (partial_tests=True: the reference's default at D = 128 on masks with
-    documents, where it wins); 6a (every mask) step 5 with the lists' entries loaded a step
-    ahead (entries_ahead=True, an experiment; not part of step 6's chain); 7s the same as 7
-    with those tests applied as selects, without
-    branches (tests_as_selects=True, an experiment); 8 (masks whose rows each see one range of
+    documents whose rows do not each see one range of keys); 6a (every mask) step 5 with the
+    lists' entries loaded a step ahead (entries_ahead=True, an experiment; not part of step 6's
+    chain); 7s the same as 7 with those tests applied as selects, without branches
+    (tests_as_selects=True, an experiment); 8 (masks whose rows each see one range of
     keys) the variant of step 7 with each PARTIAL tile masked by its rows' ranges instead
-    (row_ranges=True, an experiment)."""
+    (row_ranges=True: the reference's default at D = 128 on masks with documents). At D = 64
+    a sliding window's reference tiles are query blocks of 64 rows (sf.sparse_reference_config),
+    whose halves would not fill the tensor cores: no step 5 there."""
     torch = b.torch
     n, H = (128, 2) if b.mode == "interpreter" else (16384, 16)
     window = 32 if b.mode == "interpreter" else WINDOW
@@ -545,14 +547,14 @@ def step_case(b: Bench, kernels, ma, sf, q, k, v, case: MaskCase, configs):
                                          tests_as_selects=tests_as_selects,
                                          entries_ahead=entries_ahead)[0]
 
-    final = sf.sparse_reference_config(D)
+    final = sf.sparse_reference_config(D, case.left, case.docs)
     variants = {"0 teaching kernel": teaching,
                 "1 reference inner loop": reference(teaching_config, False, False),
                 "2 + longest first": reference(teaching_config, True, False),
                 "3 + tensor descriptors": reference(teaching_config, True, True),
                 "4 + reference tiles": reference(final)}
     final_plan = plan_for(final)
-    halves, full_range, _ = sf.reference_variant(final_plan, D)  # D = 64: the dense step 7
+    halves, full_range = sf.reference_variant(final_plan, D)[:2]  # D = 64: the dense step 7
     if halves:
         variants["5 + two row halves"] = reference(final, halves=True)
     # every mask: the lists' entries loaded a step ahead (where the lists are runs, beside

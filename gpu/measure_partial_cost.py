@@ -11,12 +11,13 @@ bench_modern_attention.REPEATS interleaved timings:
 * the reference sparse forward with every test on every PARTIAL tile ("every test",
   partial_tests=False), checked against float32 attention first;
 * the same with each PARTIAL tile masked only by the tests it needs ("partial tests",
-  partial_tests=True: the reference's default at d = 128 with documents), checked first too;
+  partial_tests=True: the default at d = 128 with documents before row ranges), checked too;
 * the same with those tests applied as selects, without branches ("tests as selects",
   tests_as_selects=True, an experiment: ptxas serializes the wgmma instructions of the
   branches' form on plans with documents), checked first too;
 * the same with each PARTIAL tile masked by its rows' ranges of keys ("row ranges",
-  row_ranges=True, an experiment: two compares per pair, no key ids), checked first too;
+  row_ranges=True: two compares per pair, no key ids; the reference's default at d = 128 with
+  documents since this table), checked first too;
 * the same kernel on the same tiles with every PARTIAL tile sent down the FULL path (no mask,
   no safe max, no bounds checks). Its output is wrong, so it is never checked and never a
   kernel to use: it is a bound on what cheaper masked code could win on those tiles. Timed
@@ -102,9 +103,10 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, name, d, n, heads, win
                 if c.name.split()[:2] == name.split()[:2])
     config = sf.sparse_reference_config(d)
     kinds = case.kinds(ma, sf, *config[:2])
-    plan = sf.sparse_plan(n, d, b.device, case.left, case.right, case.docs, kinds=kinds)
+    plan = sf.sparse_plan(n, d, b.device, case.left, case.right, case.docs, kinds=kinds,
+                          config=config)
     unmasked = sf.sparse_plan(n, d, b.device, case.left, case.right, case.docs,
-                              kinds=np.where(kinds == ma.PARTIAL, ma.FULL, kinds))
+                              kinds=np.where(kinds == ma.PARTIAL, ma.FULL, kinds), config=config)
     tiles = plan.tile_counts
     row = {"mask": case.name, "N": n, "dtype": "float16", "D": d,
            "partial share of computed tiles": tiles["partial"]

@@ -522,7 +522,7 @@ def test_benchmark_cli_explains_and_exits_0_without_cuda(capsys, tmp_path):
                                     "explore_bwd.py", "warm_tutorial.py tutorial.py",
                                     "tune_lesson6.py", "explore_lesson6.py",
                                     "kernel_resources.py", "measure_decode_layout.py",
-                                    "measure_partial_cost.py"])
+                                    "measure_partial_cost.py", "measure_launch_cost.py"])
 def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script, monkeypatch, capsys):
     # run as __main__ in this process: a fresh interpreter per script would import torch again
     import runpy
@@ -975,3 +975,21 @@ def test_benchmark_flop_count_and_cases():
 def test_cuda_source_compiles_with_nvcc(tmp_path):
     target = cuda_fwd.compile_object(tmp_path)
     assert target.exists() and target.stat().st_size > 0
+
+
+def test_launch_cost_script_checks_and_writes_every_mask_in_the_interpreter(root, tmp_path):
+    # a fresh process: the script switches the runtime to the interpreter
+    import csv
+    import subprocess
+
+    out = tmp_path / "launch.csv"
+    done = subprocess.run([sys.executable, str(root / "gpu" / "measure_launch_cost.py"),
+                           "--interpreter", "--out", str(out)], capture_output=True, text=True,
+                          cwd=root, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(out.open()))
+    assert [row["mask"] for row in rows] == ["causal", "causal window 32", "causal documents",
+                                             "random blocks 50%"]
+    for row in rows:  # both sides checked against float32 attention before any timing
+        assert float(row["reference max err"]) < 1e-2 and float(row["flex max err"]) < 1e-2
+        assert "reference launch ms" in row and "flex launched ms" in row

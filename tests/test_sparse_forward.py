@@ -152,14 +152,17 @@ def test_the_default_variant_follows_the_head_dim_the_tiles_and_the_lists():
     table = np.array([[1, 0, 1], [1, 1, 1], [0, 1, 0]], bool)  # row 0 skips a block
     gaps = sf.sparse_plan(48, 16, "cpu", kinds=sf.block_table_kinds(table, TILE, 48, TILE, TILE))
     docs = sf.sparse_plan(64, 16, "cpu", right=0, docs=np.repeat([0, 1], 32))
-    assert sf.reference_variant(causal, 64) == (True, True, False)
-    assert sf.reference_variant(causal, 80) == (False, False, False)  # runs at width 128
-    assert sf.reference_variant(gaps, 16) == (False, False, False)  # 16 rows, lists with a gap
+    assert sf.reference_variant(causal, 64) == (True, True, False, False)
+    assert sf.reference_variant(causal, 80) == (False, False, False, False)  # at width 128
+    assert sf.reference_variant(gaps, 16) == (False, False, False, False)  # lists with a gap
     assert sf.reference_variant(sf.sparse_plan(64, 16, "cpu", right=0), 16) == (
-        False, True, False)
-    assert sf.reference_variant(docs, 64) == (False, True, False)  # narrow: no tests
-    assert sf.reference_variant(docs, 128) == (False, False, True)
-    assert sf.reference_variant(dataclasses.replace(docs, part_tests=None), 128)[2] is False
+        False, True, False, False)
+    assert sf.reference_variant(docs, 64) == (False, True, False, False)  # narrow: neither
+    assert sf.reference_variant(docs, 128) == (False, False, False, True)  # row ranges
+    split = dataclasses.replace(docs, row_ranges=None)  # an id in two runs: the tests
+    assert sf.reference_variant(split, 128) == (False, False, True, False)
+    assert sf.reference_variant(dataclasses.replace(split, part_tests=None), 128) == (
+        False, False, False, False)
     # on a GPU a half must fill a warpgroup's wgmma (64 rows for each 4 warps)
     with mock.patch.object(sf.runtime, "current",
                            return_value=mock.Mock(interpreter=False)):
@@ -174,11 +177,32 @@ def test_the_default_variant_follows_the_head_dim_the_tiles_and_the_lists():
     assert all(torch.equal(a, b) for a, b in zip(chosen, spelled, strict=True))
     with pytest.raises(CourseInputError, match="True, False or None"):
         sf.sparse_forward(q, k, v, causal, halves=1)
-    q, k, v = inputs(1, 2, 64, 80, seed=10)  # runs at width 128: the tests by default
+    q, k, v = inputs(1, 2, 64, 80, seed=10)  # runs at width 128: row ranges by default
     chosen = sf.sparse_forward(q, k, v, docs)
     spelled = sf.sparse_forward(q, k, v, docs, halves=False, full_range=False,
-                                partial_tests=True)
+                                row_ranges=True)
     assert all(torch.equal(a, b) for a, b in zip(chosen, spelled, strict=True))
+    # without the ranges, the tests that the plan has room for
+    with mock.patch.object(sf, "_launch", wraps=sf._launch) as launch:
+        sf.sparse_forward(q, k, v, docs, row_ranges=False)
+        sf.sparse_forward(q, k, v, docs, partial_tests=False)
+        sf.sparse_forward(q, k, v, split)
+    picked = [(c.kwargs["partial_tests"], c.kwargs["row_ranges"]) for c in launch.call_args_list]
+    assert picked == [(True, False), (False, False), (True, False)]
+
+
+def test_the_default_tiles_follow_the_head_dim_and_the_mask():
+    with mock.patch.object(sf.runtime, "current",
+                           return_value=mock.Mock(interpreter=False)):
+        small, wide = sf.tiles.SPARSE_SMALL_BLOCKS, sf.tiles.SPARSE_REFERENCE
+        assert sf.sparse_reference_config(64, left=1023) == small  # a window at d = 64
+        assert sf.sparse_reference_config(48, left=1023) == small  # runs at width 64
+        assert sf.sparse_reference_config(64) == wide[64]  # causal
+        assert sf.sparse_reference_config(64, left=1023, docs=np.zeros(8, int)) == wide[64]
+        assert sf.sparse_reference_config(128, left=1023) == wide[128]
+        plan = sf.sparse_plan(256, 64, "cpu", left=63, right=0)
+        assert plan.config == small
+    assert sf.sparse_reference_config(64, left=1023) == sf.tiles.INTERPRETER
 
 
 def test_full_lists_that_are_not_runs_are_refused():
@@ -387,8 +411,8 @@ def test_key_ranges_by_hand_and_refused_for_a_split_document():
     with pytest.raises(CourseInputError, match="leave partial_tests unset"):
         sf.sparse_forward(q, k, v, sf.sparse_plan(6, 16, "cpu", right=0), row_ranges=True,
                           partial_tests=True)
-    with pytest.raises(CourseInputError, match="True or False"):
-        sf.sparse_forward(q, k, v, sf.sparse_plan(6, 16, "cpu", right=0), row_ranges=None)
+    with pytest.raises(CourseInputError, match="True, False or None"):
+        sf.sparse_forward(q, k, v, sf.sparse_plan(6, 16, "cpu", right=0), row_ranges=1)
 
 
 @pytest.mark.parametrize("name, halves", [

@@ -18,16 +18,17 @@ same four arrays). What this kernel adds, each the reference forward's (forward.
   7), and FULL lists that are runs of consecutive blocks (a causal mask's, a window's, a
   document mask's) walked without loading their entries (`reference_variant`).
 
-* at wider head dims, on masks with documents, each PARTIAL tile masked only by the tests it
-  needs (the window's right side, its left side, the documents, the bound n), which
-  `sparse_plan` works out per tile (`partial_tile_tests`): there it saves the key ids' loads
-  and compares of tiles that need none; elsewhere its branches cost more than they save
-  (`reference_variant`).
+* at head dims up to 64, a sliding window on query blocks of 64 rows
+  (`sparse_reference_config`): fewer PARTIAL tiles along the window's two edges;
+* at wider head dims, on masks with documents, each PARTIAL tile masked by its rows' ranges of
+  keys (`row_ranges`, `key_ranges`: under a window and packed documents each row sees one
+  range), two compares per pair and no key ids loaded; where some row's keys are not one range,
+  only by the tests it needs (the window's right side, its left side, the documents, the bound
+  n), which `sparse_plan` works out per tile (`partial_tile_tests`). Elsewhere their branches
+  cost more than they save (`reference_variant`).
 
-Two experiments, off by default until timed: `row_ranges=True`, each PARTIAL tile masked by its
-rows' ranges of keys (`key_ranges`: under a window and packed documents each row sees one
-range), two compares per pair and no key ids loaded; `tests_as_selects=True`, the partial
-tests applied as selects against per-row limits, with no branch (`tests_as_selects`).
+An experiment, off by default: `tests_as_selects=True`, the partial tests applied as selects
+against per-row limits, with no branch (`tests_as_selects`).
 
 Host side: `sparse_plan` builds the block lists and the program order once per mask (not per
 head or per call), `sparse_forward` launches; any head dim up to 256 (zero-padded, as the other
@@ -40,6 +41,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -409,12 +411,17 @@ def sparse_forward_kernel(Q, K, V, O, LSE, qk_scale,  # pointers (or descriptors
 # ---------------------------------------------------------------- host side
 
 
-def sparse_reference_config(d: int) -> tuple[int, int, int, int]:
+def sparse_reference_config(d: int, left: int = UNLIMITED,
+                            docs=None) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the reference sparse kernel on this runtime,
-    for head dim d (the entry of the width it runs padded to)."""
+    for head dim d (the entry of the width it runs padded to) and the mask's left side and
+    documents: a sliding window with no documents at kernel head dims up to 64 takes query
+    blocks of 64 rows (tiles.SPARSE_SMALL_BLOCKS)."""
     if runtime.current().interpreter:
         return tiles.INTERPRETER
     width = kernel_head_dim(d)
+    if width <= HALVES_AND_RANGES_UP_TO and left != UNLIMITED and docs is None:
+        return tiles.SPARSE_SMALL_BLOCKS
     return tiles.SPARSE_REFERENCE.get(width, tiles.SPARSE_REFERENCE[64])
 
 
@@ -471,7 +478,8 @@ def sparse_plan(n: int, d: int, device, left: int = UNLIMITED, right: int = UNLI
     cut-off end: block_table_kinds). `config`: (BLOCK_M, BLOCK_N, num_warps, num_stages)."""
     _require(isinstance(n, (int, np.integer)) and n >= 1, f"n={n!r} must be a positive int.")
     left, right = _check_window("left", left), _check_window("right", right)
-    config = tuple(config) if config is not None else sparse_reference_config(d)
+    config = (tuple(config) if config is not None
+              else sparse_reference_config(d, left, docs))
     _require(len(config) == 4, f"config={config!r} must be (BLOCK_M, BLOCK_N, num_warps, "
              "num_stages).")
     block_m, block_n = config[:2]
@@ -596,18 +604,28 @@ def consecutive_lists(counts: np.ndarray, index: np.ndarray) -> bool:
 HALVES_AND_RANGES_UP_TO = 64
 
 
-def reference_variant(plan: SparsePlan, d: int) -> tuple[bool, bool, bool]:
-    """(halves, full_range, partial_tests) that sparse_forward takes by default for this plan
-    and head dim d, as timed on an H200 (gpu/bench_modern_attention.py --part steps): halves
+class Variant(NamedTuple):
+    """What sparse_forward takes by default for a plan and head dim (reference_variant)."""
+    halves: bool
+    full_range: bool
+    partial_tests: bool
+    row_ranges: bool
+
+
+def reference_variant(plan: SparsePlan, d: int) -> Variant:
+    """The variant sparse_forward takes by default for this plan and head dim d, as timed on
+    an H200 (gpu/bench_modern_attention.py --part steps, gpu/measure_partial_cost.py): halves
     and full_range at kernel head dims up to HALVES_AND_RANGES_UP_TO, halves only where each
     half fills the tensor cores' matmul (halves_fill_the_tensor_cores), full_range only where
-    the plan's FULL lists are runs;
-    partial_tests only above that width and only on a plan with documents (where it won;
-    it lost on every other mask and width), and where the plan has room for the tests."""
+    the plan's FULL lists are runs; above that width and only on a plan with documents (where
+    they won; the tests lost on every other mask and width), row_ranges where every row's keys
+    are one range, else partial_tests where the plan has room for the tests."""
     narrow = kernel_head_dim(d) <= HALVES_AND_RANGES_UP_TO
-    tests = not narrow and plan.docs is not None and plan.part_tests is not None
-    return (narrow and halves_fill_the_tensor_cores(plan.config), narrow and plan.full_ranges,
-            tests)
+    docs = not narrow and plan.docs is not None
+    ranges = docs and plan.row_ranges is not None
+    tests = docs and not ranges and plan.part_tests is not None
+    return Variant(narrow and halves_fill_the_tensor_cores(plan.config),
+                   narrow and plan.full_ranges, tests, ranges)
 
 
 def halves_fill_the_tensor_cores(config: tuple[int, int, int, int]) -> bool:
@@ -623,7 +641,7 @@ def halves_fill_the_tensor_cores(config: tuple[int, int, int, int]) -> bool:
 def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
                    use_tma: bool = True, halves: bool | None = None,
                    full_range: bool | None = None, partial_tests: bool | None = None,
-                   row_ranges: bool = False, tests_as_selects: bool = False,
+                   row_ranges: bool | None = None, tests_as_selects: bool = False,
                    entries_ahead: bool = False):
     """Block-sparse attention of q, k, v (B, H, N, D), any strides, with the plan's mask;
     returns (o, lse): o like q, lse (B, H, N) float32 in natural log (-inf for a row that sees
@@ -632,11 +650,12 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
     hold each query block as two halves (lesson 8's step 7). full_range: walk each FULL list as
     a run of consecutive blocks without loading its entries (only for a plan whose FULL lists
     are runs, SparsePlan.full_ranges). partial_tests: mask each PARTIAL tile only by the tests
-    it needs (SparsePlan.part_tests; gpu/measure_partial_cost.py times it). None (the default)
-    for any of the three: reference_variant's choice; gpu/bench_modern_attention.py --part
-    steps times each on and off. row_ranges: an experiment, off by default until timed: mask
+    it needs (SparsePlan.part_tests; gpu/measure_partial_cost.py times it). row_ranges: mask
     each PARTIAL tile by its rows' ranges of keys (SparsePlan.row_ranges: two compares per
-    pair, no key ids loaded), instead of the rule's tests. tests_as_selects: an experiment,
+    pair, no key ids loaded), instead of the rule's tests; unset, it is the reference's choice
+    only when partial_tests is unset too. None (the default) for any of the four:
+    reference_variant's choice; gpu/bench_modern_attention.py --part steps times each on and
+    off. tests_as_selects: an experiment,
     off until timed: with partial_tests, each tile's tests applied as selects against per-row
     limits, with no branch (the branches make ptxas serialize the wgmma instructions on plans
     with documents: lesson 9). entries_ahead: an experiment, off until timed: each list's
@@ -657,7 +676,8 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
              f"halves={halves!r} must be True, False or None (the reference's choice).")
     _require(full_range is None or isinstance(full_range, bool),
              f"full_range={full_range!r} must be True, False or None (the reference's choice).")
-    chosen_halves, chosen_range, chosen_tests = reference_variant(plan, D)
+    chosen = reference_variant(plan, D)
+    chosen_halves, chosen_range, chosen_tests, chosen_ranges = chosen
     halves = chosen_halves if halves is None else halves
     full_range = chosen_range if full_range is None else full_range
     _require(not full_range or plan.full_ranges, "full_range=True walks each FULL list as a "
@@ -670,14 +690,18 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
     _require(partial_tests is None or isinstance(partial_tests, bool),
              f"partial_tests={partial_tests!r} must be True, False or None (the reference's "
              "choice).")
-    _require(isinstance(row_ranges, bool), f"row_ranges={row_ranges!r} must be True or False.")
+    _require(row_ranges is None or isinstance(row_ranges, bool),
+             f"row_ranges={row_ranges!r} must be True, False or None (the reference's choice).")
+    if row_ranges is None:  # partial_tests given: the caller picked the rule's tests
+        row_ranges = chosen_ranges and partial_tests is None
     _require(not row_ranges or plan.row_ranges is not None, "row_ranges=True masks each row "
              "by one range of keys, but this plan's document ids repeat an id in two separate "
              "runs, so some row's keys are not one range: leave it False.")
     _require(not (row_ranges and partial_tests), "row_ranges=True replaces the rule's tests on "
              "every PARTIAL tile: leave partial_tests unset (or False) with it.")
-    # the ranges replace every test, so the plan's default tests make way for them
-    partial_tests = (not row_ranges and chosen_tests) if partial_tests is None else partial_tests
+    # the ranges replace every test; a plan chosen for them falls back to the partial tests
+    fallback_tests = chosen_tests or (chosen_ranges and plan.part_tests is not None)
+    partial_tests = (not row_ranges and fallback_tests) if partial_tests is None else partial_tests
     _require(not partial_tests or plan.part_tests is not None, "partial_tests=True packs each "
              f"PARTIAL tile's tests above its key block's index, and n={plan.n} leaves no room "
              "at these tiles (tests_fit): leave it False.")

@@ -99,12 +99,12 @@ SPARSE_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 4, 2)
 # d = 64: within 8% of the best on every mask, where 8 warps lose 45% on the documents.
 # d = 256: not measured, the dense reference's TUNED_WIDE.
 SPARSE_REFERENCE = {64: (128, 64, 4, 3), 128: (128, 64, 4, 2), 256: (128, 64, 8, 2)}
-# Query blocks of 64 rows for the masks with many PARTIAL tiles (a candidate, not a default):
-# in that sweep 64 x 64 x 4 x 3 was the fastest of five on the window and the documents at
-# d = 64 (0.231 and 0.430 ms against the reference's 0.243 and 0.467, before steps 5 and 6)
-# and on the documents at d = 128 (0.627 against 0.722 ms), with no spills at d = 128 where
-# the reference's tiles spill (compiled for sm_90a, both versions).
-# gpu/measure_partial_cost.py times it beside FlexAttention.
+# Query blocks of 64 rows: the reference's tiles for a sliding window with no documents at
+# head dims up to 64 (sparse_reference_config; 1.18 to 1.26x FlexAttention there against 1.11
+# to 1.15x on the tiles above, 09-masks-flex.csv, Triton 3.6 and 3.9). In that sweep they
+# were the fastest of five on the window and the documents at d = 64 (0.231 and 0.430 ms
+# against 0.243 and 0.467, before steps 5 and 6) and on the documents at d = 128 (0.627
+# against 0.722 ms, no spills where the tiles above spill), where row ranges won instead.
 SPARSE_SMALL_BLOCKS = (64, 64, 4, 3)
 # Decoding: keys per step of the split-KV and paged kernels (assets/results/09-decode.csv).
 DECODE_BLOCK_N = {"interpreter": 16, "gpu": 64}

@@ -1,0 +1,138 @@
+"""Launched from Python, or replayed from a CUDA graph: the short masks of lesson 9.
+
+    python gpu/measure_launch_cost.py [--out assets/results/09-launch-cost.csv]
+    python gpu/measure_launch_cost.py --interpreter   # smoke test on a CPU, nothing timed
+
+The masks table times each call as do_bench does: an event before the call, one after. When
+the host takes longer to launch a kernel than the GPU takes to run it, the GPU waits between
+the two events and the timing is the launch's. The sliding window at N = 8k runs in about
+0.1 ms, so this script times, on every mask of lesson 9 at N = 8k and 16k, fp16, d = 64 and
+128, B = 1, H = 16, each side checked against float32 attention first:
+
+* "launch": the host's time per call, 100 calls queued back to back (median of 3 rounds);
+* "launched": the masks table's timing (median of REPEATS interleaved do_bench timings);
+* "graph": the same call captured once in a CUDA graph and replayed, which leaves only the
+  GPU's time (median of REPEATS interleaved timings),
+
+for the reference sparse forward and FlexAttention compiled with the mask's own mask_mod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "gpu"))
+
+from flashcourse import bench  # noqa: E402
+
+SIZES = (8192, 16384)
+HEAD_DIMS = (64, 128)
+HEADS = 16
+QUEUED = 100  # calls per round of the host's launch time
+ROUNDS = 3
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="the CSV to write")
+    parser.add_argument("--interpreter", action="store_true",
+                        help="smoke test on a CPU: N = 128, H = 2, d = 32, untimed")
+    args = parser.parse_args(argv)
+    if args.interpreter:
+        os.environ["FLASHCOURSE_INTERPRET"] = "1"
+        from flashcourse import runtime
+
+        runtime.setup(verbose=False)
+    elif not bench.cuda_script_ready("gpu/measure_launch_cost.py", "times launches"):
+        return 0
+    import bench_modern_attention as bma
+
+    from flashcourse.kernels import modern_attention as ma
+    from flashcourse.kernels import sparse_forward as sf
+
+    b = bma.Bench("interpreter" if args.interpreter else "full")
+    b.fair_flex = True
+    sizes, dims, heads, window = ((128,), (32,), 2, 32) if args.interpreter else \
+        (SIZES, HEAD_DIMS, HEADS, bma.WINDOW)
+    flex, create_block_mask = bma.flex_functions(b)
+    rows = []
+    for d in dims:
+        for n in sizes:
+            for case in bma.mask_cases(ma, sf, n, window):
+                row = measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads)
+                rows.append(row)
+                print(", ".join(f"{key} {value:.3f}" if isinstance(value, float) else f"{value}"
+                                for key, value in row.items()), flush=True)
+                if args.out is not None:  # after every cell: a call cut short keeps its rows
+                    bench.write_csv(args.out, rows)
+    for failure in b.failures:
+        print("FAIL", failure)
+    return 1 if b.failures else 0
+
+
+def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dict:
+    """One (mask, N, d): check both calls, then their launch time, their launched timing and
+    their graph replay's timing."""
+    torch = b.torch
+    n = case.n
+    gen = torch.Generator(device=b.device).manual_seed(n + d)
+    q, k, v = (torch.randn(1, heads, n, d, device=b.device, dtype=torch.float16,
+                           generator=gen) for _ in range(3))
+    config = sf.sparse_reference_config(d, case.left, case.docs)
+    plan = sf.sparse_plan(n, d, b.device, case.left, case.right, case.docs,
+                          kinds=case.kinds(ma, sf, *config[:2]), config=config)
+    row = {"mask": case.name, "N": n, "dtype": "float16", "D": d,
+           "reference config": "x".join(str(x) for x in config)}
+    reference = bma.masked_reference(torch, q, k, v,
+                                     torch.from_numpy(case.dense(ma, sf)).to(b.device))
+    calls = {}
+    ours = lambda: sf.sparse_forward(q, k, v, plan)[0]  # noqa: E731
+    if bma.checked(b, row, "reference", ours, reference, True):
+        calls["reference"] = ours
+    flex_call = bma.flex_mask_call(b, ma, sf, flex, create_block_mask, q, k, v, case, row)
+    if flex_call is not None and bma.checked(b, row, "flex", flex_call, reference, False):
+        calls["flex"] = flex_call
+    del reference
+    timed = dict(calls)
+    for name, call in calls.items():
+        row[f"{name} launch ms"] = launch_ms(b, call)
+        if b.mode != "interpreter":
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                call()
+            timed[f"{name} graph"] = graph.replay
+    for name, timing in bma.interleaved(b, timed).items():
+        label = name if name.endswith("graph") else f"{name} launched"
+        bma.spread_columns(row, label, timing)
+    for how in ("launched", "graph"):
+        if row.get(f"reference {how} ms") and row.get(f"flex {how} ms"):
+            row[f"reference vs flex, {how}"] = row[f"flex {how} ms"] / row[f"reference {how} ms"]
+    return row
+
+
+def launch_ms(b, call) -> float:
+    """The host's time per call with QUEUED calls queued back to back (median of ROUNDS): the
+    GPU's queue only fills, so this is what Python and the launcher cost."""
+    if b.mode == "interpreter":
+        call()
+        return 0.0
+    rounds = []
+    for _ in range(ROUNDS):
+        b.sync()
+        begun = time.perf_counter()
+        for _ in range(QUEUED):
+            call()
+        rounds.append((time.perf_counter() - begun) * 1e3 / QUEUED)
+        b.sync()
+    return statistics.median(rounds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
