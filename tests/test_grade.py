@@ -478,13 +478,34 @@ TAMPERING = {
     "rec.in_student_code = max": "patches module `rec`",
     "rec = held_elsewhere()\nrec._student_depth = -1000": "`_student_depth` is private",
     "def off(module):\n    module._student_depth -= 1000": "`_student_depth` is private",
-    "def off(box):\n    box._recording['events'] = []": "`_recording` is private",
+    "def off(box):\n    box._record_in_progress['events'] = []": "`_record_in_progress` is",
     "def off(self):\n    self._student_depth = -1000": "`_student_depth` is private",
     # object.__setattr__ is a write like any other, and only a plain literal name is one
     "def off(m):\n    object.__setattr__(m, '_student_depth', -1)": "`_student_depth` is private",
     "object.__setattr__(np, 'allclose', max)": "patches module `np`",
     "def f(self, name):\n    object.__setattr__(self, name, 1)": "reaches into `object.__setattr",
     "def f(self):\n    object.__setattr__(self, '__class__', int)": "reaches into `object.__s",
+    # a %%time cell: its whole body is scanned, not only the magic's line
+    "%%time\nimport flashcourse.checks.recording as rec\nrec._student_depth = -10**9":
+        "the course's grading code",
+    "%%time\nimport numpy as np\nnp.allclose = max": "patches module `np`",
+    # Triton's hooks around a launch: a kernel's pre-run hooks, the knobs' launch hooks
+    "softmax_row_kernel.add_pre_run_hook(fill)": "hook that runs on every call",
+    "softmax_row_kernel.pre_run_hooks.append(fill)": "hook that runs on every call",
+    "import triton\ntriton.knobs.runtime.launch_enter_hook.add(fill)": "hook that runs",
+    "import triton\nconfigs = [triton.Config({}, pre_hook=fill)]": "hands Triton a hook",
+    # another process runs what no check or tripwire sees
+    "import subprocess\nsubprocess.run(['python', '-c', HELPER])": "imports `subprocess`",
+    "import os\nrun = os.posix_spawn": "starts another process",
+    "import os\npid = os.fork()": "starts another process",
+    "from os import popen": "starts another process",
+    "import asyncio\nrun = asyncio.create_subprocess_exec": "starts another process",
+    "import torch\nrun = torch.multiprocessing": "module `multiprocessing`",
+    # a name the grading cells call, rebound from inside a function
+    "def f():\n    global check\n    check = max": "declares global `check`",
+    # beside torch's precision switches, torch itself stays unwritable
+    "import torch\ntorch.backends.cuda.matmul.allclose = max": "patches module `torch`",
+    "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True": "patches module `torch`",
 }
 
 
@@ -517,6 +538,19 @@ HONEST = [
     # a frozen dataclass normalising a field
     "@dataclass(frozen=True)\nclass Tile:\n    rows: int\n\n    def __post_init__(self):\n"
     "        object.__setattr__(self, 'rows', int(self.rows))\n",
+    # a method's or a nested function's names are its own; names no grading cell reads
+    "class Helper:\n    def check(self, x):\n        return x\n\n    def json(self):\n"
+    "        return {}\n",
+    "def helper():\n    check = 3\n    return check\n",
+    "checks = [1, 2]\nfor item in checks:\n    print(item)\n",
+    "import functools\nprint = functools.partial(print, flush=True)\n",
+    # a student's own private attributes under everyday names
+    "class Timer:\n    def __init__(self):\n        self._recording = []\n"
+    "        self._owner = None\n        self._installed = False\n        self._replay = 0\n",
+    "%%time\ntotal = sum(range(10))\n",
+    # a student's own numerics: torch's precision switches
+    "import torch\ntorch.backends.cuda.matmul.allow_tf32 = False\n"
+    "torch.backends.cudnn.allow_tf32 = False\n",
 ]
 
 

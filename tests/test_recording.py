@@ -118,7 +118,7 @@ def test_a_launch_records_the_tensors_not_what_the_launch_returns(monkeypatch):
 
     monkeypatch.setattr(recording, "_recording", {"exercise": "x", "answer": {}, "events": []})
     guards.launch(Kernel(), (1,), "case 1", torch.zeros(4))
-    event = recording._recording["events"][0]
+    event = recording._record_in_progress["events"][0]
     assert event["result"] is None
     monkeypatch.setattr(recording, "_recording", None)
     replayed = torch.zeros(4)

@@ -138,6 +138,15 @@ DISGUISES = {
         _cells(("stash", "import torch\ntable = {}\n(lambda: table.update(f=torch.softmax))()\n"),
                (ANSWER, TABLE_ANSWER)),
         "uses `table` (bound in `stash`)"),
+    "a lesson's runner handed a course kernel": (
+        _cells((ANSWER, "from flashcourse.kernels import softmax as ks\n\n\n"
+                        "y = ks.online_softmax(ks.reference_online_kernel, x)\n")),
+        "ks.reference_online_kernel"),
+    "the body of a %%time cell": (
+        _cells((ANSWER, "%%time\nfrom flashcourse.reference import standard_attention\n\n\n"
+                        "def flash_attention(Q, K, V):\n"
+                        "    return standard_attention(Q, K, V)\n")),
+        "uses the reference `standard_attention`"),
     "a reference put in a table by a method": (
         _cells(("stash", "import torch\ntable = {}\n\n\nclass Keeper:\n    def keep(self):\n"
                          "        table['f'] = torch.softmax\n"),
@@ -182,6 +191,11 @@ LEGITIMATE = {
         ("imports", "from flashcourse.kernels import tiles\n"),
         (ANSWER, "def flash_attention(Q, K, V):\n    block = tiles.SPARSE_CONFIGS[64][0]\n"
                  "    return Q[:block] @ K.T @ V\n")),
+    "a lesson's runner launching the answer's own kernel": _cells(
+        ("imports", "import torch\nfrom flashcourse.kernels.softmax import online_softmax\n"),
+        (ANSWER, "@triton.jit\ndef online_softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: "
+                 "tl.constexpr):\n    pass\n\n\ny = online_softmax(online_softmax_kernel, "
+                 "torch.randn(4, 100))\nprint(y.sum(-1))\n")),
 }
 
 

@@ -193,3 +193,32 @@ with torch.device("cpu"):
 print(json.dumps({"mode": inside, "device": device, "after": tripwires.hooks_set()}))
 """)
     assert found == {"mode": ["torch function mode Fill"], "device": [], "after": []}, found
+
+
+def test_a_pre_run_hook_on_a_kernel_answer_and_triton_launch_hooks_are_hooks():
+    """A pre-run hook runs on the host with a launch's arguments before the kernel (in the
+    interpreter it wrote softmax into the copies an empty kernel hands back); the check notes
+    each kernel it is handed, and Triton's launch hooks are hooks too."""
+    found = _run("""
+import tempfile, pathlib, triton
+from flashcourse.checks import guards
+folder = tempfile.mkdtemp()  # @triton.jit reads its kernel's source from a file
+pathlib.Path(folder, "empty.py").write_text(
+    "import triton\\nimport triton.language as tl\\n@triton.jit\\ndef empty_kernel(x_ptr):\\n"
+    "    row = tl.program_id(0)\\n")
+sys.path.insert(0, folder)
+from empty import empty_kernel
+guards.require_jit_kernel(empty_kernel, "x/y")
+before = tripwires.hooks_set()
+empty_kernel.add_pre_run_hook(lambda *args, **kwargs: None)
+hooked = tripwires.hooks_set()
+empty_kernel.pre_run_hooks.clear()
+chain = triton.knobs.runtime.launch_enter_hook
+chain.add(print)
+launch = tripwires.hooks_set()
+chain.remove(print)
+print(json.dumps({"before": before, "hooked": hooked, "launch": launch,
+                  "after": tripwires.hooks_set()}))
+""")
+    assert found == {"before": [], "hooked": ["pre-run hook on kernel empty_kernel"],
+                     "launch": ["triton launch_enter_hook"], "after": []}, found

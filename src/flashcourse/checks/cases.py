@@ -21,8 +21,8 @@ GRADING_MODE_ENV = "FLASHCOURSE_GRADING"
 # `grade` removes it from its own environment and never passes it to a sandbox.
 SECRET_ENV = "FLASHCOURSE_GRADING_SECRET"
 
-_issued: dict[str, str] = {}  # exercise id -> key, in the sandbox (set by the runner)
-_active_key: str | None = None  # the key of the check running now
+_issued_case_keys: dict[str, str] = {}  # exercise id -> key, in the sandbox (set by the runner)
+_active_case_key: str | None = None  # the key of the check running now
 
 
 def grading_mode() -> bool:
@@ -37,29 +37,29 @@ def with_hidden(visible: list, hidden: list) -> list:
 
 def issue_key(exercise_id: str, key: str) -> None:
     """Called by the grading sandbox's runner just before the grading cell of `exercise_id`."""
-    _issued[str(exercise_id)] = str(key)
+    _issued_case_keys[str(exercise_id)] = str(key)
 
 
 def issued_key(exercise_id: str) -> str | None:
-    return _issued.get(exercise_id)
+    return _issued_case_keys.get(exercise_id)
 
 
 @contextlib.contextmanager
 def keyed(key: str | None):
     """Around one check (in the sandbox) or its replay (in the grader): seeds come from `key`."""
-    global _active_key
-    saved, _active_key = _active_key, key
+    global _active_case_key
+    saved, _active_case_key = _active_case_key, key
     try:
         yield
     finally:
-        _active_key = saved
+        _active_case_key = saved
 
 
 def case_seed(seed: int) -> int:
     """The seed a check uses for a case: `seed` itself in a student's own notebook; while the
     grader's key is active, a number derived from that key and `seed` (and likewise from
     $FLASHCOURSE_GRADING_SECRET in grading mode), so no input can be computed in advance."""
-    secret = _active_key
+    secret = _active_case_key
     if secret is None and grading_mode():
         secret = os.environ.get(SECRET_ENV) or None
     if not secret:

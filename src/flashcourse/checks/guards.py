@@ -73,6 +73,7 @@ def _require_jit_kernel(kernel, exercise_id: str, name: str | None) -> None:
             "{exercise_id}: pass the @triton.jit kernel itself (got {got}), not the result of "
             "calling it or its .fn; the grader launches it{call}.").format(
             exercise_id=exercise_id, got=type(kernel).__name__, call=call))
+    recording.kernel_handed(kernel)
     for name, obj in [(kernel.fn.__name__, kernel), *attention.kernel_helpers(kernel)]:
         refuse_blanks(obj, name)
         if "raise NotImplementedError" in (source_of(obj) or ""):

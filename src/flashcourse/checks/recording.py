@@ -90,12 +90,13 @@ class StandIn:
 
 # ---------------------------------------------------------------- state of this process
 
-_recording: dict | None = None  # the record being written (inside the sandbox)
-_replay: dict | None = None  # the record being replayed (in the grader)
+_record_in_progress: dict | None = None  # the record being written (inside the sandbox)
+_record_replayed: dict | None = None  # the record being replayed (in the grader)
 _student_depth = 0  # > 0 while student code runs inside a check (tripwires look at it)
 _tripwires_removed: Callable[[], list[str]] | None = None  # set by tripwires.install()
 _hooks_set: Callable[[], list[str]] | None = None  # set by tripwires.install()
 _hooks_seen: set[str] = set()  # the hooks found set while the current check ran
+_kernels_handed: list = []  # the @triton.jit answers checks were handed (pre-run hooks)
 
 
 def record_dir() -> Path | None:
@@ -131,6 +132,17 @@ def watch_tripwires(removed: Callable[[], list[str]],
     _tripwires_removed, _hooks_set = removed, hooks
 
 
+def kernel_handed(kernel) -> None:
+    """Note a kernel answer a check will launch: a pre-run hook on it runs on the host, with
+    the launch's arguments, before the kernel (tripwires.hooks_set names it)."""
+    if not any(kernel is seen for seen in _kernels_handed):
+        _kernels_handed.append(kernel)
+
+
+def kernels_handed() -> tuple:
+    return tuple(_kernels_handed)
+
+
 def _note_hooks() -> None:
     if _hooks_set is not None:
         _hooks_seen.update(_hooks_set())
@@ -142,11 +154,11 @@ def in_student_code() -> bool:
 
 
 def current_exercise() -> str | None:
-    return None if _recording is None else _recording.get("exercise")
+    return None if _record_in_progress is None else _record_in_progress.get("exercise")
 
 
 def replaying_now() -> bool:
-    return _replay is not None
+    return _record_replayed is not None
 
 
 def record_name(exercise_id: str) -> str:
@@ -157,18 +169,18 @@ def record_name(exercise_id: str) -> str:
 def recording(exercise_id: str, answer):
     """Around one `check(...)` inside the sandbox: write the record file at the end, whatever
     the check raised."""
-    global _recording
+    global _record_in_progress
     folder, channel = record_dir(), _channel()
-    if (folder is None and not channel) or _replay is not None:
+    if (folder is None and not channel) or _record_replayed is not None:
         yield
         return
-    _recording = {"exercise": exercise_id, "answer": describe_answer(answer),
+    _record_in_progress = {"exercise": exercise_id, "answer": describe_answer(answer),
                   "lang": i18n.current(), "events": []}  # the language its labels are in
     _hooks_seen.clear()
     try:
         yield
     finally:
-        record, _recording = _recording, None
+        record, _record_in_progress = _record_in_progress, None
         if channel:
             record["tripwires_removed"] = _tripwires_removed() if _tripwires_removed else \
                 ["all of them (never installed)"]
@@ -185,18 +197,20 @@ def recording(exercise_id: str, answer):
 @contextlib.contextmanager
 def replaying(record: dict):
     """Around one replayed check in the grader."""
-    global _replay
-    _replay = {"events": list(record.get("events", [])), "next": 0,
+    global _record_replayed
+    _record_replayed = {"events": list(record.get("events", [])), "next": 0,
                "lang": record.get("lang", i18n.SOURCE_LANGUAGE)}
     try:
         yield
     finally:
-        _replay = None
+        _record_replayed = None
 
 
 def replay_left() -> int:
     """Events of the record the replayed check has not asked for (0 when it matched)."""
-    return 0 if _replay is None else len(_replay["events"]) - _replay["next"]
+    if _record_replayed is None:
+        return 0
+    return len(_record_replayed["events"]) - _record_replayed["next"]
 
 
 # ---------------------------------------------------------------- the one call site
@@ -210,16 +224,16 @@ def student_call(label: str, run: Callable[[], object], inputs=(), tensors=()):
     whole storage is hashed before and recorded after, and restored from the record on replay.
     """
     global _student_depth
-    if _replay is not None:
+    if _record_replayed is not None:
         return _replay_call(label, inputs, tensors)
-    if _recording is None:
+    if _record_in_progress is None:
         _student_depth += 1
         try:
             return run()
         finally:
             _student_depth -= 1
     event = {"label": label, "inputs": digest(inputs, tensors)}
-    _recording["events"].append(event)
+    _record_in_progress["events"].append(event)
     _note_hooks()  # one set before the call would see the course's launcher run it
     _student_depth += 1
     try:
@@ -253,16 +267,16 @@ def _error_name(err: BaseException) -> str:
 
 def _replay_call(label: str, inputs, tensors):
 
-    events, number = _replay["events"], _replay["next"]
+    events, number = _record_replayed["events"], _record_replayed["next"]
     if number >= len(events):
         raise RecordMismatch(f"the record ends before {label!r} (did the check run to the "
                              "end, with its hidden cases?)")
     event = events[number]
-    _replay["next"] = number + 1
+    _record_replayed["next"] = number + 1
     # a step's label is a case description in the notebook's language: compared only when the
     # replay speaks it too (the inputs' digest below holds in every language)
     if not isinstance(event, dict) or (event.get("label") != label
-                                       and _replay["lang"] == i18n.current()):
+                                       and _record_replayed["lang"] == i18n.current()):
         raise RecordMismatch(f"the record holds another step where {label!r} was expected")
     if event.get("inputs") != digest(inputs, tensors):
         raise RecordMismatch(f"{label}: the inputs recorded in the notebook are not the ones "

@@ -90,14 +90,14 @@ REFERENCES = tuple(dict.fromkeys(
     (*REFERENCES, *((module, name) for module, names in ANSWER_FUNCTIONS.items()
                     for name in names))))
 
-_installed: dict[tuple[str, str], object] = {}  # (module, attribute) -> its tripwire
+_wires_installed: dict[tuple[str, str], object] = {}  # (module, attribute) -> its tripwire
 _LIBRARY_ROOTS: tuple[str, ...] = ()
 # Every module whose import may complete a reference: the references' modules and the packages
 # above them (torch holds torch.Tensor and torch._C._nn).
 _LESSON_CHECKS = frozenset(LESSON_MODULES.values())
 _WATCHED = frozenset(".".join(module.split(".")[:end]) for module, _ in REFERENCES
                      for end in range(1, module.count(".") + 2))
-_importing = 0  # watched modules being executed right now, nested
+_watched_importing = 0  # watched modules being executed right now, nested
 
 
 def _library_roots() -> tuple[str, ...]:
@@ -159,7 +159,21 @@ def hooks_set(gettrace=sys.gettrace, getprofile=sys.getprofile,
     if monitoring is not None:
         found += [f"sys.monitoring tool {tool}" for tool in range(6)
                   if monitoring.get_tool(tool) is not None]
-    return found + _torch_modes()
+    return found + _torch_modes() + _triton_hooks()
+
+
+def _triton_hooks() -> list[str]:
+    """Functions Triton runs around a launch: pre-run hooks on a kernel answer a check was
+    handed (run on the host with the launch's arguments; in the interpreter, on the copies it
+    writes back) and the launch hooks of Triton's knobs. Nothing is imported."""
+    found = [f"pre-run hook on kernel {getattr(getattr(kernel, 'fn', None), '__name__', '?')}"
+             for kernel in recording.kernels_handed() if getattr(kernel, "pre_run_hooks", None)]
+    runtime_knobs = getattr(getattr(sys.modules.get("triton"), "knobs", None), "runtime", None)
+    for name in ("launch_enter_hook", "launch_exit_hook"):
+        hook = getattr(runtime_knobs, name, None)
+        if getattr(hook, "calls", hook):  # a chain of hooks (Triton 3.5 on) or one, or None
+            found.append(f"triton {name}")
+    return found
 
 
 def _torch_modes() -> list[str]:
@@ -269,14 +283,14 @@ class _WiringLoader(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
-        global _importing
+        global _watched_importing
         module.__spec__.loader = module.__loader__ = self.loader  # as a plain import leaves it
-        _importing += 1
+        _watched_importing += 1
         try:
             self.loader.exec_module(module)
         finally:
-            _importing -= 1
-        if _importing == 0:  # torch whole, not half-way through its own imports
+            _watched_importing -= 1
+        if _watched_importing == 0:  # torch whole, not half-way through its own imports
             _wire_loaded()
 
 
@@ -307,14 +321,14 @@ def _wire_loaded() -> None:
     loaded modules of the package bound it to)."""
     replaced: dict[int, object] = {}
     for module_name, attribute, owner in _references_loaded():
-        if (module_name, attribute) in _installed:
+        if (module_name, attribute) in _wires_installed:
             continue
         original = getattr(owner, attribute, None)
         if original is None or getattr(original, "__flashcourse_tripwire__", None):
             continue
         wire = _tripwire(f"{module_name}.{attribute}", original)
         setattr(owner, attribute, wire)
-        _installed[(module_name, attribute)] = wire
+        _wires_installed[(module_name, attribute)] = wire
         replaced[id(original)] = (original, wire)
     if not replaced:
         return
@@ -340,16 +354,16 @@ def install() -> list[str]:
         sys.meta_path.insert(0, _WireAfterImport())
     _wire_loaded()
     recording.watch_tripwires(intact, hooks_set)
-    return [f"{m}.{a}" for m, a in _installed]
+    return [f"{m}.{a}" for m, a in _wires_installed]
 
 
 def intact() -> list[str]:
     """The references loaded without their tripwire in place (empty when every one is): put
     back by the notebook, or imported after it took the import hook away."""
     gone = []
-    for module_name, attribute in dict.fromkeys([*REFERENCES, *_installed]):
+    for module_name, attribute in dict.fromkeys([*REFERENCES, *_wires_installed]):
         owner = _loaded(module_name)
         original = None if owner is None else getattr(owner, attribute, None)
-        if original is not None and original is not _installed.get((module_name, attribute)):
+        if original is not None and original is not _wires_installed.get((module_name, attribute)):
             gone.append(f"{module_name}.{attribute}")
     return gone

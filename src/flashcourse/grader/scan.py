@@ -6,7 +6,8 @@ The scan is static and deliberately strict: lesson answers never need to assign 
 attribute (or to a name bound to one) or to a private name the grading code keeps its state
 under, import `builtins`, call `setattr`/`exec`, look an attribute up by a computed name,
 reach the notebook's shell, the course's grading code or `sys` through another module,
-install a trace or profile hook or a torch mode, or bring a module or a pickle of their own;
+install a trace or profile hook, a torch mode or a Triton pre-run or launch hook, start
+another process, or bring a module or a pickle of their own;
 a `@triton.jit` body names only Triton, other kernels and constants (numbers, Triton's
 dtypes: in the interpreter it would run any Python). A cell too deeply nested to follow is a
 finding too. An answer cell names no reference, but for a self-test: a call whose result
@@ -27,6 +28,7 @@ import re
 import sys
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 GRADING_IDS = ("setup", "scorecard")  # plus every id starting with CHECK_PREFIX
 CHECK_PREFIX = "check-"
@@ -55,6 +57,9 @@ CANONICAL = {
 MODULE_NAMES = {"np", "numpy", "torch", "triton", "tl", "fc", "flashcourse", "grading",
                 "registry", "checks", "json"}
 MODULE_ORIGINS = {name: CANONICAL[name][0] for name in MODULE_NAMES}
+# Names above that no grading cell reads (they call `check`, `scorecard` and `fc`): a cell may
+# bind them to its own values (`checks = [...]`, `print = partial(print, flush=True)`).
+OWN_NAMES_ALLOWED = {"checks", "json", "print"}
 # Modules whose import in a student cell is refused outright. Those from `pkgutil` on resolve
 # dotted names or run source text at run time (pickle resolves the globals its data names).
 FORBIDDEN_MODULES = {"builtins", "__builtin__", "importlib", "ctypes", "gc", "imp", "cffi",
@@ -62,7 +67,7 @@ FORBIDDEN_MODULES = {"builtins", "__builtin__", "importlib", "ctypes", "gc", "im
                      "pkgutil", "code", "codeop", "runpy", "pdb", "bdb", "cProfile", "profile",
                      "pickle", "_pickle", "marshal", "dill", "cloudpickle", "pydoc", "unittest",
                      "typing_extensions", "timeit", "doctest", "multiprocessing", "copyreg",
-                     "shelve"}
+                     "shelve", "subprocess", "pty", "pexpect"}
 # Packages of the notebook's shell and kernel (IPython.display stays: it shows things).
 SHELL_MODULES = ("IPython.core", "IPython.terminal", "ipykernel", "jupyter_client", "zmq",
                  "traitlets", "comm")
@@ -88,7 +93,8 @@ DYNAMIC_ATTRIBUTES = {"resolve_name", "import_module", "run_path", "run_module",
 # Refused modules that other modules hold as attributes (`triton.runtime.interpreter.inspect`)
 ATTRIBUTE_MODULES = {"inspect", "importlib", "builtins", "__builtin__", "ctypes", "gc",
                      "pickle", "_pickle", "marshal", "runpy", "pkgutil", "pydoc", "codeop",
-                     "dill", "cloudpickle", "copyreg", "timeit", "doctest", "multiprocessing"}
+                     "dill", "cloudpickle", "copyreg", "timeit", "doctest", "multiprocessing",
+                     "subprocess", "pty"}
 # Attributes a kernel's body never needs: a Triton value's interpreter handle (its numpy
 # array), the runtime and the modules behind triton.language
 KERNEL_REFUSED_ATTRIBUTES = {"handle", "runtime", "interpreter", "testing", "backends",
@@ -124,7 +130,23 @@ HOOK_ATTRIBUTES = {"settrace", "setprofile", "settrace_all_threads", "setprofile
                    "monitoring",
                    # torch's modes see every torch call, the Triton interpreter's copies too
                    "TorchFunctionMode", "TorchDispatchMode", "__torch_function__",
-                   "__torch_dispatch__"}
+                   "__torch_dispatch__",
+                   # Triton's: a kernel's pre-run hooks run on the host before it, with its
+                   # arguments (in the interpreter, the copies it writes back); the launch and
+                   # compile hooks and the knobs that hold them
+                   "add_pre_run_hook", "pre_run_hooks", "launch_enter_hook", "launch_exit_hook",
+                   "kernel_load_start_hook", "kernel_load_end_hook", "jit_cache_hook",
+                   "jit_post_compile_hook", "add_stages_inspection_hook", "knobs"}
+# Keywords that hand Triton a function to run around a launch (triton.Config, autotune).
+HOOK_KEYWORDS = {"pre_hook", "post_hook"}
+# Attributes that start another process, whose code no check or tripwire sees.
+PROCESS_ATTRIBUTES = {"fork", "forkpty", "execv", "execve", "execl", "execle", "execlp",
+                      "execlpe", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe",
+                      "spawnv", "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp",
+                      "create_subprocess_exec", "create_subprocess_shell", "Popen",
+                      "ProcessPoolExecutor", "startfile"}
+# The same, only where the owner is `os` (`platform.system()` is harmless).
+OS_PROCESS_ATTRIBUTES = {"system", "popen"}
 # Modules a student may import by their own name (where the rules above know `sys.modules`)
 # that other modules hold too: `torch.sys`, `torch.os`, `torch.threading`.
 HELD_MODULES = {"sys", "os", "threading"}
@@ -138,6 +160,14 @@ MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "append", "extend
             "add"}
 # Import roots whose attributes may be written by student code (plots only).
 WRITABLE_ROOTS = {"plt", "matplotlib", "mpl"}
+# torch's switches a student may set to a constant, and the values allowed: lower precision
+# stays off (a check's own torch matmuls run under it too), cuDNN's choices either way.
+WRITABLE_SETTINGS = {"torch.backends.cuda.matmul.allow_tf32": (False,),
+                     "torch.backends.cudnn.allow_tf32": (False,),
+                     "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": (False,),
+                     "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": (False,),
+                     "torch.backends.cudnn.benchmark": (False, True),
+                     "torch.backends.cudnn.deterministic": (False, True)}
 # Magics a student may use; anything else (shell escapes, %run, %load) is refused.
 ALLOWED_MAGICS = {"time", "timeit", "matplotlib", "precision"}
 
@@ -158,7 +188,14 @@ class Finding:
 
 
 def _to_python(source: str) -> str:
-    """Turn IPython magics into calls so `ast` can parse the cell."""
+    """Turn IPython magics into calls so `ast` can parse the cell. The body of an allowed cell
+    magic (`%%time`) runs as the cell's code: it is parsed as code, not left a string."""
+    head, _, body = source.lstrip().partition("\n")
+    words = head.strip()[2:].split(None, 1) if head.strip().startswith("%%") else []
+    if words and words[0] in ALLOWED_MAGICS:
+        line = words[1] if len(words) > 1 else ""
+        return (f"get_ipython().run_cell_magic({words[0]!r}, {line!r}, '')\n"
+                + _to_python(body))
     if not any(line.lstrip().startswith(("%", "!")) for line in source.splitlines()):
         return source
     try:
@@ -225,8 +262,10 @@ def _dotted_node(dotted: str) -> ast.AST:
 
 @functools.lru_cache(maxsize=1)
 def _grading_state() -> frozenset[str]:
-    """The private names the course's grading modules keep their state under (`_recording`,
-    `_student_depth`): written on anything, they switch a check or a tripwire off."""
+    """The private names the course's grading modules keep their state under
+    (`_record_in_progress`, `_student_depth`): written on anything, they switch a check or a
+    tripwire off. Named so that a student's own attributes (`self._recording`) do not meet
+    them; the modules' functions (plain or cached) are not state."""
     import types
 
     from ..checks import cases, class_items, guards, recording, registry, tripwires
@@ -234,7 +273,7 @@ def _grading_state() -> frozenset[str]:
     return frozenset(name for module in (cases, class_items, guards, recording, registry,
                                          tripwires)
                      for name, value in vars(module).items() if _is_private(name)
-                     and not isinstance(value, (type, types.FunctionType, types.ModuleType)))
+                     and not callable(value) and not isinstance(value, types.ModuleType))
 
 
 def _in_grading_code(dotted: str) -> bool:
@@ -372,14 +411,25 @@ class _Scanner(ast.NodeVisitor):
         self.runners: set[str] = set()  # names the cell binds to exec and the like
         self.findings: list[Finding] = []
         self.reported: set[int] = set()  # nodes a finding on their call already names
+        self.depth = 0  # functions and classes around the node visited (0: the cell's top)
 
     def flag(self, node: ast.AST, what: str) -> None:
         self.findings.append(Finding(self.cell, getattr(node, "lineno", 0), what))
 
     # ---- bindings of protected names
     def _bind(self, node: ast.AST, name: str, how: str) -> None:
-        if name in CANONICAL or name.startswith("_fc_"):
+        """A name bound in the notebook's namespace: a method's or a nested function's names
+        are its own (`global` is a finding of its own)."""
+        if self.depth == 0 and (name in CANONICAL and name not in OWN_NAMES_ALLOWED
+                                or name.startswith("_fc_")):
             self.flag(node, f"{how} `{name}`, which grading relies on")
+
+    def _nested(self, node: ast.AST) -> None:
+        self.depth += 1
+        try:
+            self.generic_visit(node)
+        finally:
+            self.depth -= 1
 
     def _target(self, target: ast.AST, node: ast.AST, how: str) -> None:
         if isinstance(target, ast.Name):
@@ -391,7 +441,13 @@ class _Scanner(ast.NodeVisitor):
             self._target(target.value, node, how)
         elif isinstance(target, (ast.Attribute, ast.Subscript)):
             root = _root(target)
-            if root in CANONICAL or (root in self.imported and root not in WRITABLE_ROOTS):
+            allowed = WRITABLE_SETTINGS.get(self._resolved(target), ())
+            value = getattr(node, "value", None)
+            if isinstance(node, ast.Assign) and isinstance(value, ast.Constant) and \
+                    any(value.value is setting for setting in allowed):
+                return
+            if (root in CANONICAL and root not in OWN_NAMES_ALLOWED) or \
+                    (root in self.imported and root not in WRITABLE_ROOTS):
                 self.flag(node, f"{how} `{_dotted(target)}` (patches module `{root}`)")
             elif (private := _private_in(target)) and private in _grading_state():
                 # on anything, `self` too: a function's first parameter may be any object
@@ -448,17 +504,24 @@ class _Scanner(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         self._bind(node, node.name, "defines a function named")
         self._annotation(node.returns)
-        self.generic_visit(node)
+        self._nested(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self._bind(node, node.name, "defines a class named")
-        self.generic_visit(node)
+        self._nested(node)
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._nested(node)
 
     def visit_Global(self, node: ast.Global) -> None:
-        for name in node.names:
-            self._bind(node, name, "declares global")
+        depth, self.depth = self.depth, 0  # what it declares binds the notebook's names
+        try:
+            for name in node.names:
+                self._bind(node, name, "declares global")
+        finally:
+            self.depth = depth
 
     # ---- imports
     def _import(self, node: ast.AST, module: str, name: str, bound: str) -> None:
@@ -539,6 +602,9 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"reads running frames (`{text}`)")
         elif attr in HOOK_ATTRIBUTES:
             self.flag(node, f"installs or reaches a hook that runs on every call (`{text}`)")
+        elif attr in PROCESS_ATTRIBUTES or (attr in OS_PROCESS_ATTRIBUTES
+                                            and held_by.rsplit(".", 1)[-1] == "os"):
+            self.flag(node, f"starts another process (`{text}`): no check sees what it runs")
         elif attr in DYNAMIC_ATTRIBUTES and not self._from_forbidden_module(root):
             self.flag(node, f"resolves a name or runs source text at run time (`{text}`)")
         elif attr in LOOKUP_CALLS[1:] and isinstance(node, ast.Attribute):
@@ -599,6 +665,16 @@ class _Scanner(ast.NodeVisitor):
                 self._check_attribute(node, attr, owner, _short(_dotted(node)))
                 owner = ast.Attribute(owner, attr)
 
+    def _scan_magic_code(self, source: str) -> None:
+        try:
+            inner = ast.parse(source)
+        except SyntaxError:
+            return  # the magic fails when it runs
+        self.global_loads = (self.global_loads or set()) | _global_loads(inner)
+        self.decoded |= _decoded_names(inner)
+        self.runners |= _source_runners(inner)
+        self.visit(inner)
+
     def _object_setattr(self, node: ast.Call) -> bool:
         """`object.__setattr__(owner, "name", value)` with `object` the builtin and a plain
         literal name: the same write as `owner.name = value`, checked as one."""
@@ -618,6 +694,8 @@ class _Scanner(ast.NodeVisitor):
             if unsafe is not None and not (isinstance(keyword.value, ast.Constant)
                                            and keyword.value.value is not unsafe):
                 self.flag(node, f"unpickles data (`{keyword.arg}=`): a pickle runs any code")
+            if keyword.arg in HOOK_KEYWORDS:
+                self.flag(node, f"hands Triton a hook to run around a launch (`{keyword.arg}=`)")
         kind = self._watched_call(func)
         if kind:
             self.reported.add(id(func))  # named by this call's finding, not as a value
@@ -650,15 +728,10 @@ class _Scanner(ast.NodeVisitor):
             elif magic not in ALLOWED_MAGICS:
                 self.flag(node, f"runs the IPython magic `%{magic}`; only "
                                 f"{', '.join(sorted(ALLOWED_MAGICS))} are allowed")
-            elif len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and \
-                    isinstance(node.args[1].value, str):  # %time CODE: scan CODE too
-                try:
-                    inner = ast.parse(node.args[1].value)
-                except SyntaxError:
-                    inner = None
-                if inner is not None:
-                    self.global_loads = (self.global_loads or set()) | _global_loads(inner)
-                    self.visit(inner)
+            else:  # %time CODE and %%time's whole cell (its third argument): scan them too
+                for code in node.args[1:3]:
+                    if isinstance(code, ast.Constant) and isinstance(code.value, str):
+                        self._scan_magic_code(code.value)
             return  # get_ipython() inside an allowed magic is fine
         self.generic_visit(node)
 
@@ -950,7 +1023,28 @@ DATA_MODULES = ("flashcourse.kernels.tiles",)
 
 def _names_reference(name: str) -> bool:
     return name.startswith(REFERENCE_MODULES) and not any(
-        name == data or name.startswith(data + ".") for data in DATA_MODULES)
+        name == data or name.startswith(data + ".") for data in DATA_MODULES) and \
+        name not in _kernel_runners()
+
+
+@functools.cache
+def _kernel_runners() -> frozenset[str]:
+    """The lessons' runners (`flashcourse.kernels.softmax.online_softmax`): functions of
+    flashcourse.kernels whose first parameter is the `kernel` they launch, with no default
+    (nothing of the course's own runs in its place). An answer cell may run its own kernel
+    through them. Read from the source, so nothing is imported."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("flashcourse.kernels")
+    runners = set()
+    for path in Path(spec.origin).parent.glob("*.py") if spec and spec.origin else ():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            args = node.args if isinstance(node, ast.FunctionDef) else None
+            if args is not None and args.args and args.args[0].arg == "kernel" and \
+                    len(args.defaults) < len(args.args) and not node.name.startswith("_"):
+                runners.add(f"flashcourse.kernels.{path.stem}.{node.name}")
+    return frozenset(runners)
 # Library calls that compute what an exercise asks the student to write (private spellings
 # such as `torch._softmax` or aten's `_scaled_dot_product_flash_attention` count too).
 REFERENCE_ATTRIBUTES = {"scaled_dot_product_attention", "softmax", "log_softmax",

@@ -133,9 +133,10 @@ def _judge_record(ex, job: Job, talk: Conversation, sub: Submission) -> tuple[st
     for key, what, message in (
             ("tripwires_removed", "the references' tripwires were taken away",
              _("the references' tripwires were taken away while it ran")),
-            ("hooks_set", "a trace or profile hook was set while its check ran",
-             _("a trace or profile hook was set while its check ran: it can change what the "
-               "course's code computes"))):
+            ("hooks_set", "a hook was set while its check ran",
+             _("a hook (a trace or profile function, a torch mode, a Triton pre-run or launch "
+               "hook) was set while its check ran: it can change what the course's code "
+               "computes"))):
         listed = record.get(key)
         if not isinstance(listed, list) or listed:
             named = ", ".join(str(n)[:80] for n in listed[:5]) if isinstance(listed, list) \
