@@ -3,6 +3,7 @@ names the mistake, questions and misconceptions are checked."""
 
 import re
 
+import numpy as np
 import pytest
 
 from flashcourse import WrongAnswer, check
@@ -23,14 +24,14 @@ def student_answer(root, **lines):
 def test_solution_passes(root, capsys):
     check("gpu-flash/flash-attention", student_answer(root))
     out = capsys.readouterr().out
-    assert out == ("\u2713 gpu-flash/flash-attention: 7 cases match standard attention "
+    assert out == ("\u2713 gpu-flash/flash-attention: 8 cases match standard attention "
                    "(graders also run hidden cases)\n")
 
 
 def test_hidden_cases_run_in_grading_mode(root, capsys, monkeypatch):
     monkeypatch.setenv(registry.GRADING_MODE_ENV, "1")
     check("gpu-flash/flash-attention", student_answer(root))
-    assert "10 cases match" in capsys.readouterr().out
+    assert "11 cases match" in capsys.readouterr().out
 
 
 WRONG_ANSWERS = {
@@ -88,7 +89,7 @@ def test_failure_message_says_where(root, known_wrong):
 
 def test_a_crash_names_the_case(root, known_wrong):
     with known_wrong("gpu-flash/flash-attention", "row sum of the wrong shape (crash)",
-                     match=r"case 1/7 .*raised ValueError"):
+                     match=r"case 1/8 .*raised ValueError"):
         crash = student_answer(root, l_new="li + p_ij.sum(axis=-1)[:-1]")
         check("gpu-flash/flash-attention", crash)
 
@@ -101,6 +102,34 @@ def test_modifying_inputs_is_rejected(known_wrong):
     with known_wrong("gpu-flash/flash-attention", "modifies Q in place",
                      match="modified Q, K or V"):
         check("gpu-flash/flash-attention", sneaky)
+
+
+def test_an_answer_that_forms_the_whole_score_matrix_is_rejected(known_wrong):
+    """Right outputs from standard attention written out (no blocks): the memory case names
+    what it held against the n x n scores, and the section, not the code to write."""
+    def unblocked(Q, K, V, block_size=64):
+        scores = Q @ K.T
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return weights / weights.sum(axis=-1, keepdims=True) @ V
+
+    with known_wrong("gpu-flash/flash-attention", "forms the whole n x n score matrix",
+                     match=r"case 8/8 .*held \d+ MiB at once, where the whole n x n score "
+                           r"matrix takes 32 MiB") as caught:
+        check("gpu-flash/flash-attention", unblocked)
+    assert "section 6" in str(caught.value)
+    assert "gpu-flash/flash-attention" not in registry.RESULTS
+
+
+def test_the_memory_case_cannot_be_blinded_by_stopping_the_tracing(known_wrong):
+    import tracemalloc
+
+    def blind(Q, K, V, block_size=64):
+        tracemalloc.stop()
+        return gpu_flash.blocked_attention(Q, K, V, block_size)
+
+    with known_wrong("gpu-flash/flash-attention", "stops the memory tracing",
+                     match="could not be measured"):
+        check("gpu-flash/flash-attention", blind)
 
 
 def test_stub_says_implement(known_wrong):

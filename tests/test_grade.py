@@ -501,6 +501,8 @@ TAMPERING = {
     "from os import popen": "starts another process",
     "import asyncio\nrun = asyncio.create_subprocess_exec": "starts another process",
     "import torch\nrun = torch.multiprocessing": "module `multiprocessing`",
+    # lesson 1 measures the memory an answer holds with it
+    "import tracemalloc\ntracemalloc.stop()": "imports `tracemalloc`",
     # a name the grading cells call, rebound from inside a function
     "def f():\n    global check\n    check = max": "declares global `check`",
     # beside torch's precision switches, torch itself stays unwritable

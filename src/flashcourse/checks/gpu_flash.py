@@ -3,6 +3,8 @@ Its self-check questions and veto misconceptions are data: self_checks/01-gpu-fl
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 
 from ..i18n import N_, _
@@ -24,7 +26,11 @@ VISIBLE_CASES = [
     (130, 8, 16, 4, 1.0, "extreme"),  # many small blocks; scores near -1000, +1000, equal
     (200, 32, None, 5, 0.5, "normal"),  # the default block_size=64
     (96, 16, 32, 6, 8.0, "normal"),  # scores of magnitude ~1e3: exp must not overflow
+    (2048, 32, 64, 7, 0.5, "memory"),  # its peak memory: the n x n scores are never formed
 ]
+# The most memory a call of the "memory" case may hold at once, as a share of the n x n scores
+# in float64: blocks of 64 keys (or queries) hold n x 64 at most, 1/32 of them at n = 2048.
+MEMORY_SHARE = 0.25
 HIDDEN_CASES = [
     (77, 24, 16, 101, 1.0, "extreme"),
     (321, 16, 128, 102, 0.3, "normal"),
@@ -33,6 +39,7 @@ HIDDEN_CASES = [
 
 
 EXTREME_NOTE = N_(", rows of scores near -1000, near +1000 and all equal")
+MEMORY_NOTE = N_(", the memory it holds measured")
 
 
 def _inputs(n: int, d: int, seed: int, logit_scale: float, kind: str = "normal"):
@@ -140,6 +147,40 @@ def _diagnose(output, Q, K, V, block_size) -> str:
     return _(GENERIC_HINT).format(section=_(SECTION))
 
 
+def _peak_memory(flash_attention, *args, **kwargs):
+    """(flash_attention's output, the most bytes it held at once while it ran): numpy's arrays
+    are traced by tracemalloc, so a whole (n, n) score matrix shows."""
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    start = tracemalloc.get_traced_memory()[0]
+    try:
+        output = flash_attention(*args, **kwargs)
+        if not tracemalloc.is_tracing():  # stopped by the call: nothing it held was seen
+            return output, None
+        return output, tracemalloc.get_traced_memory()[1] - start
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+
+
+def _require_blocks(peak, n: int, label: str) -> None:
+    scores = n * n * 8
+    if not isinstance(peak, int):
+        raise registry.WrongAnswer(_("{label}: the memory your function holds could not be "
+                                     "measured: it stopped Python's memory tracing.").format(
+                                         label=label))
+    if peak > MEMORY_SHARE * scores:
+        held = peak / 2**20
+        raise registry.WrongAnswer(_(
+            "{label}: your function held {held:.0f} MiB at once, where the whole n x n score "
+            "matrix takes {scores:.0f} MiB: the output is right, but FlashAttention never forms "
+            "that matrix. It walks the keys block by block and keeps only a block of scores and "
+            "each row's running statistics ({section}).").format(
+            label=label, held=held, scores=scores / 2**20, section=_(SECTION)))
+
+
 @registry.exercise("gpu-flash/flash-attention", N_("numpy FlashAttention (online softmax)"), 4)
 def _check_flash_attention(flash_attention) -> str:
     if not callable(flash_attention):
@@ -149,14 +190,20 @@ def _check_flash_attention(flash_attention) -> str:
         Q, K, V = _inputs(n, d, seed, logit_scale, kind)
         copies = [x.copy() for x in (Q, K, V)]
         notes = ((_(", scores ~1e3") if logit_scale > 1 else "")
-                 + (_(EXTREME_NOTE) if kind == "extreme" else ""))
+                 + (_(EXTREME_NOTE) if kind == "extreme" else "")
+                 + (_(MEMORY_NOTE) if kind == "memory" else ""))
         label = _("case {number}/{total} (n={n}, d={d}, block_size={block}, seed={seed}"
                   "{notes})").format(number=number, total=len(cases), n=n, d=d,
                                      block=block if block else _("default 64"), seed=seed,
                                      notes=notes)
         kwargs = {} if block is None else {"block_size": block}
         with np.errstate(all="ignore"):
-            output = registry.run_student(flash_attention, label, Q, K, V, **kwargs)
+            if kind == "memory":
+                output, peak = registry.run_student(_peak_memory, label, flash_attention, Q,
+                                                    K, V, **kwargs)
+                _require_blocks(peak, n, label)
+            else:
+                output = registry.run_student(flash_attention, label, Q, K, V, **kwargs)
         if any(not np.array_equal(a, b) for a, b in zip((Q, K, V), copies, strict=True)):
             raise registry.WrongAnswer(_("{label}: your function modified Q, K or V in "
                                          "place.").format(label=label))

@@ -67,7 +67,7 @@ FORBIDDEN_MODULES = {"builtins", "__builtin__", "importlib", "ctypes", "gc", "im
                      "pkgutil", "code", "codeop", "runpy", "pdb", "bdb", "cProfile", "profile",
                      "pickle", "_pickle", "marshal", "dill", "cloudpickle", "pydoc", "unittest",
                      "typing_extensions", "timeit", "doctest", "multiprocessing", "copyreg",
-                     "shelve", "subprocess", "pty", "pexpect"}
+                     "shelve", "subprocess", "pty", "pexpect", "tracemalloc"}
 # Packages of the notebook's shell and kernel (IPython.display stays: it shows things).
 SHELL_MODULES = ("IPython.core", "IPython.terminal", "ipykernel", "jupyter_client", "zmq",
                  "traitlets", "comm")
@@ -94,7 +94,7 @@ DYNAMIC_ATTRIBUTES = {"resolve_name", "import_module", "run_path", "run_module",
 ATTRIBUTE_MODULES = {"inspect", "importlib", "builtins", "__builtin__", "ctypes", "gc",
                      "pickle", "_pickle", "marshal", "runpy", "pkgutil", "pydoc", "codeop",
                      "dill", "cloudpickle", "copyreg", "timeit", "doctest", "multiprocessing",
-                     "subprocess", "pty"}
+                     "subprocess", "pty", "tracemalloc"}
 # Attributes a kernel's body never needs: a Triton value's interpreter handle (its numpy
 # array), the runtime and the modules behind triton.language
 KERNEL_REFUSED_ATTRIBUTES = {"handle", "runtime", "interpreter", "testing", "backends",
