@@ -22,7 +22,7 @@ def flash_attention(root):
 def test_replay_of_a_right_answer_passes(record_check, monkeypatch, flash_attention):
     _, record = record_check(EXERCISE, flash_attention)
     assert len(record["events"]) > 10  # visible and hidden cases, each recorded
-    assert "10 cases match" in registry.replay(EXERCISE, record)
+    assert "11 cases match" in registry.replay(EXERCISE, record)
 
 
 def test_replay_rejects_a_changed_result(record_check, monkeypatch, flash_attention,
@@ -92,7 +92,7 @@ def test_a_secret_reseeds_every_case(record_check, monkeypatch, flash_attention,
     _, public = record_check(EXERCISE, flash_attention, folder="public")
     monkeypatch.setenv(registry.SECRET_ENV, "instructor-only")
     _, secret = record_check(EXERCISE, flash_attention, folder="secret")
-    assert "10 cases match" in registry.replay(EXERCISE, secret)
+    assert "11 cases match" in registry.replay(EXERCISE, secret)
     assert [e["inputs"] for e in public["events"]] != [e["inputs"] for e in secret["events"]]
     with pytest.raises(recording.RecordMismatch, match="inputs"):
         registry.replay(EXERCISE, public)  # made without the secret: other inputs
@@ -116,11 +116,11 @@ def test_a_launch_records_the_tensors_not_what_the_launch_returns(monkeypatch):
                 return Launched()
             return run
 
-    monkeypatch.setattr(recording, "_recording", {"exercise": "x", "answer": {}, "events": []})
+    monkeypatch.setattr(recording, "_record_in_progress", {"exercise": "x", "answer": {}, "events": []})
     guards.launch(Kernel(), (1,), "case 1", torch.zeros(4))
     event = recording._record_in_progress["events"][0]
     assert event["result"] is None
-    monkeypatch.setattr(recording, "_recording", None)
+    monkeypatch.setattr(recording, "_record_in_progress", None)
     replayed = torch.zeros(4)
     with recording.replaying({"events": [event]}):
         guards.launch(recording.StandIn("kernel"), (1,), "case 1", replayed)
