@@ -156,11 +156,11 @@ def test_a_record_made_in_chinese_replays_in_english(root, record_check, monkeyp
     raised, record = record_check("gpu-flash/flash-attention", answer)
     assert raised is None and record["lang"] == "zh"
     labels = [event["label"] for event in record["events"]]
-    assert any(label.startswith("用例 1/10 (") for label in labels), labels
+    assert any(label.startswith("用例 1/11 (") for label in labels), labels
     for lang in ("zh", "en"):
         with i18n.language(lang):
             summary = registry.replay("gpu-flash/flash-attention", record)
-        assert summary.startswith("10 ") and bool(CJK.search(summary)) == (lang == "zh")
+        assert summary.startswith("11 ") and bool(CJK.search(summary)) == (lang == "zh")
     changed = dict(record, events=[dict(event, inputs="0" * 64) for event in record["events"]])
     with i18n.language("en"), pytest.raises(recording.RecordMismatch, match="inputs"):
         registry.replay("gpu-flash/flash-attention", changed)  # the inputs still must match

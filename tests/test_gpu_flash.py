@@ -142,6 +142,7 @@ def test_stub_says_implement(known_wrong):
 
 
 def _answers(exercise_id):
+    registry._load_checks()  # the self-checks register as their lesson's checks load
     return dict(registry.EXERCISES[exercise_id].answers)
 
 

@@ -26,7 +26,7 @@ VISIBLE_CASES = [
     (130, 8, 16, 4, 1.0, "extreme"),  # many small blocks; scores near -1000, +1000, equal
     (200, 32, None, 5, 0.5, "normal"),  # the default block_size=64
     (96, 16, 32, 6, 8.0, "normal"),  # scores of magnitude ~1e3: exp must not overflow
-    (2048, 32, 64, 7, 0.5, "memory"),  # its peak memory: the n x n scores are never formed
+    (2048, 4, 64, 7, 0.5, "memory"),  # its peak memory: the n x n scores are never formed
 ]
 # The most memory a call of the "memory" case may hold at once, as a share of the n x n scores
 # in float64: blocks of 64 keys (or queries) hold n x 64 at most, 1/32 of them at n = 2048.
