@@ -501,6 +501,21 @@ TAMPERING = {
     "from os import popen": "starts another process",
     "import asyncio\nrun = asyncio.create_subprocess_exec": "starts another process",
     "import torch\nrun = torch.multiprocessing": "module `multiprocessing`",
+    # cells IPython runs although they are no plain Python: read as IPython reads them
+    "    import flashcourse.checks.recording as rec\n    rec._student_depth = -1":
+        "the course's grading code",
+    ">>> import flashcourse.checks.recording as rec\n>>> rec._student_depth = -1":
+        "the course's grading code",
+    "%timeit -n1 -r1 import flashcourse.checks.recording as rec": "the course's grading code",
+    "%%timeit -n1 -r1 import flashcourse.checks.recording as rec\npass":
+        "the course's grading code",
+    "%time %run -i /tmp/mine.py": "magic `%run`",
+    "def f():\n    %time !python child.py\n    return 1": "shell command",
+    "%timeit -n1 )(": "cannot read as Python",
+    "import asyncio": "imports `asyncio`",
+    "def f(loop):\n    return loop.subprocess_exec(1)": "starts another process",
+    "import mmap": "imports `mmap`",
+    "def f(k, fill):\n    k.rewritten_fn[k.fn] = fill": "launch machinery",
     # lesson 1 measures the memory an answer holds with it
     "import tracemalloc\ntracemalloc.stop()": "imports `tracemalloc`",
     # a name the grading cells call, rebound from inside a function
@@ -550,6 +565,10 @@ HONEST = [
     "class Timer:\n    def __init__(self):\n        self._recording = []\n"
     "        self._owner = None\n        self._installed = False\n        self._replay = 0\n",
     "%%time\ntotal = sum(range(10))\n",
+    # no shell: a method named like one; an allowed magic's code that parses
+    "import platform\nprint(platform.system())\n",
+    "%timeit -n 3 sum(range(10))\n",
+    "t = %timeit -o -n1 sum(range(3))\n",
     # a student's own numerics: torch's precision switches
     "import torch\ntorch.backends.cuda.matmul.allow_tf32 = False\n"
     "torch.backends.cudnn.allow_tf32 = False\n",

@@ -116,7 +116,8 @@ def test_a_launch_records_the_tensors_not_what_the_launch_returns(monkeypatch):
                 return Launched()
             return run
 
-    monkeypatch.setattr(recording, "_record_in_progress", {"exercise": "x", "answer": {}, "events": []})
+    monkeypatch.setattr(recording, "_record_in_progress",
+                        {"exercise": "x", "answer": {}, "events": []})
     guards.launch(Kernel(), (1,), "case 1", torch.zeros(4))
     event = recording._record_in_progress["events"][0]
     assert event["result"] is None

@@ -222,3 +222,50 @@ print(json.dumps({"before": before, "hooked": hooked, "launch": launch,
 """)
     assert found == {"before": [], "hooked": ["pre-run hook on kernel empty_kernel"],
                      "launch": ["triton launch_enter_hook"], "after": []}, found
+
+
+def test_a_kernel_answer_whose_launch_machinery_was_replaced_is_named():
+    """An empty kernel whose `run` was replaced on the object (through an alias or
+    object.__setattr__) launched host code that wrote softmax; so could a replaced function,
+    and in the interpreter a replaced rewriter or a poisoned cache of rewritten functions."""
+    found = _run("""
+import os, tempfile, pathlib
+from flashcourse.checks import guards
+folder = tempfile.mkdtemp()  # @triton.jit reads its kernel's source from a file
+sys.path.insert(0, folder)
+def kernel(module, interpret):
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    pathlib.Path(folder, module + ".py").write_text(
+        "import triton\\nimport triton.language as tl\\n@triton.jit\\ndef k(x_ptr):\\n"
+        "    row = tl.program_id(0)\\n\\ndef fill(x_ptr):\\n    return 0\\n")
+    loaded = __import__(module)
+    guards.require_jit_kernel(loaded.k, "x/y")
+    return loaded
+seen = {}
+for module, interpret in (("compiled", False), ("interpreted", True)):
+    loaded = kernel(module, interpret)
+    k = loaded.k
+    seen[module + " untouched"] = tripwires.hooks_set()
+    alias = k
+    alias.run = print
+    seen[module + " run"] = tripwires.hooks_set()
+    del alias.run
+    original = k.fn
+    k.fn = loaded.fill
+    seen[module + " fn"] = tripwires.hooks_set()
+    k.fn = original
+    seen[module + " restored"] = tripwires.hooks_set()
+k = loaded.k
+type(k).rewritten_fn[k.fn] = loaded.fill
+seen["poisoned cache"] = tripwires.hooks_set()
+print(json.dumps(seen))
+""")
+    name = "kernel k: "
+    assert found == {
+        "compiled untouched": [], "compiled run": [name + "its run replaced"],
+        "compiled fn": ["kernel fill: its function replaced"], "compiled restored": [],
+        "interpreted untouched": [], "interpreted run": [name + "its run replaced"],
+        # the interpreter rewrites the function its rewriter holds, not kernel.fn: a new
+        # kernel.fn alone runs nothing new, but the rewriter no longer matches it
+        "interpreted fn": ["kernel fill: its rewriter replaced"], "interpreted restored": [],
+        "poisoned cache": [name + "the function the interpreter runs replaced"]}, found

@@ -166,14 +166,64 @@ def _triton_hooks() -> list[str]:
     """Functions Triton runs around a launch: pre-run hooks on a kernel answer a check was
     handed (run on the host with the launch's arguments; in the interpreter, on the copies it
     writes back) and the launch hooks of Triton's knobs. Nothing is imported."""
-    found = [f"pre-run hook on kernel {getattr(getattr(kernel, 'fn', None), '__name__', '?')}"
-             for kernel in recording.kernels_handed() if getattr(kernel, "pre_run_hooks", None)]
+    found = []
+    for kernel in recording.kernels_handed():
+        name = getattr(getattr(kernel, "fn", None), "__name__", "?")
+        if getattr(kernel, "pre_run_hooks", None):
+            found.append(f"pre-run hook on kernel {name}")
+        found += [f"kernel {name}: {what}" for what in _kernel_changed(kernel)]
     runtime_knobs = getattr(getattr(sys.modules.get("triton"), "knobs", None), "runtime", None)
     for name in ("launch_enter_hook", "launch_exit_hook"):
         hook = getattr(runtime_knobs, name, None)
         if getattr(hook, "calls", hook):  # a chain of hooks (Triton 3.5 on) or one, or None
             found.append(f"triton {name}")
     return found
+
+
+def _kernel_changed(kernel) -> list[str]:
+    """What of a kernel answer's launch machinery no longer is Triton's: its class, a method
+    replaced on the object (`kernel.run = fill`), the function it compiles (`kernel.fn`), or,
+    in the interpreter, the rewriter and the cached rewrite of its function that run."""
+    kind = type(kernel)
+    if not kind.__module__.startswith("triton."):
+        return [f"a class of its own ({kind.__name__})"]
+    changed = [f"its {attr} replaced" for attr in sorted(vars(kernel))
+               if callable(getattr(kind, attr, None))]
+    rewriter = getattr(kernel, "rewriter", None)
+    if rewriter is None:  # compiled: Triton compiles kernel.src, read from kernel.fn once
+        src = getattr(kernel, "src", None)
+        if isinstance(src, str) and _source_of(kernel.fn) not in (None, src):
+            changed.append("its function replaced")
+        return changed
+    if type(rewriter).__module__ != kind.__module__ or getattr(rewriter, "fn", None) \
+            is not kernel.fn or any(callable(getattr(type(rewriter), attr, None))
+                                    for attr in vars(rewriter)):
+        return [*changed, "its rewriter replaced"]
+    cache = getattr(kind, "rewritten_fn", None)
+    cached = cache.get(kernel.fn) if isinstance(cache, dict) else None
+    if cached is not None and not _same_code(cached, rewriter.rewrite_ast()):
+        changed.append("the function the interpreter runs replaced")
+    return changed
+
+
+def _source_of(fn) -> str | None:
+    """fn's source as Triton's decorator keeps it (dedented, from its `def` on)."""
+    import inspect
+    import re
+    import textwrap
+
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return None
+    start = re.search(r"^def\s+\w+\s*\(", src, re.MULTILINE)
+    return src[start.start():] if start else src
+
+
+def _same_code(one, other) -> bool:
+    first, second = getattr(one, "__code__", None), getattr(other, "__code__", None)
+    return first is not None and second is not None and first.co_code == second.co_code \
+        and first.co_names == second.co_names
 
 
 def _torch_modes() -> list[str]:

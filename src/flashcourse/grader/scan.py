@@ -67,7 +67,8 @@ FORBIDDEN_MODULES = {"builtins", "__builtin__", "importlib", "ctypes", "gc", "im
                      "pkgutil", "code", "codeop", "runpy", "pdb", "bdb", "cProfile", "profile",
                      "pickle", "_pickle", "marshal", "dill", "cloudpickle", "pydoc", "unittest",
                      "typing_extensions", "timeit", "doctest", "multiprocessing", "copyreg",
-                     "shelve", "subprocess", "pty", "pexpect", "tracemalloc"}
+                     "shelve", "subprocess", "pty", "pexpect", "tracemalloc", "asyncio",
+                     "mmap"}
 # Packages of the notebook's shell and kernel (IPython.display stays: it shows things).
 SHELL_MODULES = ("IPython.core", "IPython.terminal", "ipykernel", "jupyter_client", "zmq",
                  "traitlets", "comm")
@@ -94,7 +95,7 @@ DYNAMIC_ATTRIBUTES = {"resolve_name", "import_module", "run_path", "run_module",
 ATTRIBUTE_MODULES = {"inspect", "importlib", "builtins", "__builtin__", "ctypes", "gc",
                      "pickle", "_pickle", "marshal", "runpy", "pkgutil", "pydoc", "codeop",
                      "dill", "cloudpickle", "copyreg", "timeit", "doctest", "multiprocessing",
-                     "subprocess", "pty", "tracemalloc"}
+                     "subprocess", "pty", "tracemalloc", "asyncio", "mmap"}
 # Attributes a kernel's body never needs: a Triton value's interpreter handle (its numpy
 # array), the runtime and the modules behind triton.language
 KERNEL_REFUSED_ATTRIBUTES = {"handle", "runtime", "interpreter", "testing", "backends",
@@ -137,13 +138,18 @@ HOOK_ATTRIBUTES = {"settrace", "setprofile", "settrace_all_threads", "setprofile
                    "add_pre_run_hook", "pre_run_hooks", "launch_enter_hook", "launch_exit_hook",
                    "kernel_load_start_hook", "kernel_load_end_hook", "jit_cache_hook",
                    "jit_post_compile_hook", "add_stages_inspection_hook", "knobs"}
+# A Triton kernel's launch machinery (the interpreter's rewrite of a kernel and its cache,
+# the compiled kernel's caches and binder): no answer reaches it.
+KERNEL_MACHINERY = {"rewritten_fn", "rewriter", "rewrite_ast", "device_caches", "create_binder",
+                    "GridExecutor", "_patch_lang", "FunctionRewriter", "InterpretedFunction"}
 # Keywords that hand Triton a function to run around a launch (triton.Config, autotune).
 HOOK_KEYWORDS = {"pre_hook", "post_hook"}
 # Attributes that start another process, whose code no check or tripwire sees.
 PROCESS_ATTRIBUTES = {"fork", "forkpty", "execv", "execve", "execl", "execle", "execlp",
                       "execlpe", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe",
                       "spawnv", "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp",
-                      "create_subprocess_exec", "create_subprocess_shell", "Popen",
+                      "create_subprocess_exec", "create_subprocess_shell", "subprocess_exec",
+                      "subprocess_shell", "Popen",
                       "ProcessPoolExecutor", "startfile"}
 # The same, only where the owner is `os` (`platform.system()` is harmless).
 OS_PROCESS_ATTRIBUTES = {"system", "popen"}
@@ -187,22 +193,87 @@ class Finding:
         return f"{where}: {self.what}"
 
 
-def _to_python(source: str) -> str:
-    """Turn IPython magics into calls so `ast` can parse the cell. The body of an allowed cell
-    magic (`%%time`) runs as the cell's code: it is parsed as code, not left a string."""
-    head, _, body = source.lstrip().partition("\n")
-    words = head.strip()[2:].split(None, 1) if head.strip().startswith("%%") else []
-    if words and words[0] in ALLOWED_MAGICS:
-        line = words[1] if len(words) > 1 else ""
-        return (f"get_ipython().run_cell_magic({words[0]!r}, {line!r}, '')\n"
-                + _to_python(body))
-    if not any(line.lstrip().startswith(("%", "!")) for line in source.splitlines()):
-        return source
+def _to_python(source: str, depth: int = 0) -> str:
+    """The cell as IPython runs it: IPython's own transforms (an indented cell, `>>>` and `In
+    [1]:` prompts, magics and shell escapes made calls). The code an allowed magic runs
+    (`%time CODE`, `%timeit -n1 CODE`, a `%%time` cell's body, `%%timeit`'s setup line) is put
+    in the magic's place as statements, so that every pass of the scan reads it as code; code
+    of such a magic that does not parse is a finding (UNSCANNABLE)."""
     try:
         from IPython.core.inputtransformer2 import TransformerManager
     except ImportError:  # no IPython: magics then show up as syntax errors
         return source
-    return TransformerManager().transform_cell(source)
+    text = TransformerManager().transform_cell(source)
+    if "get_ipython()" not in text or depth > MAX_MAGIC_DEPTH:
+        return text
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    inliner = _MagicInliner(depth)
+    tree = inliner.visit(tree)
+    return ast.unparse(ast.fix_missing_locations(tree)) if inliner.changed else text
+
+
+MAX_MAGIC_DEPTH = 8  # magics inside magics followed, at most
+UNSCANNABLE = "__flashcourse_unscannable_magic__"  # a name no cell binds: see _Scanner
+TIMEIT_OPTIONS = "n:r:tcp:qo"  # IPython's %timeit options (its parse_options spec)
+
+
+class _MagicInliner(ast.NodeTransformer):
+    """`get_ipython().run_line_magic('time', CODE)` as a statement becomes CODE's statements
+    (and a cell magic's line and body too), each transformed as a cell of its own."""
+
+    def __init__(self, depth: int):
+        self.depth = depth
+        self.changed = False
+
+    def visit_Expr(self, node: ast.Expr):
+        call = node.value
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr in ("run_line_magic", "run_cell_magic") and call.args
+                and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                        for a in call.args)):
+            return self.generic_visit(node)
+        name, *texts = [a.value for a in call.args]
+        if name not in ALLOWED_MAGICS or name not in ("time", "timeit"):
+            return node
+        if name == "timeit" and texts:  # options first: `-n1 -r1 CODE`
+            texts[0] = _without_timeit_options(texts[0])
+        statements = []
+        for code in texts:
+            if not code.strip():
+                continue
+            try:
+                statements += ast.parse(_to_python(code, self.depth + 1)).body
+            except SyntaxError:
+                statements.append(ast.Expr(ast.Name(UNSCANNABLE, ast.Load())))
+        self.changed = True
+        # the call stays, emptied, so that the magic itself is still seen
+        call.args = [ast.Constant(name)] + [ast.Constant("") for _ in texts]
+        return [node, *[ast.copy_location(s, node) for s in statements]]
+
+
+def _from_the_shell(func: ast.Attribute) -> bool:
+    """`get_ipython().system(...)`, what IPython makes of `!cmd` (or any call's result)."""
+    return isinstance(func.value, ast.Call)
+
+
+def _without_timeit_options(line: str) -> str:
+    try:
+        from IPython.core.magic import Magics
+    except ImportError:
+        return line
+
+    class _Table:
+        options_table: dict = {}
+
+    try:
+        _, rest = Magics.parse_options(_Table(), line, TIMEIT_OPTIONS, posix=False,
+                                       strict=False, preserve_non_opts=True)
+    except Exception:  # noqa: BLE001  (IPython refuses the options: the magic fails too)
+        return line
+    return rest
 
 
 class _TooDeep(Exception):
@@ -562,7 +633,10 @@ class _Scanner(ast.NodeVisitor):
 
     # ---- reaching around
     def visit_Name(self, node: ast.Name) -> None:
-        if node.id in FORBIDDEN_NAMES:
+        if node.id == UNSCANNABLE:
+            self.flag(node, "runs code through a magic (`%time`, `%timeit`) that the scan "
+                            "cannot read as Python; write the code as plain Python")
+        elif node.id in FORBIDDEN_NAMES:
             self.flag(node, f"uses `{node.id}`")
         elif isinstance(node.ctx, ast.Load) and id(node) not in self.reported and \
                 self._watched_call(node) and self._reads_global(node):
@@ -602,6 +676,8 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"reads running frames (`{text}`)")
         elif attr in HOOK_ATTRIBUTES:
             self.flag(node, f"installs or reaches a hook that runs on every call (`{text}`)")
+        elif attr in KERNEL_MACHINERY:
+            self.flag(node, f"reaches a Triton kernel's launch machinery (`{text}`)")
         elif attr in PROCESS_ATTRIBUTES or (attr in OS_PROCESS_ATTRIBUTES
                                             and held_by.rsplit(".", 1)[-1] == "os"):
             self.flag(node, f"starts another process (`{text}`): no check sees what it runs")
@@ -665,11 +741,15 @@ class _Scanner(ast.NodeVisitor):
                 self._check_attribute(node, attr, owner, _short(_dotted(node)))
                 owner = ast.Attribute(owner, attr)
 
-    def _scan_magic_code(self, source: str) -> None:
+    def _scan_magic_code(self, node: ast.AST, source: str) -> None:
+        if not source.strip():
+            return
         try:
-            inner = ast.parse(source)
+            inner = ast.parse(_to_python(source))
         except SyntaxError:
-            return  # the magic fails when it runs
+            self.flag(node, "runs code through a magic (`%time`, `%timeit`) that the scan "
+                            "cannot read as Python; write the code as plain Python")
+            return
         self.global_loads = (self.global_loads or set()) | _global_loads(inner)
         self.decoded |= _decoded_names(inner)
         self.runners |= _source_runners(inner)
@@ -718,20 +798,25 @@ class _Scanner(ast.NodeVisitor):
             if root in ("fc", "flashcourse", "grading", "registry") or \
                     self.imported.get(root, "").startswith("flashcourse"):
                 self.flag(node, f"mutates `{_dotted(func.value)}` of the course package")
-        if isinstance(func, ast.Attribute) and func.attr in ("run_line_magic", "run_cell_magic",
-                                                             "system", "getoutput"):
+        shell_call = func.attr in ("system", "getoutput") and _from_the_shell(func) \
+            if isinstance(func, ast.Attribute) else False
+        if isinstance(func, ast.Attribute) and (shell_call or func.attr in ("run_line_magic",
+                                                                            "run_cell_magic")):
             magic = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) \
                 else None
-            if func.attr in ("system", "getoutput"):
+            if shell_call:  # `platform.system()` is no shell; `os.system` starts a process
                 self.flag(node, f"runs a shell command (`!{magic}`); shell commands are not "
                                 "allowed in graded notebooks")
             elif magic not in ALLOWED_MAGICS:
                 self.flag(node, f"runs the IPython magic `%{magic}`; only "
                                 f"{', '.join(sorted(ALLOWED_MAGICS))} are allowed")
-            else:  # %time CODE and %%time's whole cell (its third argument): scan them too
-                for code in node.args[1:3]:
+            else:  # a magic used as a value (`t = %timeit -o f()`): its code too
+                for number, code in enumerate(node.args[1:3]):
                     if isinstance(code, ast.Constant) and isinstance(code.value, str):
-                        self._scan_magic_code(code.value)
+                        text = code.value
+                        if magic == "timeit" and number == 0:
+                            text = _without_timeit_options(text)
+                        self._scan_magic_code(node, text)
             return  # get_ipython() inside an allowed magic is fine
         self.generic_visit(node)
 
