@@ -376,6 +376,14 @@ def mask_case(b: Bench, kernels, ma, sf, flex, create_block_mask, q, k, v, case:
     return row
 
 
+def fair_flex_bench(interpreter: bool):
+    """(Bench, flex, create_block_mask) for a script that times the reference sparse forward
+    beside FlexAttention written fairly (one mask_mod per mask)."""
+    b = Bench("interpreter" if interpreter else "full")
+    b.fair_flex = True
+    return (b, *flex_functions(b))
+
+
 def flex_functions(b: Bench):
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention

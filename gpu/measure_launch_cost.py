@@ -19,8 +19,6 @@ for the reference sparse forward and FlexAttention compiled with the mask's own 
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
 import time
@@ -40,28 +38,18 @@ ROUNDS = 3
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="the CSV to write")
-    parser.add_argument("--interpreter", action="store_true",
-                        help="smoke test on a CPU: N = 128, H = 2, d = 32, untimed")
-    args = parser.parse_args(argv)
-    if args.interpreter:
-        os.environ["FLASHCOURSE_INTERPRET"] = "1"
-        from flashcourse import runtime
-
-        runtime.setup(verbose=False)
-    elif not bench.cuda_script_ready("gpu/measure_launch_cost.py", "times launches"):
+    args = bench.script_args(argv, __doc__, "gpu/measure_launch_cost.py", "times launches",
+                             "smoke test on a CPU: N = 128, H = 2, d = 32, untimed")
+    if args is None:
         return 0
     import bench_modern_attention as bma
 
     from flashcourse.kernels import modern_attention as ma
     from flashcourse.kernels import sparse_forward as sf
 
-    b = bma.Bench("interpreter" if args.interpreter else "full")
-    b.fair_flex = True
+    b, flex, create_block_mask = bma.fair_flex_bench(args.interpreter)
     sizes, dims, heads, window = ((128,), (32,), 2, 32) if args.interpreter else \
         (SIZES, HEAD_DIMS, HEADS, bma.WINDOW)
-    flex, create_block_mask = bma.flex_functions(b)
     rows = []
     for d in dims:
         for n in sizes:

@@ -35,8 +35,6 @@ bench_modern_attention.REPEATS interleaved timings:
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -52,27 +50,17 @@ HEADS = 16
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="the CSV to write")
-    parser.add_argument("--interpreter", action="store_true",
-                        help="smoke test on a CPU: N = 128, H = 2, a window of 32, untimed")
-    args = parser.parse_args(argv)
-    if args.interpreter:
-        os.environ["FLASHCOURSE_INTERPRET"] = "1"
-        from flashcourse import runtime
-
-        runtime.setup(verbose=False)
-    elif not bench.cuda_script_ready("gpu/measure_partial_cost.py", "times masked tiles"):
+    args = bench.script_args(argv, __doc__, "gpu/measure_partial_cost.py", "times masked tiles",
+                             "smoke test on a CPU: N = 128, H = 2, a window of 32, untimed")
+    if args is None:
         return 0
     import bench_modern_attention as bma
 
     from flashcourse.kernels import modern_attention as ma
     from flashcourse.kernels import sparse_forward as sf
 
-    b = bma.Bench("interpreter" if args.interpreter else "full")
-    b.fair_flex = True
+    b, flex, create_block_mask = bma.fair_flex_bench(args.interpreter)
     sizes, heads, window = ((128,), 2, 32) if args.interpreter else (SIZES, HEADS, bma.WINDOW)
-    flex, create_block_mask = bma.flex_functions(b)
     rows = []
     for name, d in CASES:
         for n in sizes:

@@ -39,6 +39,25 @@ def skip_message() -> str | None:
     return BOOK_MESSAGE if runtime.book_page() else CPU_MESSAGE
 
 
+def script_args(argv, doc: str, script: str, what: str, smoke: str):
+    """A gpu/ script's `--out FILE` and `--interpreter` (a smoke test on a CPU: `smoke` says
+    what it runs), with the runtime set up for one or the other; None without a CUDA GPU and
+    without --interpreter (cuda_script_ready has said so)."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="the CSV to write")
+    parser.add_argument("--interpreter", action="store_true", help=smoke)
+    args = parser.parse_args(argv)
+    if args.interpreter:
+        os.environ["FLASHCOURSE_INTERPRET"] = "1"
+        runtime.setup(verbose=False)
+    elif not cuda_script_ready(script, what):
+        return None
+    return args
+
+
 def cuda_script_ready(script: str, what: str) -> bool:
     """For a gpu/ script: without a CUDA GPU, print "<script> <what> on a CUDA GPU; there is
     none here." and return False; with one, set up compiled Triton and return True."""
