@@ -191,8 +191,8 @@ def _kernel_changed(kernel) -> list[str]:
                if callable(getattr(kind, attr, None))]
     rewriter = getattr(kernel, "rewriter", None)
     if rewriter is None:  # compiled: Triton compiles kernel.src, read from kernel.fn once
-        src = getattr(kernel, "src", None)
-        if isinstance(src, str) and _source_of(kernel.fn) not in (None, src):
+        src, source = getattr(kernel, "src", None), _source_of(kernel.fn)
+        if isinstance(src, str) and source is not None and src.strip() not in source:
             changed.append("its function replaced")
         return changed
     if type(rewriter).__module__ != kind.__module__ or getattr(rewriter, "fn", None) \
@@ -207,17 +207,15 @@ def _kernel_changed(kernel) -> list[str]:
 
 
 def _source_of(fn) -> str | None:
-    """fn's source as Triton's decorator keeps it (dedented, from its `def` on)."""
+    """fn's source, dedented: Triton's decorator keeps it so, or from its `def` on (which part
+    depends on the version, so kernel.src is looked for inside it)."""
     import inspect
-    import re
     import textwrap
 
     try:
-        src = textwrap.dedent(inspect.getsource(fn))
+        return textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
         return None
-    start = re.search(r"^def\s+\w+\s*\(", src, re.MULTILINE)
-    return src[start.start():] if start else src
 
 
 def _same_code(one, other) -> bool:
