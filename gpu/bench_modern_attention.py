@@ -51,7 +51,9 @@ import argparse
 import os
 import sys
 import time
+import types
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -376,12 +378,32 @@ def mask_case(b: Bench, kernels, ma, sf, flex, create_block_mask, q, k, v, case:
     return row
 
 
-def fair_flex_bench(interpreter: bool):
-    """(Bench, flex, create_block_mask) for a script that times the reference sparse forward
-    beside FlexAttention written fairly (one mask_mod per mask)."""
-    b = Bench("interpreter" if interpreter else "full")
+class FairFlexScript(NamedTuple):
+    """What a script needs to time the reference sparse forward beside FlexAttention written
+    fairly (one mask_mod per mask): its arguments, the bench, flex and the kernel modules."""
+
+    args: argparse.Namespace
+    b: Bench
+    flex: object
+    create_block_mask: object
+    ma: types.ModuleType  # flashcourse.kernels.modern_attention
+    sf: types.ModuleType  # flashcourse.kernels.sparse_forward
+
+
+def fair_flex_script(argv, doc: str, script: str, what: str, smoke: str):
+    """bench.script_args (--out, --interpreter: `smoke` says what it runs), then the fair
+    FlexAttention bench; None where there is no CUDA GPU and no --interpreter."""
+    from flashcourse import bench
+
+    args = bench.script_args(argv, doc, script, what, smoke)
+    if args is None:
+        return None
+    from flashcourse.kernels import modern_attention as ma
+    from flashcourse.kernels import sparse_forward as sf
+
+    b = Bench("interpreter" if args.interpreter else "full")
     b.fair_flex = True
-    return (b, *flex_functions(b))
+    return FairFlexScript(args, b, *flex_functions(b), ma, sf)
 
 
 def flex_functions(b: Bench):

@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "gpu"))
 
+import bench_modern_attention as bma  # noqa: E402
+
 from flashcourse import bench  # noqa: E402
 
 SIZES = (8192, 16384)
@@ -38,16 +40,11 @@ ROUNDS = 3
 
 
 def main(argv=None) -> int:
-    args = bench.script_args(argv, __doc__, "gpu/measure_launch_cost.py", "times launches",
-                             "smoke test on a CPU: N = 128, H = 2, d = 32, untimed")
-    if args is None:
+    setup = bma.fair_flex_script(argv, __doc__, "gpu/measure_launch_cost.py", "times launches",
+                                 "smoke test on a CPU: N = 128, H = 2, d = 32, untimed")
+    if setup is None:
         return 0
-    import bench_modern_attention as bma
-
-    from flashcourse.kernels import modern_attention as ma
-    from flashcourse.kernels import sparse_forward as sf
-
-    b, flex, create_block_mask = bma.fair_flex_bench(args.interpreter)
+    args, b, flex, create_block_mask, ma, sf = setup
     sizes, dims, heads, window = ((128,), (32,), 2, 32) if args.interpreter else \
         (SIZES, HEAD_DIMS, HEADS, bma.WINDOW)
     rows = []

@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "gpu"))
 
+import bench_modern_attention as bma  # noqa: E402
+
 from flashcourse import bench  # noqa: E402
 
 CASES = (("causal window 1024", 64), ("causal documents", 128))  # (mask, D): the misses
@@ -50,16 +52,12 @@ HEADS = 16
 
 
 def main(argv=None) -> int:
-    args = bench.script_args(argv, __doc__, "gpu/measure_partial_cost.py", "times masked tiles",
-                             "smoke test on a CPU: N = 128, H = 2, a window of 32, untimed")
-    if args is None:
+    setup = bma.fair_flex_script(
+        argv, __doc__, "gpu/measure_partial_cost.py", "times masked tiles",
+        "smoke test on a CPU: N = 128, H = 2, a window of 32, untimed")
+    if setup is None:
         return 0
-    import bench_modern_attention as bma
-
-    from flashcourse.kernels import modern_attention as ma
-    from flashcourse.kernels import sparse_forward as sf
-
-    b, flex, create_block_mask = bma.fair_flex_bench(args.interpreter)
+    args, b, flex, create_block_mask, ma, sf = setup
     sizes, heads, window = ((128,), 2, 32) if args.interpreter else (SIZES, HEADS, bma.WINDOW)
     rows = []
     for name, d in CASES:

@@ -238,20 +238,29 @@ class _MagicInliner(ast.NodeTransformer):
         name, *texts = [a.value for a in call.args]
         if name not in ALLOWED_MAGICS or name not in ("time", "timeit"):
             return node
-        if name == "timeit" and texts:  # options first: `-n1 -r1 CODE`
-            texts[0] = _without_timeit_options(texts[0])
-        statements = []
-        for code in texts:
-            if not code.strip():
-                continue
-            try:
-                statements += ast.parse(_to_python(code, self.depth + 1)).body
-            except SyntaxError:
-                statements.append(ast.Expr(ast.Name(UNSCANNABLE, ast.Load())))
+        statements = _magic_statements(name, texts, self.depth + 1)
         self.changed = True
         # the call stays, emptied, so that the magic itself is still seen
         call.args = [ast.Constant(name)] + [ast.Constant("") for _ in texts]
         return [node, *[ast.copy_location(s, node) for s in statements]]
+
+
+def _magic_statements(name: str, texts: list[str], depth: int = 0) -> list[ast.stmt]:
+    """The statements the magic `name` runs: its line (for timeit, after its options) and its
+    cell, each read as a cell of its own; code that does not parse becomes a load of
+    UNSCANNABLE, which the scan names."""
+    texts = list(texts)
+    if name == "timeit" and texts:  # options first: `-n1 -r1 CODE`
+        texts[0] = _without_timeit_options(texts[0])
+    statements = []
+    for code in texts:
+        if not code.strip():
+            continue
+        try:
+            statements += ast.parse(_to_python(code, depth)).body
+        except SyntaxError:
+            statements.append(ast.Expr(ast.Name(UNSCANNABLE, ast.Load())))
+    return statements
 
 
 def _from_the_shell(func: ast.Attribute) -> bool:
@@ -741,15 +750,14 @@ class _Scanner(ast.NodeVisitor):
                 self._check_attribute(node, attr, owner, _short(_dotted(node)))
                 owner = ast.Attribute(owner, attr)
 
-    def _scan_magic_code(self, node: ast.AST, source: str) -> None:
-        if not source.strip():
-            return
-        try:
-            inner = ast.parse(_to_python(source))
-        except SyntaxError:
-            self.flag(node, "runs code through a magic (`%time`, `%timeit`) that the scan "
-                            "cannot read as Python; write the code as plain Python")
-            return
+    def _scan_magic_code(self, node: ast.Call, name: str) -> None:
+        """A magic used as a value (`t = %timeit -o f()`): the code it runs, scanned here."""
+        texts = [a.value for a in node.args[1:3]
+                 if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        inner = ast.Module(body=_magic_statements(name, texts), type_ignores=[])
+        for part in ast.walk(inner):  # findings name the magic's line
+            if isinstance(part, (ast.stmt, ast.expr)):
+                ast.copy_location(part, node)
         self.global_loads = (self.global_loads or set()) | _global_loads(inner)
         self.decoded |= _decoded_names(inner)
         self.runners |= _source_runners(inner)
@@ -810,13 +818,8 @@ class _Scanner(ast.NodeVisitor):
             elif magic not in ALLOWED_MAGICS:
                 self.flag(node, f"runs the IPython magic `%{magic}`; only "
                                 f"{', '.join(sorted(ALLOWED_MAGICS))} are allowed")
-            else:  # a magic used as a value (`t = %timeit -o f()`): its code too
-                for number, code in enumerate(node.args[1:3]):
-                    if isinstance(code, ast.Constant) and isinstance(code.value, str):
-                        text = code.value
-                        if magic == "timeit" and number == 0:
-                            text = _without_timeit_options(text)
-                        self._scan_magic_code(node, text)
+            else:
+                self._scan_magic_code(node, magic)
             return  # get_ipython() inside an allowed magic is fine
         self.generic_visit(node)
 
