@@ -10,6 +10,10 @@ the two events and the timing is the launch's. The sliding window at N = 8k runs
 128, B = 1, H = 16, each side checked against float32 attention first:
 
 * "launch": the host's time per call, 100 calls queued back to back (median of 3 rounds);
+  for the reference also split in two: "python", the course's code before the launch (its
+  checks, the plan's variant, the descriptors' objects; the kernel's launch replaced by
+  nothing), and "pointers launch", the whole call with use_tma=False (no descriptors to encode,
+  17 fewer arguments; checked first too);
 * "launched": the masks table's timing (median of REPEATS interleaved do_bench timings);
 * "graph": the same call captured once in a CUDA graph and replayed, which leaves only the
   GPU's time (median of REPEATS interleaved timings),
@@ -19,6 +23,7 @@ for the reference sparse forward and FlexAttention compiled with the mask's own 
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import time
@@ -81,6 +86,8 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
     ours = lambda: sf.sparse_forward(q, k, v, plan)[0]  # noqa: E731
     if bma.checked(b, row, "reference", ours, reference, True):
         calls["reference"] = ours
+    pointers = lambda: sf.sparse_forward(q, k, v, plan, use_tma=False)[0]  # noqa: E731
+    pointers_ok = bma.checked(b, row, "reference pointers", pointers, reference, True)
     flex_call = bma.flex_mask_call(b, ma, sf, flex, create_block_mask, q, k, v, case, row)
     if flex_call is not None and bma.checked(b, row, "flex", flex_call, reference, False):
         calls["flex"] = flex_call
@@ -88,6 +95,11 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
     timed = dict(calls)
     for name, call in calls.items():
         row[f"{name} launch ms"] = launch_ms(b, call)
+    if "reference" in calls:
+        with launches_skipped(sf):
+            row["reference python ms"] = launch_ms(b, ours)
+    if pointers_ok:
+        row["reference pointers launch ms"] = launch_ms(b, pointers)
         if b.mode != "interpreter":
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
@@ -100,6 +112,22 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
         if row.get(f"reference {how} ms") and row.get(f"flex {how} ms"):
             row[f"reference vs flex, {how}"] = row[f"flex {how} ms"] / row[f"reference {how} ms"]
     return row
+
+
+@contextlib.contextmanager
+def launches_skipped(sf):
+    """sparse_forward's kernel launches do nothing inside: what is left is the course's code."""
+    kernel = sf.sparse_forward_kernel
+
+    class Skipped:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    sf.sparse_forward_kernel = Skipped()
+    try:
+        yield
+    finally:
+        sf.sparse_forward_kernel = kernel
 
 
 def launch_ms(b, call) -> float:
