@@ -58,7 +58,8 @@ def main(argv=None) -> int:
             for case in bma.mask_cases(ma, sf, n, window):
                 row = measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads)
                 rows.append(row)
-                print(", ".join(f"{key} {value:.3f}" if isinstance(value, float) else f"{value}"
+                print(", ".join(f"{key} {value:.3f}" if isinstance(value, float) else
+                                f"{key} {value}" if isinstance(value, bool) else f"{value}"
                                 for key, value in row.items()), flush=True)
                 if args.out is not None:  # after every cell: a call cut short keeps its rows
                     bench.write_csv(args.out, rows)
