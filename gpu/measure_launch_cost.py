@@ -96,16 +96,12 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
     timed = dict(calls)
     for name, call in calls.items():
         row[f"{name} launch ms"] = launch_ms(b, call)
+        timed[f"{name} graph"] = replayable(b, call)
     if "reference" in calls:
         with launches_skipped(sf):
             row["reference python ms"] = launch_ms(b, ours)
     if pointers_ok:
         row["reference pointers launch ms"] = launch_ms(b, pointers)
-        if b.mode != "interpreter":
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                call()
-            timed[f"{name} graph"] = graph.replay
     for name, timing in bma.interleaved(b, timed).items():
         label = name if name.endswith("graph") else f"{name} launched"
         bma.spread_columns(row, label, timing)
@@ -113,6 +109,17 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
         if row.get(f"reference {how} ms") and row.get(f"flex {how} ms"):
             row[f"reference vs flex, {how}"] = row[f"flex {how} ms"] / row[f"reference {how} ms"]
     return row
+
+
+def replayable(b, call):
+    """The call captured once in a CUDA graph, as that graph's replay; in the interpreter,
+    which has no graphs, the call itself."""
+    if b.mode == "interpreter":
+        return call
+    graph = b.torch.cuda.CUDAGraph()
+    with b.torch.cuda.graph(graph):
+        call()
+    return graph.replay
 
 
 @contextlib.contextmanager
