@@ -99,15 +99,12 @@ class Bench:
                                                 quantiles=[0.2, 0.5, 0.8])
         return float(p50), float(p20), float(p80)
 
-    def time_graph(self, fn, rep: int = 100) -> tuple[float, float, float]:
-        """Bench.time of fn captured once in a CUDA graph and replayed: the GPU's time for
-        fn's kernels without the host's work of launching them (how serving engines run a
-        decoding step). The interpreter runs fn once (time 0)."""
+    def graph_replay(self, fn):
+        """fn captured once in a CUDA graph, as that graph's replay: a call that runs fn's
+        kernels without the host's work of launching them (how serving engines run a decoding
+        step). The interpreter, which has no graphs, gets fn itself."""
         if self.mode == "interpreter":
-            fn()
-            return 0.0, 0.0, 0.0
-        import triton.testing
-
+            return fn
         torch = self.torch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -118,7 +115,18 @@ class Bench:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fn()
-        p20, p50, p80 = triton.testing.do_bench(graph.replay, warmup=10, rep=rep,
+        return graph.replay
+
+    def time_graph(self, fn, rep: int = 100) -> tuple[float, float, float]:
+        """Bench.time of fn's graph_replay: the GPU's time for fn's kernels. The interpreter
+        runs fn once (time 0)."""
+        replay = self.graph_replay(fn)
+        if self.mode == "interpreter":
+            replay()
+            return 0.0, 0.0, 0.0
+        import triton.testing
+
+        p20, p50, p80 = triton.testing.do_bench(replay, warmup=10, rep=rep,
                                                 quantiles=[0.2, 0.5, 0.8])
         return float(p50), float(p20), float(p80)
 

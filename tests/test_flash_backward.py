@@ -228,7 +228,7 @@ def test_the_lessons_autograd_function_runs_the_courses_forward(solution):
 
 
 def test_backward_factor_is_this_lessons(known_wrong):
-    q2 = registry.EXERCISES["flash-backward/q2-kernels"].answers
+    q2 = registry.get("flash-backward/q2-kernels").answers
     with known_wrong("flash-backward/q2-kernels", "the conventional 2.5x for this backward",
                      match="backward_flop_factor"):
         check("flash-backward/q2-kernels", dict(q2, backward_flop_factor=2.5))
@@ -238,7 +238,7 @@ def test_backward_factor_is_this_lessons(known_wrong):
 
 
 def test_question_numbers_are_the_models():
-    q1 = registry.EXERCISES["flash-backward/q1-saved"].answers
+    q1 = registry.get("flash-backward/q1-saved").answers
     assert q1["p_bytes_n16k_fp16"] == score_matrix_bytes(16384, "fp16")
 
 

@@ -313,7 +313,7 @@ def test_zz_report_rejected_count():
 
 
 def test_fa3_overlap_is_pingpong(known_wrong):
-    q2 = registry.EXERCISES["flash-triton/q2-speed"].answers
+    q2 = registry.get("flash-triton/q2-speed").answers
     with known_wrong("flash-triton/q2-speed", "warp specialisation for the softmax overlap",
                      match="fa3_feature"):
         check("flash-triton/q2-speed", dict(q2, fa3_feature="warp_specialization"))
@@ -321,7 +321,7 @@ def test_fa3_overlap_is_pingpong(known_wrong):
 
 def test_question_numbers_are_the_models():
     # B = 4, H = 16, N = 4096, BLOCK_M = BLOCK_N = 64
-    q1 = registry.EXERCISES["flash-triton/q1-grid"].answers
+    q1 = registry.get("flash-triton/q1-grid").answers
     visited, skipped = attention.causal_tiles(4096, 64, 64)
     assert q1["programs"] == cdiv(4096, 64) * 4 * 16
     assert q1["skipped_fraction"] == skipped / (visited + skipped)

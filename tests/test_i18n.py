@@ -288,11 +288,11 @@ def test_the_untouched_blank_and_the_scorecard_in_chinese(monkeypatch, capsys):
 
 def test_a_question_and_a_veto_in_chinese(monkeypatch):
     monkeypatch.setenv(i18n.LANG_ENV, "zh")
-    right = registry.EXERCISES["softmax/q3-merge"].answers
+    right = registry.get("softmax/q3-merge").answers
     text = _wrong("softmax/q3-merge", dict(right, merged_l=4.0))
     assert_chinese(text)
     assert "请重读第 6 节（“" in text
-    statements = registry.EXERCISES["softmax/misconceptions"].answers
+    statements = registry.get("softmax/misconceptions").answers
     flipped = {key: not truth for key, truth in statements.items()}
     assert_chinese(_wrong("softmax/misconceptions", flipped))
 

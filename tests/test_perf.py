@@ -184,8 +184,8 @@ def test_known_wrong_ladder_answers_are_rejected(root, known_wrong, mistake, old
 
 
 def test_questions_and_vetoes(known_wrong):
-    q2 = registry.EXERCISES["performance/q2-ladder"].answers
-    truths = registry.EXERCISES["performance/misconceptions"].answers
+    q2 = registry.get("performance/q2-ladder").answers
+    truths = registry.get("performance/misconceptions").answers
     check("performance/q2-ladder", dict(q2))
     with known_wrong("performance/q2-ladder", "exp2 for accuracy",
                      match=r"exp2_reason = 'more_accurate' is not right\. Re-read section 3"):
@@ -198,7 +198,7 @@ def test_questions_and_vetoes(known_wrong):
 def test_q1_tflops_is_the_flop_models():
     # B=2, H=16, N=16384, d=128, causal, measured at 10 ms
     flops = attention_flops(16384, 128, 2, 16, causal=True)
-    tflops = registry.EXERCISES["performance/q1-measuring"].answers["tflops_causal"]
+    tflops = registry.get("performance/q1-measuring").answers["tflops_causal"]
     assert tflops == flops / 10e-3 / 1e12
 
 
