@@ -13,7 +13,9 @@ the two events and the timing is the launch's. The sliding window at N = 8k runs
   for the reference also split in two: "python", the course's code before the launch (its
   checks, the plan's variant, the descriptors' objects; the kernel's launch replaced by
   nothing), and "pointers launch", the whole call with use_tma=False (no descriptors to encode,
-  17 fewer arguments; checked first too);
+  17 fewer arguments; checked first too); and "bare launch" (and "bare pointers launch"):
+  Triton's launch alone, the kernel called again with the grid and arguments the course's
+  code gave it (no course code runs);
 * "launched": the masks table's timing (median of REPEATS interleaved do_bench timings);
 * "graph": the same call captured once in a CUDA graph and replayed, which leaves only the
   GPU's time (median of REPEATS interleaved timings),
@@ -98,10 +100,17 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
         row[f"{name} launch ms"] = launch_ms(b, call)
         timed[f"{name} graph"] = b.graph_replay(call)
     if "reference" in calls:  # the course's code alone: its kernel's launch does nothing
-        with mock.patch.object(sf, "sparse_forward_kernel", LaunchSkipped()):
+        skipped = LaunchSkipped()
+        with mock.patch.object(sf, "sparse_forward_kernel", skipped):
             row["reference python ms"] = launch_ms(b, ours)
+        row["reference bare launch ms"] = launch_ms(b, skipped.replay(sf.sparse_forward_kernel))
     if pointers_ok:
         row["reference pointers launch ms"] = launch_ms(b, pointers)
+        skipped = LaunchSkipped()
+        with mock.patch.object(sf, "sparse_forward_kernel", skipped):
+            pointers()
+        row["reference bare pointers launch ms"] = launch_ms(
+            b, skipped.replay(sf.sparse_forward_kernel))
     for name, timing in bma.interleaved(b, timed).items():
         label = name if name.endswith("graph") else f"{name} launched"
         bma.spread_columns(row, label, timing)
@@ -112,10 +121,20 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
 
 
 class LaunchSkipped:
-    """Stands in for a Triton kernel: kernel[grid](...) launches nothing."""
+    """Stands in for a Triton kernel: kernel[grid](...) launches nothing and keeps the last
+    call's grid and arguments, which replay(kernel) launches on the real kernel."""
+
+    def __init__(self):
+        self.last = None
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: None
+        def record(*args, **kwargs):
+            self.last = grid, args, kwargs
+        return record
+
+    def replay(self, kernel):
+        grid, args, kwargs = self.last
+        return lambda: kernel[grid](*args, **kwargs)
 
 
 def launch_ms(b, call) -> float:

@@ -600,6 +600,35 @@ def test_reference_decode_refuses_bad_inputs(change, message):
                           lengths, max_len=change.get("max_len", 70), num_sms=4)
 
 
+def test_decode_plan_launches_its_two_kernels_apart_and_no_softmax_is_only_a_bound():
+    """run() is launch_splits() then launch_merge(), output bit for bit; the no-softmax bound
+    (timed by gpu/measure_decode_gap.py) gives a wrong output; a one-split plan has nothing to
+    merge, and the TMA kernel has no such bound: both say so."""
+    from flashcourse.kernels import decode
+
+    lengths = torch.tensor([70, 33], dtype=torch.int32)
+    q = torch.randn(2, 4, 16)
+    k, v = (torch.randn(2, 2, 70, 16) for _ in range(2))
+    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths.tolist(), page_size=8, seed=5)
+    plan = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=70, num_sms=4,
+                             splits=3)
+    whole = plan.run().clone()
+    plan.out.zero_()
+    plan.launch_splits()
+    plan.launch_merge()
+    assert torch.equal(plan.out, whole)
+    bound = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=70, num_sms=4,
+                              splits=3, no_softmax=True)
+    assert not torch.allclose(bound.run(), whole, atol=1e-2)
+    one = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=70, num_sms=4,
+                            splits=1)
+    with pytest.raises(runtime.CourseInputError, match="one split"):
+        one.launch_merge()
+    with pytest.raises(runtime.CourseInputError, match="no_softmax"):
+        decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=70, num_sms=4,
+                          config=(8, 4, 1), kv_loads="tma", no_softmax=True)
+
+
 def test_read_only_kernel_reads_every_word():
     from flashcourse.kernels import decode
 

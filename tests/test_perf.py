@@ -977,6 +977,25 @@ def test_cuda_source_compiles_with_nvcc(tmp_path):
     assert target.exists() and target.stat().st_size > 0
 
 
+def test_decode_gap_script_checks_and_times_every_part_in_the_interpreter(root, tmp_path):
+    import csv
+    import subprocess
+
+    out = tmp_path / "gap.csv"
+    done = subprocess.run([sys.executable, str(root / "gpu" / "measure_decode_gap.py"),
+                           "--interpreter", "--out", str(out)], capture_output=True, text=True,
+                          cwd=root, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 2
+    for row in rows:  # the step and the other layout checked before anything is timed
+        assert float(row["step max err"]) < 1e-2
+        assert float(row["heads together max err"]) < 1e-2
+        for column in ("step ms", "split kernel ms", "merge ms", "split kernel, heads together ms",
+                       "split kernel, no softmax ms", "read-only ms"):
+            assert column in row
+
+
 def test_launch_cost_script_checks_and_writes_every_mask_in_the_interpreter(root, tmp_path):
     # a fresh process: the script switches the runtime to the interpreter
     import csv
@@ -994,5 +1013,6 @@ def test_launch_cost_script_checks_and_writes_every_mask_in_the_interpreter(root
         assert float(row["reference max err"]) < 1e-2 and float(row["flex max err"]) < 1e-2
         assert float(row["reference pointers max err"]) < 1e-2
         for column in ("reference launch ms", "flex launched ms", "reference graph ms",
-                       "flex graph ms", "reference python ms", "reference pointers launch ms"):
+                       "flex graph ms", "reference python ms", "reference pointers launch ms",
+                       "reference bare launch ms", "reference bare pointers launch ms"):
             assert column in row

@@ -192,14 +192,17 @@ def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
                         H_KV, blocks_per_split, qk_scale,
                         D: tl.constexpr, D_BLOCK: tl.constexpr, GROUP: tl.constexpr,
                         ROWS: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                        ONE_PASS: tl.constexpr, PAGES_AHEAD: tl.constexpr):
+                        ONE_PASS: tl.constexpr, PAGES_AHEAD: tl.constexpr,
+                        NO_SOFTMAX: tl.constexpr = False):
     """Program (split, b * H_KV + kv_h): the GROUP query heads of K/V head kv_h (rows of a
     tile of ROWS >= 16) over the keys [split, split + 1) * blocks_per_split * BLOCK_N below
     Lengths[b]. ONE_PASS (one split): stores the attention output; otherwise the split's
     state in base 2: M (max of qk_scale * q.k, qk_scale holding log2 e), L, O (not divided).
     PAGES_AHEAD: each block's page numbers are loaded one block ahead, so that the K and V
     loads do not wait on a load of the same iteration (the pipeliner then keeps num_stages - 1
-    blocks of K and V in flight, not one)."""
+    blocks of K and V in flight, not one). NO_SOFTMAX: a bound for gpu/measure_decode_gap.py,
+    never a result: the same loads and matmuls with the softmax's max, exp2 and rescaling left
+    out (its output is wrong)."""
     split, b, kv_h, heads, real, offs_d, q, lo, hi = _program_split(
         Q, Lengths, s_qb, s_qh, H_KV, blocks_per_split, D=D, D_BLOCK=D_BLOCK, GROUP=GROUP,
         ROWS=ROWS, BLOCK_N=BLOCK_N)
@@ -222,7 +225,11 @@ def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
         kv_mask = _head_mask(inside, offs_d, D, D_BLOCK)
         k = tl.load(K_pages + at, mask=kv_mask, other=0.0)                  # (BLOCK_N, D_BLOCK)
         v = tl.load(V_pages + at, mask=kv_mask, other=0.0)
-        m_i, l_i, acc = _attend(q, k, v, inside, m_i, l_i, acc, qk_scale, MASKED=True)
+        if NO_SOFTMAX:
+            s = tl.dot(q, tl.trans(k))
+            acc += tl.dot(s.to(v.dtype), v)
+        else:
+            m_i, l_i, acc = _attend(q, k, v, inside, m_i, l_i, acc, qk_scale, MASKED=True)
     _write_result(M, L, O, Out, m_i, l_i, acc, b, heads, real, split, offs_d, s_outb, s_outh,
                   H_KV, D=D, D_BLOCK=D_BLOCK, GROUP=GROUP, ONE_PASS=ONE_PASS)
 
@@ -337,14 +344,17 @@ class DecodePlan:
     block's rows through their pages' pointers), "pages ahead" (the same, each block's page
     numbers loaded a block ahead) or "tma" (a page per block through tensor descriptors, the
     page numbers a page ahead: config's BLOCK_N must be the page size).
-    `run()` launches and returns the output (B, H, D). The tensors are bound: a next step
+    `no_softmax` (kv_loads "rows" only) is a bound to time, never a result: the kernel's loads
+    and matmuls without its softmax (paged_decode_kernel's NO_SOFTMAX; the output is wrong).
+    `run()` launches and returns the output (B, H, D): `launch_splits()`, then `launch_merge()`
+    when there is more than one split. The tensors are bound: a next step
     writes its q, pages, table and lengths into them in place (as replaying a CUDA graph needs
     anyway); no length may pass max_len (checked once, here)."""
 
     def __init__(self, q, k_pages, v_pages, page_table, lengths, max_len: int | None = None,
                  num_sms: int | None = None, sm_scale: float | None = None,
                  config: tuple[int, int, int] | None = None, splits: int | None = None,
-                 kv_loads: str = "rows"):
+                 kv_loads: str = "rows", no_softmax: bool = False):
         page_size = k_pages.shape[1] if k_pages.dim() == 4 else 0
         max_len = page_table.shape[1] * page_size if max_len is None else max_len
         _check_inputs(q, k_pages, v_pages, page_table, lengths, max_len)
@@ -354,6 +364,8 @@ class DecodePlan:
         B, H, D = q.shape
         H_KV = k_pages.shape[2]
         _require(kv_loads in KV_LOADS, f"kv_loads={kv_loads!r} is not one of {KV_LOADS}.")
+        _require(not no_softmax or kv_loads != "tma",
+                 'no_softmax is a bound of the "rows" and "pages ahead" kernel only.')
         self.kv_loads = kv_loads
         if kv_loads == "tma":
             config = config or decode_tma_config(page_size)
@@ -392,20 +404,30 @@ class DecodePlan:
             self.scalars = (*q.stride()[:2], *k_pages.stride()[:3], page_table.stride(0),
                             *self.out.stride()[:2], H_KV, self.blocks_per_split, qk_scale)
             self.constants.update(BLOCK_N=self.block_n, PAGES_AHEAD=kv_loads == "pages ahead")
+            if no_softmax:
+                self.constants["NO_SOFTMAX"] = True
         self.merge_grid = (B * H,)
         self.s_block = max(2, 1 << max(0, self.splits - 1).bit_length())
 
     def run(self) -> torch.Tensor:
+        self.launch_splits()
+        if self.splits > 1:
+            self.launch_merge()
+        return self.out
+
+    def launch_splits(self) -> None:
+        """The split kernel: each split's state, or with one split the output itself."""
         self.kernel[self.grid](*self.tensors, self.m, self.l, self.o, self.out, *self.scalars,
                                **self.constants, num_warps=self.num_warps,
                                num_stages=self.num_stages)
-        if self.splits > 1:
-            merge_kernel[self.merge_grid](self.m, self.l, self.o, self.out,
-                                          *self.out.stride()[:2], self.out.shape[1],
-                                          self.splits, D=self.constants["D"],
-                                          D_BLOCK=self.d_block, S_BLOCK=self.s_block,
-                                          num_warps=4)
-        return self.out
+
+    def launch_merge(self) -> None:
+        """The merge of the splits' states into the output (more than one split only)."""
+        _require(self.splits > 1, "this plan has one split: its split kernel writes the "
+                 "output, and there are no states to merge.")
+        merge_kernel[self.merge_grid](self.m, self.l, self.o, self.out, *self.out.stride()[:2],
+                                      self.out.shape[1], self.splits, D=self.constants["D"],
+                                      D_BLOCK=self.d_block, S_BLOCK=self.s_block, num_warps=4)
 
 
 def heads_together(pages: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,169 @@
+"""Where the reference decoding step's time goes against cuDNN's, shape by shape (lesson 9).
+
+    python gpu/measure_decode_gap.py [--out assets/results/09-decode-gap.csv]
+    python gpu/measure_decode_gap.py --interpreter   # smoke test on a CPU, nothing timed
+
+On every shape of the decoding grid (bench_modern_attention.decode_grid: batch 1, 8 and 64,
+caches of 4k to 128k keys, MHA and GQA, d = 64 and 128, fp16 and bf16), each replayed from a
+CUDA graph, median of bench_modern_attention.REPEATS interleaved timings:
+
+* "step": the reference decoding step (decode.DecodePlan.run: the split kernel, then the
+  merge when there is more than one split), checked against float32 attention first;
+* "split kernel": its first launch alone, and "merge": its second alone;
+* "split kernel, heads together": the same split kernel on a pool that keeps each K/V head's
+  rows of a page together (cuDNN's cache keeps each head's keys together), checked first;
+* "split kernel, no softmax": the same kernel, loads and matmuls with the softmax left out
+  (DecodePlan(no_softmax=True): a bound, its output wrong and never checked);
+* "sdpa cudnn": SDPA's cuDNN backend on the contiguous cache, checked first;
+
+and the read-only kernel reading as many bytes (bench_modern_attention.read_only_figure). So
+the step's distance from cuDNN splits into the merge's share, the layout's (heads together),
+the softmax's (no softmax), and what is left: the split kernel's reading, against cuDNN's and
+against a kernel that only reads.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "gpu"))
+
+import bench_modern_attention as bma  # noqa: E402
+
+from flashcourse import bench  # noqa: E402
+
+
+def main(argv=None) -> int:
+    args = bench.script_args(argv, __doc__, "gpu/measure_decode_gap.py", "times decoding",
+                             "smoke test on a CPU: two tiny shapes, untimed")
+    if args is None:
+        return 0
+    b = bma.Bench("interpreter" if args.interpreter else "full")
+    rows = []
+    for shape in bma.decode_grid(b):
+        row = measure_shape(b, *shape)
+        rows.append(row)
+        print(summary(row), flush=True)
+        if args.out is not None:  # after every shape: a call cut short keeps its rows
+            bench.write_csv(args.out, rows)
+    for failure in b.failures:
+        print("FAIL", failure)
+    return 1 if b.failures else 0
+
+
+def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
+    torch = b.torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from flashcourse.kernels import decode
+
+    page_size = 16 if b.mode == "interpreter" else bma.PAGE_SIZE
+    gen = torch.Generator(device=b.device).manual_seed(cache + batch)
+    q = torch.randn(batch, h, d, device=b.device, dtype=dtype, generator=gen)
+    k, v = (torch.randn(batch, h_kv, cache, d, device=b.device, dtype=dtype, generator=gen)
+            for _ in range(2))                                        # (B, H_KV, N, D)
+    lengths = torch.full((batch,), cache, dtype=torch.int32, device=b.device)
+    kv_bytes = 2 * k.numel() * k.element_size()
+    row = {"batch": batch, "cache": cache, "dtype": str(dtype)[6:], "d": d, "heads": h,
+           "kv heads": h_kv, "KV MiB": kv_bytes / 2**20}
+    reference = bma.decode_reference(torch, q, k, v)
+    sms = (4 if b.mode == "interpreter" else
+           torch.cuda.get_device_properties(0).multi_processor_count)
+    k_pages, v_pages, table = bma.paged_copy(torch, k, v, page_size, seed=cache)
+    plan = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache, num_sms=sms)
+    together = decode.DecodePlan(q, decode.heads_together(k_pages),
+                                 decode.heads_together(v_pages), table, lengths, max_len=cache,
+                                 num_sms=sms)
+    bound = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache, num_sms=sms,
+                              no_softmax=True)
+    row["splits"], row["BLOCK_N"] = plan.splits, plan.block_n
+    q4 = q[:, :, None]                                                # (B, H, 1, D)
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q4, k, v, enable_gqa=h != h_kv)[:, :, 0]
+
+    timed = {}
+    for name, call, fatal in (("step", plan.run, True), ("heads together", together.run, True),
+                              ("sdpa cudnn", cudnn, False)):
+        if checked(b, row, name, call, reference, fatal):
+            timed[name] = call
+    if "step" not in timed:
+        return row
+    timed["split kernel"] = plan.launch_splits
+    if plan.splits > 1:
+        timed["merge"] = plan.launch_merge
+    if "heads together" in timed:
+        timed["split kernel, heads together"] = together.launch_splits
+        del timed["heads together"]  # checked whole; timed as its split kernel
+    timed["split kernel, no softmax"] = bound.launch_splits
+    replays = {name: b.graph_replay(call) for name, call in timed.items()}
+    for name, timing in bma.interleaved(b, replays).items():
+        bma.spread_columns(row, name, timing)
+        if timing[0]:
+            row[f"{name} GB/s"] = kv_bytes / (timing[0] * 1e-3) / 1e9
+    row["read-only GB/s"], row["read-only ms"] = bma.read_only_figure(b, kv_bytes)
+    shares(row)
+    return row
+
+
+def checked(b, row, name, call, reference, fatal) -> bool:
+    """Run call once against the float32 reference: True if it may be timed."""
+    try:
+        result = call()
+        b.sync()
+    except Exception as err:  # noqa: BLE001  (a baseline that fails is reported)
+        row[f"{name} note"] = f"failed: {type(err).__name__}: {str(err)[:120]}"
+        if fatal:
+            b.failures.append(f"{name}, {shape_name(row)}: {row[f'{name} note']}")
+        return False
+    row[f"{name} max err"] = error = bma.max_error(result, reference)
+    if error <= bma.TOLERANCE[row["dtype"]]:
+        return True
+    row[f"{name} note"] = f"wrong (max error {error:.3g}), not timed"
+    if fatal:
+        b.failures.append(f"{name}, {shape_name(row)}: {row[f'{name} note']}")
+    return False
+
+
+def shares(row: dict) -> None:
+    """The gap's parts: speeds against cuDNN, the merge's share of the step, what the layout
+    and the softmax cost the split kernel, and reading speeds as % of the read-only kernel."""
+    ms = {name[:-3]: value for name, value in row.items() if name.endswith(" ms") and value}
+    cudnn, step, split = ms.get("sdpa cudnn"), ms.get("step"), ms.get("split kernel")
+    if cudnn and step:
+        row["step vs cudnn"] = cudnn / step
+    if cudnn and split:
+        row["split kernel vs cudnn"] = cudnn / split
+    if step and "merge" in ms:
+        row["merge % of step"] = 100 * ms["merge"] / step
+    if split and "split kernel, heads together" in ms:
+        row["layout cost %"] = 100 * (split / ms["split kernel, heads together"] - 1)
+    if split and "split kernel, no softmax" in ms:
+        row["softmax cost %"] = 100 * (split / ms["split kernel, no softmax"] - 1)
+    for name in ("split kernel", "split kernel, heads together", "split kernel, no softmax",
+                 "sdpa cudnn"):
+        if row.get(f"{name} GB/s") and row.get("read-only GB/s"):
+            row[f"{name} % of read-only"] = 100 * row[f"{name} GB/s"] / row["read-only GB/s"]
+
+
+def shape_name(row: dict) -> str:
+    return (f"B={row['batch']} cache={row['cache']} {row['dtype']} d={row['d']} "
+            f"{row['heads']}/{row['kv heads']}")
+
+
+def summary(row: dict) -> str:
+    parts = [shape_name(row), f"splits {row.get('splits')}"]
+    for key in ("step vs cudnn", "split kernel vs cudnn", "merge % of step", "layout cost %",
+                "softmax cost %", "split kernel % of read-only", "sdpa cudnn % of read-only"):
+        if key in row:
+            parts.append(f"{key} {row[key]:.3f}")
+    return ", ".join(parts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
