@@ -522,7 +522,9 @@ def test_benchmark_cli_explains_and_exits_0_without_cuda(capsys, tmp_path):
                                     "explore_bwd.py", "warm_tutorial.py tutorial.py",
                                     "tune_lesson6.py", "explore_lesson6.py",
                                     "kernel_resources.py", "measure_decode_layout.py",
-                                    "measure_partial_cost.py", "measure_launch_cost.py"])
+                                    "measure_partial_cost.py", "measure_launch_cost.py",
+                                    "measure_decode_gap.py", "measure_backward_gap.py",
+                                    "profile_launch.py"])
 def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script, monkeypatch, capsys):
     # run as __main__ in this process: a fresh interpreter per script would import torch again
     import runpy
@@ -994,6 +996,34 @@ def test_decode_gap_script_checks_and_times_every_part_in_the_interpreter(root, 
         for column in ("step ms", "split kernel ms", "merge ms", "split kernel, heads together ms",
                        "split kernel, no softmax ms", "read-only ms"):
             assert column in row
+
+
+def test_backward_gap_sorts_each_kernel_into_its_part_and_splits_the_extra_time(root):
+    spec = importlib.util.spec_from_file_location("backward_gap",
+                                                  root / "gpu" / "measure_backward_gap.py")
+    gap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gap)
+    course = [("attn_fwd_halves_kernel", 300.0), ("attn_bwd_delta_kernel", 20.0),
+              ("attn_bwd_dkdv_kernel", 500.0), ("attn_bwd_dq_kernel", 280.0),
+              ("vectorized_elementwise_kernel", 10.0)]
+    cudnn = [("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16", 250.0),
+             ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16", 650.0),
+             ("cudnn_sdpa_dot_do_o", 30.0), ("fill_kernel", 10.0)]
+    parts = gap.step_parts(course, "course", steps=2)
+    assert parts == {"forward": 0.15, "delta": 0.01, "dK/dV": 0.25, "dQ": 0.14, "backward": 0.0,
+                     "other": 0.005}
+    theirs = gap.step_parts(cudnn, "cudnn", steps=2)
+    assert theirs["forward"] == 0.125 and theirs["backward"] == 0.34 and theirs["other"] == 0.005
+    row = {"course ms": sum(parts.values()), "cudnn ms": sum(theirs.values())}
+    row.update({f"course {k} ms": x for k, x in parts.items() if x})
+    row.update({f"cudnn {k} ms": x for k, x in theirs.items() if x})
+    gap.shares(row)
+    assert row["forward course/cudnn"] == pytest.approx(0.125 / 0.15)
+    assert row["backward course/cudnn"] == pytest.approx(0.34 / 0.40)
+    # 0.085 ms more in all: 0.025 in the forward, 0.06 in the backward (other is level)
+    assert row["extra time in forward %"] == pytest.approx(100 * 0.025 / 0.085)
+    assert row["extra time in backward %"] == pytest.approx(100 * 0.06 / 0.085)
+    assert row["dK/dV % of course backward"] == pytest.approx(62.5)
 
 
 def test_launch_cost_script_checks_and_writes_every_mask_in_the_interpreter(root, tmp_path):
