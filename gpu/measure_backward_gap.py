@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from flashcourse import bench  # noqa: E402
 
-ITERATIONS = 10
+ITERATIONS = 5
 ROUNDS = 3
 PARTS = ("forward", "delta", "dK/dV", "dQ", "backward", "other")  # "backward": cuDNN's
 
