@@ -401,17 +401,26 @@ class FairFlexScript(NamedTuple):
 def fair_flex_script(argv, doc: str, script: str, what: str, smoke: str):
     """bench.script_args (--out, --interpreter: `smoke` says what it runs), then the fair
     FlexAttention bench; None where there is no CUDA GPU and no --interpreter."""
+    started = bench_script(argv, doc, script, what, smoke)
+    if started is None:
+        return None
+    args, b = started
+    from flashcourse.kernels import modern_attention as ma
+    from flashcourse.kernels import sparse_forward as sf
+
+    b.fair_flex = True
+    return FairFlexScript(args, b, *flex_functions(b), ma, sf)
+
+
+def bench_script(argv, doc: str, script: str, what: str, smoke: str):
+    """(args, Bench) of a gpu/ script taking bench.script_args (--out, --interpreter: `smoke`
+    says what it runs); None where there is no CUDA GPU and no --interpreter."""
     from flashcourse import bench
 
     args = bench.script_args(argv, doc, script, what, smoke)
     if args is None:
         return None
-    from flashcourse.kernels import modern_attention as ma
-    from flashcourse.kernels import sparse_forward as sf
-
-    b = Bench("interpreter" if args.interpreter else "full")
-    b.fair_flex = True
-    return FairFlexScript(args, b, *flex_functions(b), ma, sf)
+    return args, Bench("interpreter" if args.interpreter else "full")
 
 
 def flex_functions(b: Bench):

@@ -37,11 +37,11 @@ from flashcourse import bench  # noqa: E402
 
 
 def main(argv=None) -> int:
-    args = bench.script_args(argv, __doc__, "gpu/measure_decode_gap.py", "times decoding",
-                             "smoke test on a CPU: two tiny shapes, untimed")
-    if args is None:
+    started = bma.bench_script(argv, __doc__, "gpu/measure_decode_gap.py", "times decoding",
+                               "smoke test on a CPU: two tiny shapes, untimed")
+    if started is None:
         return 0
-    b = bma.Bench("interpreter" if args.interpreter else "full")
+    args, b = started
     rows = []
     for shape in bma.decode_grid(b):
         row = measure_shape(b, *shape)

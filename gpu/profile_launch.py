@@ -25,23 +25,21 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import bench_modern_attention as bma  # noqa: E402
 
-from flashcourse import bench  # noqa: E402
-
 QUEUED = 200
 SHOWN = 25
 
 
 def main(argv=None) -> int:
-    args = bench.script_args(argv, __doc__, "gpu/profile_launch.py", "profiles launches",
-                             "smoke test on a CPU: N = 128, H = 2, d = 32")
-    if args is None:
+    started = bma.bench_script(argv, __doc__, "gpu/profile_launch.py", "profiles launches",
+                               "smoke test on a CPU: N = 128, H = 2, d = 32")
+    if started is None:
         return 0
+    args, b = started
     import torch
 
     from flashcourse.kernels import modern_attention as ma
     from flashcourse.kernels import sparse_forward as sf
 
-    b = bma.Bench("interpreter" if args.interpreter else "full")
     n, d, heads, window, queued = ((128, 32, 2, 32, 2) if args.interpreter else
                                    (8192, 64, 16, bma.WINDOW, QUEUED))
     case = next(c for c in bma.mask_cases(ma, sf, n, window) if "window" in c.name)

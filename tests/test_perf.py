@@ -979,15 +979,23 @@ def test_cuda_source_compiles_with_nvcc(tmp_path):
     assert target.exists() and target.stat().st_size > 0
 
 
-def test_decode_gap_script_checks_and_times_every_part_in_the_interpreter(root, tmp_path):
-    import csv
+def run_in_interpreter(root, script: str, out):
+    """gpu/<script> --interpreter --out <out> in a fresh process (the script switches the
+    runtime to the interpreter); fails the test on a non-zero exit."""
     import subprocess
 
-    out = tmp_path / "gap.csv"
-    done = subprocess.run([sys.executable, str(root / "gpu" / "measure_decode_gap.py"),
-                           "--interpreter", "--out", str(out)], capture_output=True, text=True,
-                          cwd=root, timeout=600)
+    done = subprocess.run([sys.executable, str(root / "gpu" / script), "--interpreter",
+                           "--out", str(out)], capture_output=True, text=True, cwd=root,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def test_decode_gap_script_checks_and_times_every_part_in_the_interpreter(root, tmp_path):
+    import csv
+
+    out = tmp_path / "gap.csv"
+    run_in_interpreter(root, "measure_decode_gap.py", out)
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 2
     for row in rows:  # the step and the other layout checked before anything is timed
@@ -1026,16 +1034,20 @@ def test_backward_gap_sorts_each_kernel_into_its_part_and_splits_the_extra_time(
     assert row["dK/dV % of course backward"] == pytest.approx(62.5)
 
 
+def test_launch_profile_script_checks_then_profiles_in_the_interpreter(root, tmp_path):
+    out = tmp_path / "profile.txt"
+    run_in_interpreter(root, "profile_launch.py", out)
+    report = out.read_text()
+    assert report.startswith("causal window 32, N = 128")
+    assert "sparse_forward" in report and "Ordered by: cumulative time" in report
+    assert str(root) not in report  # the project's own paths, not this machine's
+
+
 def test_launch_cost_script_checks_and_writes_every_mask_in_the_interpreter(root, tmp_path):
-    # a fresh process: the script switches the runtime to the interpreter
     import csv
-    import subprocess
 
     out = tmp_path / "launch.csv"
-    done = subprocess.run([sys.executable, str(root / "gpu" / "measure_launch_cost.py"),
-                           "--interpreter", "--out", str(out)], capture_output=True, text=True,
-                          cwd=root, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_in_interpreter(root, "measure_launch_cost.py", out)
     rows = list(csv.DictReader(out.open()))
     assert [row["mask"] for row in rows] == ["causal", "causal window 32", "causal documents",
                                              "random blocks 50%"]
