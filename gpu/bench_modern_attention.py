@@ -293,23 +293,26 @@ def spread_columns(row: dict, name: str, timing) -> None:
     row[f"{name} spread %"] = 100.0 * (slowest - fastest) / median if median else 0.0
 
 
-def checked(b: Bench, row: dict, name: str, fn, reference, failures_fatal: bool) -> bool:
-    """Run fn once and compare it with the float32 reference: True if it may be timed."""
+def checked(b: Bench, row: dict, name: str, fn, reference, failures_fatal: bool,
+            where: str | None = None) -> bool:
+    """Run fn once and compare it with the float32 reference: True if it may be timed. A
+    failure of a fatal one goes into b.failures with `where` (default: the row's mask and
+    shape)."""
+    where = where or f"{row['mask']}, N={row['N']}, D={row['D']}, {row['dtype']}"
     try:
         result = fn()
         b.sync()
     except Exception as err:  # noqa: BLE001  (a baseline that fails is reported, not fatal)
         row[f"{name} note"] = f"failed: {type(err).__name__}: {str(err)[:120]}"
         if failures_fatal:
-            b.failures.append(f"{name}, {row['mask']}, N={row['N']}: {row[f'{name} note']}")
+            b.failures.append(f"{name}, {where}: {row[f'{name} note']}")
         return False
     row[f"{name} max err"] = error = max_error(result, reference)
     if error <= TOLERANCE[row["dtype"]]:
         return True
     row[f"{name} note"] = f"wrong (max error {error:.3g}), not timed"
     if failures_fatal:
-        b.failures.append(f"{name}, {row['mask']}, N={row['N']}, D={row['D']}, {row['dtype']}: "
-                          f"max error {error:.3g} against float32 attention")
+        b.failures.append(f"{name}, {where}: max error {error:.3g} against float32 attention")
     return False
 
 

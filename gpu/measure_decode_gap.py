@@ -90,7 +90,7 @@ def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
     timed = {}
     for name, call, fatal in (("step", plan.run, True), ("heads together", together.run, True),
                               ("sdpa cudnn", cudnn, False)):
-        if checked(b, row, name, call, reference, fatal):
+        if bma.checked(b, row, name, call, reference, fatal, where=shape_name(row)):
             timed[name] = call
     if "step" not in timed:
         return row
@@ -109,25 +109,6 @@ def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
     row["read-only GB/s"], row["read-only ms"] = bma.read_only_figure(b, kv_bytes)
     shares(row)
     return row
-
-
-def checked(b, row, name, call, reference, fatal) -> bool:
-    """Run call once against the float32 reference: True if it may be timed."""
-    try:
-        result = call()
-        b.sync()
-    except Exception as err:  # noqa: BLE001  (a baseline that fails is reported)
-        row[f"{name} note"] = f"failed: {type(err).__name__}: {str(err)[:120]}"
-        if fatal:
-            b.failures.append(f"{name}, {shape_name(row)}: {row[f'{name} note']}")
-        return False
-    row[f"{name} max err"] = error = bma.max_error(result, reference)
-    if error <= bma.TOLERANCE[row["dtype"]]:
-        return True
-    row[f"{name} note"] = f"wrong (max error {error:.3g}), not timed"
-    if fatal:
-        b.failures.append(f"{name}, {shape_name(row)}: {row[f'{name} note']}")
-    return False
 
 
 def shares(row: dict) -> None:

@@ -100,17 +100,12 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
         row[f"{name} launch ms"] = launch_ms(b, call)
         timed[f"{name} graph"] = b.graph_replay(call)
     if "reference" in calls:  # the course's code alone: its kernel's launch does nothing
-        skipped = LaunchSkipped()
-        with mock.patch.object(sf, "sparse_forward_kernel", skipped):
+        with mock.patch.object(sf, "sparse_forward_kernel", LaunchSkipped()):
             row["reference python ms"] = launch_ms(b, ours)
-        row["reference bare launch ms"] = launch_ms(b, skipped.replay(sf.sparse_forward_kernel))
+        row["reference bare launch ms"] = launch_ms(b, bare_launch(sf, ours))
     if pointers_ok:
         row["reference pointers launch ms"] = launch_ms(b, pointers)
-        skipped = LaunchSkipped()
-        with mock.patch.object(sf, "sparse_forward_kernel", skipped):
-            pointers()
-        row["reference bare pointers launch ms"] = launch_ms(
-            b, skipped.replay(sf.sparse_forward_kernel))
+        row["reference bare pointers launch ms"] = launch_ms(b, bare_launch(sf, pointers))
     for name, timing in bma.interleaved(b, timed).items():
         label = name if name.endswith("graph") else f"{name} launched"
         bma.spread_columns(row, label, timing)
@@ -122,7 +117,7 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
 
 class LaunchSkipped:
     """Stands in for a Triton kernel: kernel[grid](...) launches nothing and keeps the last
-    call's grid and arguments, which replay(kernel) launches on the real kernel."""
+    call's grid and arguments."""
 
     def __init__(self):
         self.last = None
@@ -132,9 +127,15 @@ class LaunchSkipped:
             self.last = grid, args, kwargs
         return record
 
-    def replay(self, kernel):
-        grid, args, kwargs = self.last
-        return lambda: kernel[grid](*args, **kwargs)
+
+def bare_launch(sf, call):
+    """Triton's launch alone: a function that launches sf's kernel with the grid and
+    arguments one run of call gives it (recorded with the launch skipped)."""
+    skipped = LaunchSkipped()
+    with mock.patch.object(sf, "sparse_forward_kernel", skipped):
+        call()
+    grid, args, kwargs = skipped.last
+    return lambda: sf.sparse_forward_kernel[grid](*args, **kwargs)
 
 
 def launch_ms(b, call) -> float:

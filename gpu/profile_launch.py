@@ -52,7 +52,8 @@ def main(argv=None) -> int:
     reference = bma.masked_reference(torch, q, k, v,
                                      torch.from_numpy(case.dense(ma, sf)).to(b.device))
     call = lambda: sf.sparse_forward(q, k, v, plan)[0]  # noqa: E731
-    if not bma.checked(b, row, "reference", call, reference, True):
+    if not bma.checked(b, row, "reference", call, reference, True,
+                       where=f"N = {n}, d = {d}"):
         print("FAIL", *b.failures)
         return 1
     for _ in range(3):

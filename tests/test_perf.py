@@ -1007,10 +1007,7 @@ def test_decode_gap_script_checks_and_times_every_part_in_the_interpreter(root, 
 
 
 def test_backward_gap_sorts_each_kernel_into_its_part_and_splits_the_extra_time(root):
-    spec = importlib.util.spec_from_file_location("backward_gap",
-                                                  root / "gpu" / "measure_backward_gap.py")
-    gap = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gap)
+    gap = _load_gpu_script(root, "measure_backward_gap")
     course = [("attn_fwd_halves_kernel", 300.0), ("attn_bwd_delta_kernel", 20.0),
               ("attn_bwd_dkdv_kernel", 500.0), ("attn_bwd_dq_kernel", 280.0),
               ("vectorized_elementwise_kernel", 10.0)]
@@ -1058,3 +1055,23 @@ def test_launch_cost_script_checks_and_writes_every_mask_in_the_interpreter(root
                        "flex graph ms", "reference python ms", "reference pointers launch ms",
                        "reference bare launch ms", "reference bare pointers launch ms"):
             assert column in row
+
+
+def test_gpu_scripts_checked_refuses_wrong_and_failing_calls_and_names_where(root):
+    bma = _load_gpu_script(root, "bench_modern_attention")
+    b = bma.Bench("interpreter")
+    reference = torch.ones(4)
+    row = {"dtype": "float16"}
+    assert bma.checked(b, row, "right", lambda: torch.ones(4), reference, True, where="N = 4")
+    assert not bma.checked(b, row, "wrong", lambda: torch.zeros(4), reference, True,
+                           where="N = 4")
+    assert row["wrong note"] == "wrong (max error 1), not timed"
+
+    def fails():
+        raise RuntimeError("no kernel")
+
+    assert not bma.checked(b, row, "broken", fails, reference, False, where="N = 4")
+    assert b.failures == ["wrong, N = 4: max error 1 against float32 attention"]
+    mask_row = {"mask": "causal", "N": 8, "D": 16, "dtype": "float16"}
+    assert not bma.checked(b, mask_row, "wrong", lambda: torch.zeros(4), reference, True)
+    assert b.failures[-1].startswith("wrong, causal, N=8, D=16, float16: max error 1")
