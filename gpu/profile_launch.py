@@ -1,6 +1,6 @@
 """Where the reference sparse forward's host time goes, function by function (lesson 9).
 
-    python gpu/profile_launch.py [--out assets/results/09-launch-profile.txt]
+    python gpu/profile_launch.py [--out assets/results/09-launch-profile-3.9.txt]
     python gpu/profile_launch.py --interpreter   # smoke test on a CPU
 
 cProfile over QUEUED calls of the reference sparse forward on the causal window at N = 8k,
@@ -27,6 +27,24 @@ import bench_modern_attention as bma  # noqa: E402
 
 QUEUED = 200
 SHOWN = 25
+
+
+def measured_with() -> str:
+    from flashcourse import bench
+
+    env = bench.environment()
+    return (f"measured {env['date']} on {env['gpu']}, torch {env['torch']}, "
+            f"Triton {env['triton']}")
+
+
+def strip_paths(report: str) -> str:
+    """The report with the folders Python imports from left out of its file names: what is
+    left names the project's files and the packages' own."""
+    folders = [ROOT, *(Path(entry) for entry in sys.path if entry)]
+    for folder in sorted({str(f).rstrip("/") for f in folders}, key=len, reverse=True):
+        if folder:
+            report = report.replace(folder + "/", "")
+    return re.sub(r"(?:\S*/)?(?:site|dist)-packages/|\S*/lib/python3\.\d+/", "", report)
 
 
 def main(argv=None) -> int:
@@ -67,13 +85,12 @@ def main(argv=None) -> int:
     b.sync()
     text = io.StringIO()
     title = (f"{case.name}, N = {n}, fp16, d = {d}, H = {heads}: {queued} calls of "
-             f"sparse_forward, config {config}")
+             f"sparse_forward, config {config}\n{measured_with()}")
     text.write(title + "\n")
     for order in ("tottime", "cumulative"):
         pstats.Stats(profile, stream=text).sort_stats(order).print_stats(SHOWN)
     report = "\n".join(line.rstrip() for line in text.getvalue().splitlines()) + "\n"
-    report = report.replace(str(ROOT) + "/", "")  # paths from the project or the package
-    report = re.sub(r"\S*/(?:site|dist)-packages/|\S*/lib/python3\.\d+/", "", report)
+    report = strip_paths(report)
     print(report)
     if args.out is not None:
         args.out.write_text(report)
