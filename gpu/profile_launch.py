@@ -39,9 +39,11 @@ def measured_with() -> str:
 
 def strip_paths(report: str) -> str:
     """The report with the folders Python imports from left out of its file names: what is
-    left names the project's files and the packages' own."""
-    folders = [ROOT, *(Path(entry) for entry in sys.path if entry)]
-    for folder in sorted({str(f).rstrip("/") for f in folders}, key=len, reverse=True):
+    left names the project's files from its root (src/...) and the packages' own."""
+    report = report.replace(str(ROOT) + "/", "")
+    folders = {entry.rstrip("/") for entry in sys.path
+               if entry and not Path(entry).resolve().is_relative_to(ROOT)}
+    for folder in sorted(folders, key=len, reverse=True):
         if folder:
             report = report.replace(folder + "/", "")
     return re.sub(r"(?:\S*/)?(?:site|dist)-packages/|\S*/lib/python3\.\d+/", "", report)

@@ -1056,7 +1056,7 @@ def test_launch_profile_names_files_without_the_folders_python_imports_from(root
     stripped = profile.strip_paths(line)
     assert "/opt/staged-triton" not in stripped and str(root) not in stripped
     assert " triton/runtime/jit.py:733" in stripped and " torch/cuda/__init__.py:1" in stripped
-    assert "flashcourse/kernels/sparse_forward.py:641" in stripped
+    assert " src/flashcourse/kernels/sparse_forward.py:641" in stripped
 
 
 def test_launch_cost_script_checks_and_writes_every_mask_in_the_interpreter(root, tmp_path):
