@@ -25,26 +25,19 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import bench_modern_attention as bma  # noqa: E402
 
+from flashcourse import bench  # noqa: E402
+
 QUEUED = 200
 SHOWN = 25
-
-
-def measured_with() -> str:
-    from flashcourse import bench
-
-    env = bench.environment()
-    return (f"measured {env['date']} on {env['gpu']}, torch {env['torch']}, "
-            f"Triton {env['triton']}")
 
 
 def strip_paths(report: str) -> str:
     """The report with the folders Python imports from left out of its file names: what is
     left names the project's files from its root (src/...) and the packages' own."""
     report = report.replace(str(ROOT) + "/", "")
-    folders = {entry.rstrip("/") for entry in sys.path
-               if entry and not Path(entry).resolve().is_relative_to(ROOT)}
+    folders = {entry.rstrip("/") for entry in sys.path if entry.rstrip("/")}
     for folder in sorted(folders, key=len, reverse=True):
-        if folder:
+        if not Path(folder).resolve().is_relative_to(ROOT):  # src/... stays named
             report = report.replace(folder + "/", "")
     return re.sub(r"(?:\S*/)?(?:site|dist)-packages/|\S*/lib/python3\.\d+/", "", report)
 
@@ -87,7 +80,7 @@ def main(argv=None) -> int:
     b.sync()
     text = io.StringIO()
     title = (f"{case.name}, N = {n}, fp16, d = {d}, H = {heads}: {queued} calls of "
-             f"sparse_forward, config {config}\n{measured_with()}")
+             f"sparse_forward, config {config}\n{bench.environment()}")
     text.write(title + "\n")
     for order in ("tottime", "cumulative"):
         pstats.Stats(profile, stream=text).sort_stats(order).print_stats(SHOWN)
