@@ -629,6 +629,35 @@ def test_decode_plan_launches_its_two_kernels_apart_and_no_softmax_is_only_a_bou
                           config=(8, 4, 1), kv_loads="tma", no_softmax=True)
 
 
+@pytest.mark.parametrize("heads, kv_heads, d, splits", [(4, 2, 16, 3), (8, 1, 24, 5),
+                                                        (2, 2, 16, 1)])
+@pytest.mark.parametrize("kv_loads", ["rows", "tma"])
+def test_fused_merge_gives_the_two_launch_output_and_is_ready_for_the_next_step(
+        kv_loads, heads, kv_heads, d, splits):
+    """The last split of each K/V head merges (one launch): the two launches' output, bit for
+    bit, on the ragged NaN-padded cache (one sequence empty), step after step with the counts
+    back at 0 after each; its plan refuses a separate merge."""
+    from flashcourse.kernels import decode
+
+    lengths = [70, 33, 0]
+    q = torch.randn(3, heads, d)
+    k, v = (torch.randn(3, kv_heads, 70, d) for _ in range(2))
+    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths, page_size=16, seed=6)
+    lens = torch.tensor(lengths, dtype=torch.int32)
+    two, fused = (decode.DecodePlan(q, k_pages, v_pages, table, lens, max_len=70, num_sms=4,
+                                    config=(16, 4, 1), splits=splits, kv_loads=kv_loads,
+                                    fused_merge=fuse) for fuse in (False, True))
+    expected = two.run()
+    for _ in range(2):
+        fused.out.fill_(float("nan"))
+        assert torch.equal(fused.run(), expected)
+        assert (fused.arrivals == 0).all()
+    assert torch.allclose(expected.double(), ma.decode_reference(q, k, v, lengths), atol=1e-5)
+    if fused.splits > 1:
+        with pytest.raises(runtime.CourseInputError, match="fuses the merge"):
+            fused.launch_merge()
+
+
 def test_read_only_kernel_reads_every_word():
     from flashcourse.kernels import decode
 

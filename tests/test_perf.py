@@ -1001,8 +1001,9 @@ def test_decode_gap_script_checks_and_times_every_part_in_the_interpreter(root, 
     for row in rows:  # the step and the other layout checked before anything is timed
         assert float(row["step max err"]) < 1e-2
         assert float(row["heads together max err"]) < 1e-2
+        assert float(row["fused step max err"]) < 1e-2
         for column in ("step ms", "split kernel ms", "merge ms", "split kernel, heads together ms",
-                       "split kernel, no softmax ms", "read-only ms"):
+                       "split kernel, no softmax ms", "fused step ms", "read-only ms"):
             assert column in row
 
 

@@ -187,13 +187,15 @@ def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
                         Pages,  # (B, max_pages) int32: the page table
                         Lengths,  # (B,) int32
                         M, L, O,  # states, contiguous: M, L (B, H, S), O (B, H, S, D_BLOCK)
-                        Out,  # (B, H, D), written only when ONE_PASS
+                        Out,  # (B, H, D): written when ONE_PASS or FUSED_MERGE
+                        Arrivals,  # (B * H_KV,) int32, zeros: splits done (FUSED_MERGE only)
                         s_qb, s_qh, s_page, s_slot, s_head, s_table, s_outb, s_outh,
                         H_KV, blocks_per_split, qk_scale,
                         D: tl.constexpr, D_BLOCK: tl.constexpr, GROUP: tl.constexpr,
                         ROWS: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
                         ONE_PASS: tl.constexpr, PAGES_AHEAD: tl.constexpr,
-                        NO_SOFTMAX: tl.constexpr = False):
+                        NO_SOFTMAX: tl.constexpr = False, FUSED_MERGE: tl.constexpr = False,
+                        S_BLOCK: tl.constexpr = 2):
     """Program (split, b * H_KV + kv_h): the GROUP query heads of K/V head kv_h (rows of a
     tile of ROWS >= 16) over the keys [split, split + 1) * blocks_per_split * BLOCK_N below
     Lengths[b]. ONE_PASS (one split): stores the attention output; otherwise the split's
@@ -202,7 +204,9 @@ def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
     loads do not wait on a load of the same iteration (the pipeliner then keeps num_stages - 1
     blocks of K and V in flight, not one). NO_SOFTMAX: a bound for gpu/measure_decode_gap.py,
     never a result: the same loads and matmuls with the softmax's max, exp2 and rescaling left
-    out (its output is wrong)."""
+    out (its output is wrong). FUSED_MERGE (more than one split): the last split of a K/V head
+    to finish merges its group's states into Out, so that no merge kernel runs; it counts the
+    splits done in Arrivals and sets the count back to 0 for the next step."""
     split, b, kv_h, heads, real, offs_d, q, lo, hi = _program_split(
         Q, Lengths, s_qb, s_qh, H_KV, blocks_per_split, D=D, D_BLOCK=D_BLOCK, GROUP=GROUP,
         ROWS=ROWS, BLOCK_N=BLOCK_N)
@@ -232,6 +236,9 @@ def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
             m_i, l_i, acc = _attend(q, k, v, inside, m_i, l_i, acc, qk_scale, MASKED=True)
     _write_result(M, L, O, Out, m_i, l_i, acc, b, heads, real, split, offs_d, s_outb, s_outh,
                   H_KV, D=D, D_BLOCK=D_BLOCK, GROUP=GROUP, ONE_PASS=ONE_PASS)
+    if FUSED_MERGE:
+        _merge_if_last(M, L, O, Out, Arrivals, b, kv_h, H_KV, s_outb, s_outh, D=D,
+                       D_BLOCK=D_BLOCK, GROUP=GROUP, S_BLOCK=S_BLOCK)
 
 
 @triton.jit
@@ -251,12 +258,13 @@ def _page_block(K_desc, V_desc, page, start, hi, kv_h, q, m_i, l_i, acc, qk_scal
 @triton.jit
 def paged_decode_tma_kernel(Q,  # (B, H, D): one new token per sequence
                             K_desc, V_desc,  # descriptors of the pools, blocks of one page
-                            Pages, Lengths, M, L, O, Out,  # as paged_decode_kernel's
+                            Pages, Lengths, M, L, O, Out, Arrivals,  # as paged_decode_kernel's
                             s_qb, s_qh, s_table, s_outb, s_outh,
                             H_KV, blocks_per_split, qk_scale,
                             D: tl.constexpr, D_BLOCK: tl.constexpr, GROUP: tl.constexpr,
                             ROWS: tl.constexpr, PAGE_SIZE: tl.constexpr,
-                            ONE_PASS: tl.constexpr):
+                            ONE_PASS: tl.constexpr, FUSED_MERGE: tl.constexpr = False,
+                            S_BLOCK: tl.constexpr = 2):
     """paged_decode_kernel's work with a block of one page, which the copy engine (TMA) moves
     whole through the descriptors (blocks (1, PAGE_SIZE, 1, D_BLOCK) of the pools, columns
     past D read as 0), the page numbers loaded one page ahead. The full pages are unmasked;
@@ -283,6 +291,25 @@ def paged_decode_tma_kernel(Q,  # (B, H, D): one new token per sequence
                                     MASKED=True)
     _write_result(M, L, O, Out, m_i, l_i, acc, b, heads, real, split, offs_d, s_outb, s_outh,
                   H_KV, D=D, D_BLOCK=D_BLOCK, GROUP=GROUP, ONE_PASS=ONE_PASS)
+    if FUSED_MERGE:
+        _merge_if_last(M, L, O, Out, Arrivals, b, kv_h, H_KV, s_outb, s_outh, D=D,
+                       D_BLOCK=D_BLOCK, GROUP=GROUP, S_BLOCK=S_BLOCK)
+
+
+@triton.jit
+def _merge_if_last(M, L, O, Out, Arrivals, b, kv_h, H_KV, s_outb, s_outh,
+                   D: tl.constexpr, D_BLOCK: tl.constexpr, GROUP: tl.constexpr,
+                   S_BLOCK: tl.constexpr):
+    """Count this split as done; the last of its K/V head's splits merges the group's heads."""
+    tl.debug_barrier()  # every thread's share of the state is stored before it is counted
+    splits = tl.num_programs(0)
+    # acq_rel: the states stored before the count are seen by the program that counts last
+    done = tl.atomic_add(Arrivals + b * H_KV + kv_h, 1, sem="acq_rel")
+    if done == splits - 1:
+        for g in range(GROUP):
+            _merge_head(M, L, O, Out, b, kv_h * GROUP + g, H_KV * GROUP, splits, s_outb,
+                        s_outh, D=D, D_BLOCK=D_BLOCK, S_BLOCK=S_BLOCK, CACHE=".cg")
+        tl.store(Arrivals + b * H_KV + kv_h, 0)  # ready for the next step
 
 
 @triton.jit
@@ -291,15 +318,26 @@ def merge_kernel(M, L, O, Out, s_outb, s_outh, H, S,
     """Program b * H + h: the merge of the S base-2 states of query head h of sequence b
     (lesson 5's merge over all splits at once), divided by the merged sum."""
     bh = tl.program_id(0)
-    b = bh // H
-    h = bh % H
+    _merge_head(M, L, O, Out, bh // H, bh % H, H, S, s_outb, s_outh, D=D, D_BLOCK=D_BLOCK,
+                S_BLOCK=S_BLOCK, CACHE="")
+
+
+@triton.jit
+def _merge_head(M, L, O, Out, b, h, H, S, s_outb, s_outh,
+                D: tl.constexpr, D_BLOCK: tl.constexpr, S_BLOCK: tl.constexpr,
+                CACHE: tl.constexpr):
+    """Out[b, h] from the S states of head h of sequence b, loaded with cache modifier CACHE
+    (".cg" for states other programs of the same launch stored: from L2, never from a stale
+    L1 line)."""
+    bh = b * H + h
     splits = tl.arange(0, S_BLOCK)
     real = splits < S
     offs_d = tl.arange(0, D_BLOCK)
     state = bh * S + splits
-    m_s = tl.load(M + state, mask=real, other=float("-inf"))
-    l_s = tl.load(L + state, mask=real, other=0.0)
-    o_s = tl.load(O + state[:, None] * D_BLOCK + offs_d[None, :], mask=real[:, None], other=0.0)
+    m_s = tl.load(M + state, mask=real, other=float("-inf"), cache_modifier=CACHE)
+    l_s = tl.load(L + state, mask=real, other=0.0, cache_modifier=CACHE)
+    o_s = tl.load(O + state[:, None] * D_BLOCK + offs_d[None, :], mask=real[:, None], other=0.0,
+                  cache_modifier=CACHE)
     m = tl.max(m_s, 0)
     weight = tl.exp2(m_s - tl.where(m == float("-inf"), 0.0, m))  # all empty: 0, not NaN
     l = tl.sum(weight * l_s, 0)
@@ -346,15 +384,17 @@ class DecodePlan:
     page numbers a page ahead: config's BLOCK_N must be the page size).
     `no_softmax` (kv_loads "rows" only) is a bound to time, never a result: the kernel's loads
     and matmuls without its softmax (paged_decode_kernel's NO_SOFTMAX; the output is wrong).
+    `fused_merge`: with more than one split, the last split of each K/V head to finish merges
+    its heads' states (FUSED_MERGE), and no merge kernel runs.
     `run()` launches and returns the output (B, H, D): `launch_splits()`, then `launch_merge()`
-    when there is more than one split. The tensors are bound: a next step
-    writes its q, pages, table and lengths into them in place (as replaying a CUDA graph needs
-    anyway); no length may pass max_len (checked once, here)."""
+    when there is more than one split and the merge is not fused. The tensors are bound: a
+    next step writes its q, pages, table and lengths into them in place (as replaying a CUDA
+    graph needs anyway); no length may pass max_len (checked once, here)."""
 
     def __init__(self, q, k_pages, v_pages, page_table, lengths, max_len: int | None = None,
                  num_sms: int | None = None, sm_scale: float | None = None,
                  config: tuple[int, int, int] | None = None, splits: int | None = None,
-                 kv_loads: str = "rows", no_softmax: bool = False):
+                 kv_loads: str = "rows", no_softmax: bool = False, fused_merge: bool = False):
         page_size = k_pages.shape[1] if k_pages.dim() == 4 else 0
         max_len = page_table.shape[1] * page_size if max_len is None else max_len
         _check_inputs(q, k_pages, v_pages, page_table, lengths, max_len)
@@ -388,10 +428,16 @@ class DecodePlan:
         self.l = torch.empty_like(self.m)
         self.o = torch.empty((*shape, self.d_block), device=q.device, dtype=torch.float32)
         self.grid = (self.splits, B * H_KV)
+        self.s_block = max(2, 1 << max(0, self.splits - 1).bit_length())
+        self.fused_merge = fused_merge and not one_pass
+        self.arrivals = torch.zeros(B * H_KV if self.fused_merge else 1, device=q.device,
+                                    dtype=torch.int32)  # the fused merge's counts, kept at 0
         qk_scale = _scale(D, sm_scale) * LOG2E
         self.constants = dict(D=D, D_BLOCK=self.d_block, GROUP=H // H_KV,
                               ROWS=group_rows(H // H_KV), PAGE_SIZE=page_size,
                               ONE_PASS=one_pass)
+        if self.fused_merge:
+            self.constants.update(FUSED_MERGE=True, S_BLOCK=self.s_block)
         if kv_loads == "tma":
             self.kernel = paged_decode_tma_kernel
             block = [1, page_size, 1, self.d_block]
@@ -407,24 +453,26 @@ class DecodePlan:
             if no_softmax:
                 self.constants["NO_SOFTMAX"] = True
         self.merge_grid = (B * H,)
-        self.s_block = max(2, 1 << max(0, self.splits - 1).bit_length())
 
     def run(self) -> torch.Tensor:
         self.launch_splits()
-        if self.splits > 1:
+        if self.splits > 1 and not self.fused_merge:
             self.launch_merge()
         return self.out
 
     def launch_splits(self) -> None:
-        """The split kernel: each split's state, or with one split the output itself."""
-        self.kernel[self.grid](*self.tensors, self.m, self.l, self.o, self.out, *self.scalars,
-                               **self.constants, num_warps=self.num_warps,
+        """The split kernel: each split's state, or with one split or a fused merge the output
+        itself."""
+        self.kernel[self.grid](*self.tensors, self.m, self.l, self.o, self.out, self.arrivals,
+                               *self.scalars, **self.constants, num_warps=self.num_warps,
                                num_stages=self.num_stages)
 
     def launch_merge(self) -> None:
         """The merge of the splits' states into the output (more than one split only)."""
         _require(self.splits > 1, "this plan has one split: its split kernel writes the "
                  "output, and there are no states to merge.")
+        _require(not self.fused_merge, "this plan fuses the merge into its split kernel "
+                 "(fused_merge=True): launch_splits() writes the output.")
         merge_kernel[self.merge_grid](self.m, self.l, self.o, self.out, *self.out.stride()[:2],
                                       self.out.shape[1], self.splits, D=self.constants["D"],
                                       D_BLOCK=self.d_block, S_BLOCK=self.s_block, num_warps=4)

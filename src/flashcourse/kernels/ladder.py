@@ -120,10 +120,16 @@ def config_for(step, d: int) -> tuple[int, int, int, int]:
 # ---------------------------------------------------------------- what this machine runs
 
 
+_CAPABILITIES: dict[int, tuple[int, int]] = {}  # by device index: asked once, not per call
+
+
 def _capability() -> tuple[int, int]:
     if runtime.current().interpreter or not torch.cuda.is_available():
         return (0, 0)
-    return torch.cuda.get_device_capability()
+    device = torch.cuda.current_device()
+    if device not in _CAPABILITIES:
+        _CAPABILITIES[device] = torch.cuda.get_device_capability(device)
+    return _CAPABILITIES[device]
 
 
 def tma_supported() -> bool:
