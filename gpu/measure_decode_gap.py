@@ -12,6 +12,8 @@ CUDA graph, median of bench_modern_attention.REPEATS interleaved timings:
 * "split kernel": its first launch alone, and "merge": its second alone;
 * "fused step": the step with the merge fused into the split kernel (DecodePlan(
   fused_merge=True): the last split of each K/V head to finish merges), checked first;
+* "fused step, heads together": the fused step on the pool with each K/V head's rows of a page
+  together (see below), checked first: both steps taken at once;
 * "split kernel, heads together": the same split kernel on a pool that keeps each K/V head's
   rows of a page together (cuDNN's cache keeps each head's keys together), checked first;
 * "split kernel, no softmax": the same kernel, loads and matmuls with the softmax left out
@@ -77,13 +79,15 @@ def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
            torch.cuda.get_device_properties(0).multi_processor_count)
     k_pages, v_pages, table = bma.paged_copy(torch, k, v, page_size, seed=cache)
     plan = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache, num_sms=sms)
-    together = decode.DecodePlan(q, decode.heads_together(k_pages),
-                                 decode.heads_together(v_pages), table, lengths, max_len=cache,
+    k_together, v_together = decode.heads_together(k_pages), decode.heads_together(v_pages)
+    together = decode.DecodePlan(q, k_together, v_together, table, lengths, max_len=cache,
                                  num_sms=sms)
     bound = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache, num_sms=sms,
                               no_softmax=True)
     fused = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache, num_sms=sms,
                               fused_merge=True)
+    fused_together = decode.DecodePlan(q, k_together, v_together, table, lengths,
+                                       max_len=cache, num_sms=sms, fused_merge=True)
     row["splits"], row["BLOCK_N"] = plan.splits, plan.block_n
     q4 = q[:, :, None]                                                # (B, H, 1, D)
 
@@ -93,7 +97,9 @@ def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
 
     timed = {}
     for name, call, fatal in (("step", plan.run, True), ("heads together", together.run, True),
-                              ("fused step", fused.run, True), ("sdpa cudnn", cudnn, False)):
+                              ("fused step", fused.run, True),
+                              ("fused step, heads together", fused_together.run, True),
+                              ("sdpa cudnn", cudnn, False)):
         if bma.checked(b, row, name, call, reference, fatal, where=shape_name(row)):
             timed[name] = call
     if "step" not in timed:
@@ -124,8 +130,9 @@ def shares(row: dict) -> None:
         row["step vs cudnn"] = cudnn / step
     if cudnn and split:
         row["split kernel vs cudnn"] = cudnn / split
-    if cudnn and ms.get("fused step"):
-        row["fused step vs cudnn"] = cudnn / ms["fused step"]
+    for name in ("fused step", "fused step, heads together"):
+        if cudnn and ms.get(name):
+            row[f"{name} vs cudnn"] = cudnn / ms[name]
     if step and "merge" in ms:
         row["merge % of step"] = 100 * ms["merge"] / step
     if split and "split kernel, heads together" in ms:
@@ -146,6 +153,7 @@ def shape_name(row: dict) -> str:
 def summary(row: dict) -> str:
     parts = [shape_name(row), f"splits {row.get('splits')}"]
     for key in ("step vs cudnn", "split kernel vs cudnn", "fused step vs cudnn",
+                "fused step, heads together vs cudnn",
                 "merge % of step", "layout cost %",
                 "softmax cost %", "split kernel % of read-only", "sdpa cudnn % of read-only"):
         if key in row:

@@ -28,7 +28,8 @@ if [[ " $parts " == *" notebooks "* ]]; then
   workers=()
   [[ "${NBVAL_WORKERS:-1}" -gt 1 ]] && workers=(-n "$NBVAL_WORKERS" --dist loadscope)
   python3 -m pytest -q -p no:cacheprovider -o addopts= --nbval --nbval-current-env \
-    --nbval-cell-timeout=600 "${workers[@]}" solutions/*.ipynb 2>&1 | tail -15 || status=1
+    --nbval-cell-timeout=600 --nbval-kernel-startup-timeout=300 "${workers[@]}" \
+    solutions/*.ipynb 2>&1 | tail -15 || status=1
   echo "   $(( $(date +%s) - start )) s"
 fi
 if [[ " $parts " == *" replay "* ]]; then
