@@ -10,6 +10,9 @@ CUDA graph, median of bench_modern_attention.REPEATS interleaved timings:
 * "step": the reference decoding step (decode.DecodePlan.run: the split kernel, then the
   merge when there is more than one split), checked against float32 attention first;
 * "split kernel": its first launch alone, and "merge": its second alone;
+* "dependent step": the step with its merge a programmatic dependent launch (DecodePlan(
+  dependent_launch=True): the merge starts while the split kernel runs and waits for it),
+  checked first;
 * "fused step": the step with the merge fused into the split kernel (DecodePlan(
   fused_merge=True): the last split of each K/V head to finish merges), checked first;
 * "fused step, heads together": the fused step on the pool with each K/V head's rows of a page
@@ -63,7 +66,7 @@ def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from flashcourse.kernels import decode
+    from flashcourse.kernels import decode, ladder
 
     page_size = 16 if b.mode == "interpreter" else bma.PAGE_SIZE
     gen = torch.Generator(device=b.device).manual_seed(cache + batch)
@@ -84,6 +87,9 @@ def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
                                  num_sms=sms)
     bound = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache, num_sms=sms,
                               no_softmax=True)
+    dependent = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache,
+                                  num_sms=sms,
+                                  dependent_launch=ladder.dependent_launch_supported())
     fused = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache, num_sms=sms,
                               fused_merge=True)
     fused_together = decode.DecodePlan(q, k_together, v_together, table, lengths,
@@ -97,6 +103,7 @@ def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
 
     timed = {}
     for name, call, fatal in (("step", plan.run, True), ("heads together", together.run, True),
+                              ("dependent step", dependent.run, True),
                               ("fused step", fused.run, True),
                               ("fused step, heads together", fused_together.run, True),
                               ("sdpa cudnn", cudnn, False)):
@@ -130,7 +137,7 @@ def shares(row: dict) -> None:
         row["step vs cudnn"] = cudnn / step
     if cudnn and split:
         row["split kernel vs cudnn"] = cudnn / split
-    for name in ("fused step", "fused step, heads together"):
+    for name in ("dependent step", "fused step", "fused step, heads together"):
         if cudnn and ms.get(name):
             row[f"{name} vs cudnn"] = cudnn / ms[name]
     if step and "merge" in ms:
@@ -152,7 +159,8 @@ def shape_name(row: dict) -> str:
 
 def summary(row: dict) -> str:
     parts = [shape_name(row), f"splits {row.get('splits')}"]
-    for key in ("step vs cudnn", "split kernel vs cudnn", "fused step vs cudnn",
+    for key in ("step vs cudnn", "split kernel vs cudnn", "dependent step vs cudnn",
+                "fused step vs cudnn",
                 "fused step, heads together vs cudnn",
                 "merge % of step", "layout cost %",
                 "softmax cost %", "split kernel % of read-only", "sdpa cudnn % of read-only"):

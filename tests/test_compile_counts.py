@@ -59,6 +59,42 @@ def test_launches_are_recorded_not_run_and_compiled_for_hopper():
     assert out["pages ahead"]["shared KiB"] > out["rows"]["shared KiB"]
 
 
+DEPENDENT_LAUNCH = r"""
+import json, torch
+from flashcourse import runtime
+runtime.compile_only()
+from flashcourse.bench import compile_counts
+from flashcourse.kernels import decode
+q = torch.empty(1, 32, 64, dtype=torch.float16)
+pool = torch.empty(64, 64, 8, 64, dtype=torch.float16)
+out = {}
+for dependent in (False, True):
+    with compile_counts.captured_launches() as launches:
+        decode.DecodePlan(q, pool, pool, torch.zeros(1, 64, dtype=torch.int32),
+                          torch.full((1,), 4096, dtype=torch.int32), splits=8,
+                          config=(128, 4, 3), dependent_launch=dependent).run()
+    out[str(dependent)] = [[kernel.__name__, compile_counts.resources(kernel, args, kwargs)]
+                           for kernel, args, kwargs in launches]
+print(json.dumps(out))
+"""
+
+
+def test_dependent_launch_lets_the_merge_start_early_and_wait_for_the_splits():
+    """decode.DecodePlan(dependent_launch=True), compiled for sm_90a: the split kernel lets its
+    dependants launch, and the merge is a programmatic dependent launch that waits first."""
+    result = subprocess.run([sys.executable, "-c", DEPENDENT_LAUNCH], capture_output=True,
+                            text=True, cwd=COURSE_ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout.splitlines()[-1])
+    seen = {plan: [(name, counts["griddepcontrol"], counts["launch_pdl"])
+                   for name, counts in launches] for plan, launches in out.items()}
+    assert seen["False"] == [("paged_decode_kernel", "", False), ("merge_kernel", "", False)]
+    assert seen["True"] == [("paged_decode_kernel", "launch_dependents", False),
+                            ("merge_kernel", "wait", True)]
+    plain, dependent = (out[plan][0][1]["registers"] for plan in ("False", "True"))
+    assert dependent == plain
+
+
 def test_pipeline_buffers_are_read_from_the_shared_allocations():
     from flashcourse.bench import compile_counts
 

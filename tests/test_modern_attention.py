@@ -658,6 +658,28 @@ def test_fused_merge_gives_the_two_launch_output_and_is_ready_for_the_next_step(
             fused.launch_merge()
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_dependent_launch_gives_the_plain_output(splits):
+    """DecodePlan(dependent_launch=True) changes how the merge is launched, not what it
+    computes; with one split (no merge) or a fused merge it is dropped."""
+    from flashcourse.kernels import decode
+
+    lengths = [70, 0]
+    q = torch.randn(2, 4, 16)
+    k, v = (torch.randn(2, 2, 70, 16) for _ in range(2))
+    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths, page_size=16, seed=7)
+    lens = torch.tensor(lengths, dtype=torch.int32)
+    plain, dependent = (decode.DecodePlan(q, k_pages, v_pages, table, lens, max_len=70,
+                                          num_sms=4, config=(16, 4, 1), splits=splits,
+                                          dependent_launch=flag) for flag in (False, True))
+    assert dependent.dependent_launch == (splits > 1)
+    assert torch.equal(dependent.run(), plain.run())
+    fused = decode.DecodePlan(q, k_pages, v_pages, table, lens, max_len=70, num_sms=4,
+                              config=(16, 4, 1), splits=splits, fused_merge=True,
+                              dependent_launch=True)
+    assert not fused.dependent_launch
+
+
 def test_read_only_kernel_reads_every_word():
     from flashcourse.kernels import decode
 

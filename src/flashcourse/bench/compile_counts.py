@@ -61,8 +61,9 @@ def resources(kernel, args, kwargs) -> dict:
     with cuobjdump: registers per thread, the local memory each thread spills into, shared
     memory per block, blocks per SM by each limit, what ptxas said of performance (such as
     wgmma instructions it had to serialize), how many warpgroup arrives and waits the code
-    holds (two per wgmma where they are serialized) and how many buffers the pipeliner gave a
-    pipelined loop (pipeline_buffers)."""
+    holds (two per wgmma where they are serialized), how many buffers the pipeliner gave a
+    pipelined loop (pipeline_buffers), and the grid dependency instructions of a programmatic
+    dependent launch (griddepcontrol: "launch_dependents", "wait") with the launch's flag."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
@@ -96,7 +97,10 @@ def resources(kernel, args, kwargs) -> dict:
             **blocks_per_sm(registers, shared, options.num_warps),
             "pipeline buffers": pipeline_buffers(compiled.asm["ttgir"]),
             "ptxas notes": performance_notes(log.getvalue()),
-            "warpgroup syncs": len(re.findall(r"\bWARPGROUP\.", sass))}
+            "warpgroup syncs": len(re.findall(r"\bWARPGROUP\.", sass)),
+            "griddepcontrol": " ".join(sorted(set(re.findall(
+                r"griddepcontrol\.(\w+)", compiled.asm["ptx"])))),
+            "launch_pdl": bool(compiled.metadata.launch_pdl)}
 
 
 def pipeline_buffers(ttgir: str) -> int:

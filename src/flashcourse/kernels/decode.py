@@ -195,7 +195,7 @@ def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
                         ROWS: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
                         ONE_PASS: tl.constexpr, PAGES_AHEAD: tl.constexpr,
                         NO_SOFTMAX: tl.constexpr = False, FUSED_MERGE: tl.constexpr = False,
-                        S_BLOCK: tl.constexpr = 2):
+                        S_BLOCK: tl.constexpr = 2, LAUNCH_MERGE_EARLY: tl.constexpr = False):
     """Program (split, b * H_KV + kv_h): the GROUP query heads of K/V head kv_h (rows of a
     tile of ROWS >= 16) over the keys [split, split + 1) * blocks_per_split * BLOCK_N below
     Lengths[b]. ONE_PASS (one split): stores the attention output; otherwise the split's
@@ -206,7 +206,12 @@ def paged_decode_kernel(Q,  # (B, H, D): one new token per sequence
     never a result: the same loads and matmuls with the softmax's max, exp2 and rescaling left
     out (its output is wrong). FUSED_MERGE (more than one split): the last split of a K/V head
     to finish merges its group's states into Out, so that no merge kernel runs; it counts the
-    splits done in Arrivals and sets the count back to 0 for the next step."""
+    splits done in Arrivals and sets the count back to 0 for the next step.
+    LAUNCH_MERGE_EARLY (compiled on Hopper or newer): lets the merge kernel, launched as a
+    programmatic dependent launch, start once every split has started (it then waits for this
+    grid's stores before it reads a state)."""
+    if LAUNCH_MERGE_EARLY:
+        tl.extra.cuda.gdc_launch_dependents()
     split, b, kv_h, heads, real, offs_d, q, lo, hi = _program_split(
         Q, Lengths, s_qb, s_qh, H_KV, blocks_per_split, D=D, D_BLOCK=D_BLOCK, GROUP=GROUP,
         ROWS=ROWS, BLOCK_N=BLOCK_N)
@@ -264,11 +269,14 @@ def paged_decode_tma_kernel(Q,  # (B, H, D): one new token per sequence
                             D: tl.constexpr, D_BLOCK: tl.constexpr, GROUP: tl.constexpr,
                             ROWS: tl.constexpr, PAGE_SIZE: tl.constexpr,
                             ONE_PASS: tl.constexpr, FUSED_MERGE: tl.constexpr = False,
-                            S_BLOCK: tl.constexpr = 2):
+                            S_BLOCK: tl.constexpr = 2,
+                            LAUNCH_MERGE_EARLY: tl.constexpr = False):
     """paged_decode_kernel's work with a block of one page, which the copy engine (TMA) moves
     whole through the descriptors (blocks (1, PAGE_SIZE, 1, D_BLOCK) of the pools, columns
     past D read as 0), the page numbers loaded one page ahead. The full pages are unmasked;
     the page that holds the last key (if partly filled) comes after the loop, masked."""
+    if LAUNCH_MERGE_EARLY:
+        tl.extra.cuda.gdc_launch_dependents()
     split, b, kv_h, heads, real, offs_d, q, lo, hi = _program_split(
         Q, Lengths, s_qb, s_qh, H_KV, blocks_per_split, D=D, D_BLOCK=D_BLOCK, GROUP=GROUP,
         ROWS=ROWS, BLOCK_N=PAGE_SIZE)
@@ -314,10 +322,15 @@ def _merge_if_last(M, L, O, Out, Arrivals, b, kv_h, H_KV, s_outb, s_outh,
 
 @triton.jit
 def merge_kernel(M, L, O, Out, s_outb, s_outh, H, S,
-                 D: tl.constexpr, D_BLOCK: tl.constexpr, S_BLOCK: tl.constexpr):
+                 D: tl.constexpr, D_BLOCK: tl.constexpr, S_BLOCK: tl.constexpr,
+                 WAIT_FOR_SPLITS: tl.constexpr = False):
     """Program b * H + h: the merge of the S base-2 states of query head h of sequence b
-    (lesson 5's merge over all splits at once), divided by the merged sum."""
+    (lesson 5's merge over all splits at once), divided by the merged sum. WAIT_FOR_SPLITS:
+    launched as a programmatic dependent launch, it may start before the split kernel ends,
+    so it first waits for that grid to finish and its stores to be seen."""
     bh = tl.program_id(0)
+    if WAIT_FOR_SPLITS:
+        tl.extra.cuda.gdc_wait()
     _merge_head(M, L, O, Out, bh // H, bh % H, H, S, s_outb, s_outh, D=D, D_BLOCK=D_BLOCK,
                 S_BLOCK=S_BLOCK, CACHE="")
 
@@ -384,8 +397,16 @@ class DecodePlan:
     page numbers a page ahead: config's BLOCK_N must be the page size).
     `no_softmax` (kv_loads "rows" only) is a bound to time, never a result: the kernel's loads
     and matmuls without its softmax (paged_decode_kernel's NO_SOFTMAX; the output is wrong).
+    `dependent_launch` (compiled on Hopper or newer; no effect in the interpreter): with more
+    than one split and no fused merge, the merge kernel is a programmatic dependent launch
+    that starts while the split kernel runs and waits for its results, so the second launch's
+    latency overlaps the first kernel. Measured (09-decode-gap.csv, H100): 1.00-1.04x the
+    plain step on Triton 3.9, but 0.95-1.02x on 3.6; so off by default.
     `fused_merge`: with more than one split, the last split of each K/V head to finish merges
-    its heads' states (FUSED_MERGE), and no merge kernel runs.
+    its heads' states (FUSED_MERGE), and no merge kernel runs. Measured slower than the two
+    launches wherever the group has several heads (09-decode-gap.csv: that one program merges
+    them one after another, and at d = 128 the merge's registers cost a block per SM); kept
+    as the record of what was tried.
     `run()` launches and returns the output (B, H, D): `launch_splits()`, then `launch_merge()`
     when there is more than one split and the merge is not fused. The tensors are bound: a
     next step writes its q, pages, table and lengths into them in place (as replaying a CUDA
@@ -394,7 +415,8 @@ class DecodePlan:
     def __init__(self, q, k_pages, v_pages, page_table, lengths, max_len: int | None = None,
                  num_sms: int | None = None, sm_scale: float | None = None,
                  config: tuple[int, int, int] | None = None, splits: int | None = None,
-                 kv_loads: str = "rows", no_softmax: bool = False, fused_merge: bool = False):
+                 kv_loads: str = "rows", no_softmax: bool = False, fused_merge: bool = False,
+                 dependent_launch: bool = False):
         page_size = k_pages.shape[1] if k_pages.dim() == 4 else 0
         max_len = page_table.shape[1] * page_size if max_len is None else max_len
         _check_inputs(q, k_pages, v_pages, page_table, lengths, max_len)
@@ -438,6 +460,12 @@ class DecodePlan:
                               ONE_PASS=one_pass)
         if self.fused_merge:
             self.constants.update(FUSED_MERGE=True, S_BLOCK=self.s_block)
+        self.dependent_launch = dependent_launch and not one_pass and not self.fused_merge
+        if self.dependent_launch and not runtime.current().interpreter:
+            _require(ladder.dependent_launch_supported(),
+                     "dependent_launch needs programmatic dependent launch: a Hopper or newer "
+                     "GPU and a Triton with tl.extra.cuda.gdc_wait; leave it off here.")
+            self.constants["LAUNCH_MERGE_EARLY"] = True
         if kv_loads == "tma":
             self.kernel = paged_decode_tma_kernel
             block = [1, page_size, 1, self.d_block]
@@ -473,9 +501,11 @@ class DecodePlan:
                  "output, and there are no states to merge.")
         _require(not self.fused_merge, "this plan fuses the merge into its split kernel "
                  "(fused_merge=True): launch_splits() writes the output.")
+        early = self.constants.get("LAUNCH_MERGE_EARLY", False)
         merge_kernel[self.merge_grid](self.m, self.l, self.o, self.out, *self.out.stride()[:2],
                                       self.out.shape[1], self.splits, D=self.constants["D"],
-                                      D_BLOCK=self.d_block, S_BLOCK=self.s_block, num_warps=4)
+                                      D_BLOCK=self.d_block, S_BLOCK=self.s_block,
+                                      WAIT_FOR_SPLITS=early, num_warps=4, launch_pdl=early)
 
 
 def heads_together(pages: torch.Tensor) -> torch.Tensor:

@@ -148,6 +148,14 @@ def warp_spec_supported() -> bool:
     return runtime.current().interpreter or _capability() >= (9, 0)
 
 
+def dependent_launch_supported() -> bool:
+    """Compiled programmatic dependent launch: Triton's tl.extra.cuda.gdc_wait and a
+    Hopper-or-newer GPU (never in the interpreter, which runs one launch at a time)."""
+    if runtime.current().interpreter:
+        return False
+    return hasattr(tl.extra.cuda, "gdc_wait") and _capability() >= (9, 0)
+
+
 def step_supported(step) -> tuple[bool, str]:
     """(True, "") or (False, why) for this Triton and GPU."""
     step = as_step(step)
