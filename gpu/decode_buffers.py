@@ -5,7 +5,8 @@
 Calls the reference decoding step's plan (kernels/decode.py) with CPU tensors (fp16, batch 8,
 32 query heads over 8 K/V heads, pages of 64 keys, one split), records the launch, and compiles
 it for sm_90a as Triton would at that launch (bench/compile_counts.py), for each way of reading
-K and V (decode.KV_LOADS) and each (BLOCK_N, num_warps, num_stages) below. Prints the
+K and V (decode.KV_LOADS) and each (BLOCK_N, num_warps, num_stages) below, and the tuned
+configs' split kernel as it runs with 8 splits (storing states for the merge). Prints the
 binary's registers, shared memory, blocks per SM and the buffers the software pipeliner gave
 the K and V tiles: as many blocks of them can be in flight at once. Nothing is launched, so it
 runs on a machine without a GPU; the counts are those of the Triton that runs it (another
@@ -32,8 +33,16 @@ VARIANTS = (
 )
 
 
-def compile_variant(d: int, kv_loads: str, config: tuple[int, int, int]) -> dict:
-    """The binary's counts for one way of reading K and V at one config."""
+# (head dim, config) of the split kernel compiled as it runs with more than one split: it stores
+# states for the merge instead of the output (a different kernel, with its own registers)
+SPLIT_VARIANTS = ((64, (128, 4, 3)), (128, (64, 4, 3)))
+SPLITS = 8
+
+
+def compile_variant(d: int, kv_loads: str, config: tuple[int, int, int],
+                    splits: int = 1) -> dict:
+    """The binary's counts for one way of reading K and V at one config, of the split kernel
+    of a step of `splits` splits."""
     import torch
 
     from flashcourse.bench import compile_counts
@@ -44,11 +53,11 @@ def compile_variant(d: int, kv_loads: str, config: tuple[int, int, int]) -> dict
     table = torch.zeros(BATCH, PAGES, dtype=torch.int32)
     lengths = torch.full((BATCH,), PAGES * PAGE_SIZE, dtype=torch.int32)
     with compile_counts.captured_launches() as launches:
-        decode.DecodePlan(q, pool, pool, table, lengths, splits=1, config=config,
+        decode.DecodePlan(q, pool, pool, table, lengths, splits=splits, config=config,
                           kv_loads=kv_loads).run()
-    (kernel, args, kwargs), = launches
+    (kernel, args, kwargs), *merge = launches  # the split kernel, then any merge
     counts = compile_counts.resources(kernel, args, kwargs)
-    return {"gpu": compile_counts.GPU_NOTE, "d": d, "kv loads": kv_loads,
+    return {"gpu": compile_counts.GPU_NOTE, "d": d, "splits": splits, "kv loads": kv_loads,
             "BLOCK_N": config[0], "warps": config[1], "stages": config[2],
             "K/V buffers": counts["pipeline buffers"], "registers": counts["registers"],
             "spilled B": counts["spilled B"], "shared KiB": counts["shared KiB"],
@@ -60,6 +69,8 @@ def measure():
     for d, kv_loads, configs in VARIANTS:
         for config in configs:
             yield compile_variant(d, kv_loads, config)
+    for d, config in SPLIT_VARIANTS:
+        yield compile_variant(d, "rows", config, splits=SPLITS)
 
 
 if __name__ == "__main__":
