@@ -19,7 +19,10 @@ answer to "how fast can that algorithm go": the same paged, grouped-query, split
   default), the same with the page numbers loaded a block ahead (the K and V loads then wait
   on no load of their own iteration, and the pipeliner keeps one more block of them in
   flight), or a page per block through tensor descriptors (TMA); the last two are untimed
-  (gpu/tune_decode.py times them; gpu/decode_buffers.py counts the blocks in flight).
+  (gpu/tune_decode.py times them; gpu/decode_buffers.py counts the blocks in flight);
+* two other ways to run the merge, off by default and measured in 09-decode-gap.csv: a
+  programmatic dependent launch that overlaps the split kernel (`dependent_launch`), and the
+  merge fused into the split kernel (`fused_merge`).
 
 `read_only` launches a kernel that reads a buffer and writes one number per program: timed,
 it is the measured ceiling of a kernel that only reads, as decoding does (it writes a few KB),
