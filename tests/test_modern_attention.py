@@ -534,6 +534,16 @@ def test_reference_decode_reads_a_pool_with_each_heads_rows_together(kv_loads):
     assert torch.allclose(outs[1].double(), ma.decode_reference(q, k, v, [70, 33]), atol=1e-5)
 
 
+def _ragged_cache(heads, kv_heads, d, lengths, page_size, seed):
+    """q (B, H, D), K and V (B, H_KV, 70, D), their paged copy with lengths[b] keys each (the
+    slots past them NaN: ma.paged_cache) and the lengths as an int32 tensor."""
+    batch = len(lengths)
+    q = torch.randn(batch, heads, d)
+    k, v = (torch.randn(batch, kv_heads, 70, d) for _ in range(2))
+    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths, page_size=page_size, seed=seed)
+    return q, k, v, k_pages, v_pages, table, torch.tensor(lengths, dtype=torch.int32)
+
+
 @pytest.mark.parametrize("heads, kv_heads, d, splits", [(4, 2, 16, None), (4, 2, 16, 1),
                                                         (2, 2, 24, 3), (8, 1, 16, 5)])
 @pytest.mark.parametrize("kv_loads", ["pages ahead", "tma"])
@@ -546,10 +556,8 @@ def test_each_way_of_reading_k_and_v_gives_the_rows_output(kv_loads, heads, kv_h
     from flashcourse.kernels import decode
 
     lengths = [70, 33, 0]
-    q = torch.randn(3, heads, d)
-    k, v = (torch.randn(3, kv_heads, 70, d) for _ in range(2))
-    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths, page_size=16, seed=4)
-    lens = torch.tensor(lengths, dtype=torch.int32)
+    q, k, v, k_pages, v_pages, table, lens = _ragged_cache(heads, kv_heads, d, lengths,
+                                                           page_size=16, seed=4)
     rows, other = (decode.DecodePlan(q, k_pages, v_pages, table, lens, max_len=70, num_sms=4,
                                      config=(16, 4, 1), splits=splits, kv_loads=loads)
                    for loads in ("rows", kv_loads))
@@ -640,10 +648,8 @@ def test_fused_merge_gives_the_two_launch_output_and_is_ready_for_the_next_step(
     from flashcourse.kernels import decode
 
     lengths = [70, 33, 0]
-    q = torch.randn(3, heads, d)
-    k, v = (torch.randn(3, kv_heads, 70, d) for _ in range(2))
-    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths, page_size=16, seed=6)
-    lens = torch.tensor(lengths, dtype=torch.int32)
+    q, k, v, k_pages, v_pages, table, lens = _ragged_cache(heads, kv_heads, d, lengths,
+                                                           page_size=16, seed=6)
     two, fused = (decode.DecodePlan(q, k_pages, v_pages, table, lens, max_len=70, num_sms=4,
                                     config=(16, 4, 1), splits=splits, kv_loads=kv_loads,
                                     fused_merge=fuse) for fuse in (False, True))
@@ -665,10 +671,8 @@ def test_dependent_launch_gives_the_plain_output(splits):
     from flashcourse.kernels import decode
 
     lengths = [70, 0]
-    q = torch.randn(2, 4, 16)
-    k, v = (torch.randn(2, 2, 70, 16) for _ in range(2))
-    k_pages, v_pages, table, _ = ma.paged_cache(k, v, lengths, page_size=16, seed=7)
-    lens = torch.tensor(lengths, dtype=torch.int32)
+    q, k, v, k_pages, v_pages, table, lens = _ragged_cache(4, 2, 16, lengths,
+                                                           page_size=16, seed=7)
     plain, dependent = (decode.DecodePlan(q, k_pages, v_pages, table, lens, max_len=70,
                                           num_sms=4, config=(16, 4, 1), splits=splits,
                                           dependent_launch=flag) for flag in (False, True))

@@ -305,3 +305,18 @@ def test_the_course_package_imports_in_a_sandbox_that_sees_nothing_else_of_it(ro
     present = [name for name in sandbox.COURSE_PARTS if (root / name).exists()]
     assert listed == str(sorted(present + inside))
     assert module == str(root / "src" / "flashcourse" / "__init__.py")
+
+
+def test_the_work_folder_is_private_and_named_by_digits_only():
+    """Its path is on the bwrap command line a submission can read (/proc/1/cmdline and
+    mountinfo in the sandbox): random letters once spelled a classmate's name there."""
+    folders = [cli.numbered_work_folder() for _ in range(3)]
+    try:
+        assert len(set(folders)) == 3
+        for folder in folders:
+            assert folder.is_dir() and folder.stat().st_mode & 0o777 == 0o700
+            prefix, digits = folder.name.split("-")
+            assert prefix == "fcgrade" and digits.isdigit() and len(digits) == 12
+    finally:
+        for folder in folders:
+            folder.rmdir()

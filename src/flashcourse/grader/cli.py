@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import os
 import queue
+import secrets
 import shutil
 import subprocess
 import sys
@@ -79,6 +80,19 @@ def _sandbox_env(home: str, interpreter: bool,
     return env
 
 
+def numbered_work_folder() -> Path:
+    """A new private folder for a run's work, named by digits only: its path is on the
+    sandbox's bwrap command line (the home template is bound from it), which a submission can
+    read, so a random name of letters could spell a classmate's name there."""
+    while True:
+        folder = Path(tempfile.gettempdir()) / f"fcgrade-{secrets.randbelow(10**12):012d}"
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        return folder
+
+
 class Grader:
     def __init__(self, root: Path, timeout: float, jobs: int, sandboxed: bool,
                  hidden: list[Path], secret: bytes | None = None,
@@ -89,7 +103,7 @@ class Grader:
         for slot in range(jobs):
             self.slots.put(slot)
         self.replay_lock = threading.Lock()  # replays share the check registry's state
-        self.work = Path(tempfile.mkdtemp(prefix="fcgrade-"))
+        self.work = numbered_work_folder()
         self.memory = memory  # bytes: every process of one sandbox together
         self.secret = secret or os.urandom(32)  # the run's own: never enters a sandbox
         self.interpreter = runtime.current().interpreter
