@@ -55,7 +55,7 @@ def compile_variant(d: int, kv_loads: str, config: tuple[int, int, int],
     with compile_counts.captured_launches() as launches:
         decode.DecodePlan(q, pool, pool, table, lengths, splits=splits, config=config,
                           kv_loads=kv_loads).run()
-    (kernel, args, kwargs), *merge = launches  # the split kernel, then any merge
+    (kernel, args, kwargs), *_ = launches  # the split kernel, then any merge
     counts = compile_counts.resources(kernel, args, kwargs)
     return {"gpu": compile_counts.GPU_NOTE, "d": d, "splits": splits, "kv loads": kv_loads,
             "BLOCK_N": config[0], "warps": config[1], "stages": config[2],

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from flashcourse.paths import COURSE_ROOT
 
 SCRIPT = r"""
@@ -36,15 +38,30 @@ for loads in ("rows", "pages ahead"):
                           kv_loads=loads).run()
     (kernel, args, kwargs), = launches
     out[loads] = compile_counts.resources(kernel, args, kwargs)
+q = torch.empty(1, 32, 64, dtype=torch.float16)
+for dependent in (False, True):
+    with compile_counts.captured_launches() as launches:
+        decode.DecodePlan(q, pool, pool, torch.zeros(1, 64, dtype=torch.int32),
+                          torch.full((1,), 4096, dtype=torch.int32), splits=8,
+                          config=(128, 4, 3), dependent_launch=dependent).run()
+    out[f"dependent {dependent}"] = [[kernel.__name__, compile_counts.resources(kernel, a, kw)]
+                                     for kernel, a, kw in launches]
 print(json.dumps(out))
 """
 
 
-def test_launches_are_recorded_not_run_and_compiled_for_hopper():
+@pytest.fixture(scope="module")
+def compiled():
+    """SCRIPT's counts: every launch compiled for sm_90a in one process of its own, since
+    compile_only() must come before the kernels are imported."""
     result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
                             cwd=COURSE_ROOT, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    out = json.loads(result.stdout.splitlines()[-1])
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_launches_are_recorded_not_run_and_compiled_for_hopper(compiled):
+    out = compiled
     assert out["kernels"] == ["attn_bwd_delta_kernel", "attn_bwd_dkdv_kernel",
                               "attn_bwd_dq_kernel"]
     assert out["descriptors"] == "TensorDescriptor"  # the host code saw a Hopper GPU
@@ -59,39 +76,16 @@ def test_launches_are_recorded_not_run_and_compiled_for_hopper():
     assert out["pages ahead"]["shared KiB"] > out["rows"]["shared KiB"]
 
 
-DEPENDENT_LAUNCH = r"""
-import json, torch
-from flashcourse import runtime
-runtime.compile_only()
-from flashcourse.bench import compile_counts
-from flashcourse.kernels import decode
-q = torch.empty(1, 32, 64, dtype=torch.float16)
-pool = torch.empty(64, 64, 8, 64, dtype=torch.float16)
-out = {}
-for dependent in (False, True):
-    with compile_counts.captured_launches() as launches:
-        decode.DecodePlan(q, pool, pool, torch.zeros(1, 64, dtype=torch.int32),
-                          torch.full((1,), 4096, dtype=torch.int32), splits=8,
-                          config=(128, 4, 3), dependent_launch=dependent).run()
-    out[str(dependent)] = [[kernel.__name__, compile_counts.resources(kernel, args, kwargs)]
-                           for kernel, args, kwargs in launches]
-print(json.dumps(out))
-"""
-
-
-def test_dependent_launch_lets_the_merge_start_early_and_wait_for_the_splits():
+def test_dependent_launch_lets_the_merge_start_early_and_wait_for_the_splits(compiled):
     """decode.DecodePlan(dependent_launch=True), compiled for sm_90a: the split kernel lets its
     dependants launch, and the merge is a programmatic dependent launch that waits first."""
-    result = subprocess.run([sys.executable, "-c", DEPENDENT_LAUNCH], capture_output=True,
-                            text=True, cwd=COURSE_ROOT, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    out = json.loads(result.stdout.splitlines()[-1])
-    seen = {plan: [(name, counts["griddepcontrol"], counts["launch_pdl"])
-                   for name, counts in launches] for plan, launches in out.items()}
+    plans = {flag: compiled[f"dependent {flag}"] for flag in ("False", "True")}
+    seen = {flag: [(name, counts["griddepcontrol"], counts["launch_pdl"])
+                   for name, counts in launches] for flag, launches in plans.items()}
     assert seen["False"] == [("paged_decode_kernel", "", False), ("merge_kernel", "", False)]
     assert seen["True"] == [("paged_decode_kernel", "launch_dependents", False),
                             ("merge_kernel", "wait", True)]
-    plain, dependent = (out[plan][0][1]["registers"] for plan in ("False", "True"))
+    plain, dependent = (plans[flag][0][1]["registers"] for flag in ("False", "True"))
     assert dependent == plain
 
 
