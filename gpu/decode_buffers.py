@@ -6,8 +6,9 @@ Calls the reference decoding step's plan (kernels/decode.py) with CPU tensors (f
 32 query heads over 8 K/V heads, pages of 64 keys, one split), records the launch, and compiles
 it for sm_90a as Triton would at that launch (bench/compile_counts.py), for each way of reading
 K and V (decode.KV_LOADS) and each (BLOCK_N, num_warps, num_stages) below, and the tuned
-configs' split kernel as it runs with 8 splits (storing states for the merge). Prints the
-binary's registers, shared memory, blocks per SM and the buffers the software pipeliner gave
+configs' split kernel as it runs with 8 splits (storing states for the merge), at d = 128
+also capped at 96 registers a thread (maxnreg, as gpu/measure_decode_cap.py times it). Prints
+the binary's registers, shared memory, blocks per SM and the buffers the software pipeliner gave
 the K and V tiles: as many blocks of them can be in flight at once. Nothing is launched, so it
 runs on a machine without a GPU; the counts are those of the Triton that runs it (another
 version unpacked in a folder first on PYTHONPATH gives that version's). Lesson 9 reads them
@@ -35,11 +36,13 @@ VARIANTS = (
 
 # (head dim, config) of the split kernel compiled as it runs with more than one split: it stores
 # states for the merge instead of the output (a different kernel, with its own registers)
-SPLIT_VARIANTS = ((64, (128, 4, 3)), (128, (64, 4, 3)))
+# (and at d = 128 capped at 96 registers a thread, 5 blocks per SM: measure_decode_cap.py)
+SPLIT_VARIANTS = ((64, (128, 4, 3)), (128, (64, 4, 3)), (128, (64, 4, 3, 96)),
+                  (128, (64, 4, 2, 96)))
 SPLITS = 8
 
 
-def compile_variant(d: int, kv_loads: str, config: tuple[int, int, int],
+def compile_variant(d: int, kv_loads: str, config: tuple[int, ...],
                     splits: int = 1) -> dict:
     """The binary's counts for one way of reading K and V at one config, of the split kernel
     of a step of `splits` splits."""
@@ -59,6 +62,7 @@ def compile_variant(d: int, kv_loads: str, config: tuple[int, int, int],
     counts = compile_counts.resources(kernel, args, kwargs)
     return {"gpu": compile_counts.GPU_NOTE, "d": d, "splits": splits, "kv loads": kv_loads,
             "BLOCK_N": config[0], "warps": config[1], "stages": config[2],
+            "maxnreg": config[3] if len(config) > 3 else "",
             "K/V buffers": counts["pipeline buffers"], "registers": counts["registers"],
             "spilled B": counts["spilled B"], "shared KiB": counts["shared KiB"],
             "blocks/SM": counts["blocks/SM"], "ptxas notes": counts["ptxas notes"]}

@@ -684,6 +684,24 @@ def test_dependent_launch_gives_the_plain_output(splits):
     assert not fused.dependent_launch
 
 
+def test_capped_registers_give_the_plain_output_and_a_bad_config_is_refused():
+    """config's fourth entry caps the split kernel's registers (maxnreg, compiled only): the
+    interpreter ignores it, so the output is the plain plan's; a config of another length is
+    refused by name."""
+    from flashcourse.kernels import decode
+
+    lengths = [70, 0]
+    q, k, v, k_pages, v_pages, table, lens = _ragged_cache(4, 2, 16, lengths,
+                                                           page_size=16, seed=8)
+    plain, capped = (decode.DecodePlan(q, k_pages, v_pages, table, lens, max_len=70, num_sms=4,
+                                       config=config, splits=3)
+                     for config in ((16, 4, 1), (16, 4, 1, 96)))
+    assert capped.split_options == {"maxnreg": 96} and plain.split_options == {}
+    assert torch.equal(capped.run(), plain.run())
+    with pytest.raises(runtime.CourseInputError, match="maxnreg"):
+        decode.DecodePlan(q, k_pages, v_pages, table, lens, max_len=70, config=(16, 4))
+
+
 def test_read_only_kernel_reads_every_word():
     from flashcourse.kernels import decode
 

@@ -524,7 +524,7 @@ def test_benchmark_cli_explains_and_exits_0_without_cuda(capsys, tmp_path):
                                     "kernel_resources.py", "measure_decode_layout.py",
                                     "measure_partial_cost.py", "measure_launch_cost.py",
                                     "measure_decode_gap.py", "measure_backward_gap.py",
-                                    "profile_launch.py"])
+                                    "profile_launch.py", "measure_decode_cap.py"])
 def test_gpu_scripts_explain_and_exit_0_without_cuda(root, script, monkeypatch, capsys):
     # run as __main__ in this process: a fresh interpreter per script would import torch again
     import runpy
@@ -1006,6 +1006,19 @@ def test_decode_gap_script_checks_and_times_every_part_in_the_interpreter(root, 
                        "split kernel, no softmax ms", "dependent step ms", "fused step ms",
                        "fused step, heads together ms", "read-only ms"):
             assert column in row
+
+
+def test_decode_cap_script_checks_every_capped_step_in_the_interpreter(root, tmp_path):
+    import csv
+
+    out = tmp_path / "cap.csv"
+    run_in_interpreter(root, "measure_decode_cap.py", out)
+    (row,) = list(csv.DictReader(out.open()))
+    assert row["maxnreg"] == "96" and int(row["splits"]) > 1  # a merge to launch early
+    for step in ("step", "capped step", "capped step, 2 stages", "dependent step",
+                 "capped dependent step"):  # each checked before it is timed
+        assert float(row[f"{step} max err"]) < 1e-2, step
+        assert f"{step} ms" in row
 
 
 def test_backward_gap_sorts_each_kernel_into_its_part_and_splits_the_extra_time(root):

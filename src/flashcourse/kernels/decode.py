@@ -398,13 +398,17 @@ class DecodePlan:
     block's rows through their pages' pointers), "pages ahead" (the same, each block's page
     numbers loaded a block ahead) or "tma" (a page per block through tensor descriptors, the
     page numbers a page ahead: config's BLOCK_N must be the page size).
+    `config`: (BLOCK_N, num_warps, num_stages), or with a fourth entry maxnreg (an experiment,
+    compiled only: the split kernel's registers per thread capped).
     `no_softmax` (kv_loads "rows" only) is a bound to time, never a result: the kernel's loads
     and matmuls without its softmax (paged_decode_kernel's NO_SOFTMAX; the output is wrong).
     `dependent_launch` (compiled on Hopper or newer; no effect in the interpreter): with more
     than one split and no fused merge, the merge kernel is a programmatic dependent launch
     that starts while the split kernel runs and waits for its results, so the second launch's
     latency overlaps the first kernel. Measured (09-decode-gap.csv, H100): 1.00-1.04x the
-    plain step on Triton 3.9, but 0.95-1.02x on 3.6; so off by default.
+    plain step on Triton 3.9, but 0.95-1.02x on 3.6, whose d = 128 split kernel holds 126
+    registers (4 blocks per SM); capped at 96 (5 blocks) the launch gains there too, but the
+    cap costs more (09-decode-cap.csv); so off by default.
     `fused_merge`: with more than one split, the last split of each K/V head to finish merges
     its heads' states (FUSED_MERGE), and no merge kernel runs. Measured slower than the two
     launches wherever the group has several heads (09-decode-gap.csv: that one program merges
@@ -417,7 +421,7 @@ class DecodePlan:
 
     def __init__(self, q, k_pages, v_pages, page_table, lengths, max_len: int | None = None,
                  num_sms: int | None = None, sm_scale: float | None = None,
-                 config: tuple[int, int, int] | None = None, splits: int | None = None,
+                 config: tuple[int, ...] | None = None, splits: int | None = None,
                  kv_loads: str = "rows", no_softmax: bool = False, fused_merge: bool = False,
                  dependent_launch: bool = False):
         page_size = k_pages.shape[1] if k_pages.dim() == 4 else 0
@@ -435,7 +439,12 @@ class DecodePlan:
         if kv_loads == "tma":
             config = config or decode_tma_config(page_size)
             _check_tma(k_pages, v_pages, config[0])
-        self.block_n, self.num_warps, self.num_stages = config or decode_config(D)
+        config = tuple(config or decode_config(D))
+        _require(len(config) in (3, 4), "config must be (BLOCK_N, num_warps, num_stages) or "
+                 f"(..., maxnreg); got {config!r}.")
+        self.block_n, self.num_warps, self.num_stages = config[:3]
+        # an experiment, compiled only: the split kernel's registers per thread capped
+        self.split_options = {"maxnreg": config[3]} if len(config) == 4 and config[3] else {}
         runtime.check_block_size("BLOCK_N", self.block_n)
         if num_sms is None:
             num_sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
@@ -496,7 +505,7 @@ class DecodePlan:
         itself."""
         self.kernel[self.grid](*self.tensors, self.m, self.l, self.o, self.out, self.arrivals,
                                *self.scalars, **self.constants, num_warps=self.num_warps,
-                               num_stages=self.num_stages)
+                               num_stages=self.num_stages, **self.split_options)
 
     def launch_merge(self) -> None:
         """The merge of the splits' states into the output (more than one split only)."""

@@ -1,0 +1,120 @@
+"""The decoding step with its split kernel's registers capped, beside the plain step (lesson 9).
+
+    python gpu/measure_decode_cap.py [--out assets/results/09-decode-cap.csv]
+    python gpu/measure_decode_cap.py --interpreter   # smoke test on a CPU, nothing timed
+
+At d = 128 Triton 3.6 compiles the split kernel that stores states to 126 registers a thread,
+4 blocks of 4 warps per SM, where 3.9 compiles it to 92 and 5 (09-decode-buffers.csv). This
+script asks whether the fifth block pays: on every d = 128 shape of the decoding grid
+(bench_modern_attention.decode_grid), each replayed from a CUDA graph, median of
+bench_modern_attention.REPEATS interleaved timings, each checked against float32 attention
+first:
+
+* "step": the reference decoding step (decode.DecodePlan.run, the tuned config);
+* "capped step": the same config with the split kernel capped at CAP registers a thread
+  (DecodePlan(config=(BLOCK_N, warps, stages, CAP)): 5 blocks per SM on both versions);
+* "capped step, 2 stages": the same cap with one stage fewer (fewer spilled bytes on 3.6);
+* "dependent step" and "capped dependent step": the plain and capped steps with the merge a
+  programmatic dependent launch (DecodePlan(dependent_launch=True), where supported);
+* "sdpa cudnn": SDPA's cuDNN backend on the contiguous cache.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "gpu"))
+
+import bench_modern_attention as bma  # noqa: E402
+
+from flashcourse import bench  # noqa: E402
+
+CAP = 96  # registers a thread: 5 blocks of 128 threads fit an SM's 65536 registers
+STEPS = ("step", "capped step", "capped step, 2 stages", "dependent step",
+         "capped dependent step")
+
+
+def main(argv=None) -> int:
+    started = bma.bench_script(argv, __doc__, "gpu/measure_decode_cap.py",
+                               "times decoding", "smoke test on a CPU: one tiny shape, untimed")
+    if started is None:
+        return 0
+    args, b = started
+    rows = []
+    grid = bma.decode_grid(b)  # (dtype, d, heads, K/V heads, batch, cache)
+    shapes = grid[:1] if b.mode == "interpreter" else [s for s in grid if s[1] == 128]
+    for shape in shapes:
+        row = measure_shape(b, *shape)
+        rows.append(row)
+        print(", ".join(f"{k} {row[k]:.3f}" if isinstance(row[k], float) else f"{k} {row[k]}"
+                        for k in ("batch", "cache", "dtype", "kv heads", "splits",
+                                  *(f"{name} vs cudnn" for name in STEPS)) if k in row),
+              flush=True)
+        if args.out is not None:  # after every shape: a call cut short keeps its rows
+            bench.write_csv(args.out, rows)
+    for failure in b.failures:
+        print("FAIL", failure)
+    return 1 if b.failures else 0
+
+
+def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
+    torch = b.torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from flashcourse.kernels import decode, ladder
+
+    page_size = 16 if b.mode == "interpreter" else bma.PAGE_SIZE
+    gen = torch.Generator(device=b.device).manual_seed(cache + batch)
+    q = torch.randn(batch, h, d, device=b.device, dtype=dtype, generator=gen)
+    k, v = (torch.randn(batch, h_kv, cache, d, device=b.device, dtype=dtype, generator=gen)
+            for _ in range(2))                                        # (B, H_KV, N, D)
+    lengths = torch.full((batch,), cache, dtype=torch.int32, device=b.device)
+    kv_bytes = 2 * k.numel() * k.element_size()
+    row = {"batch": batch, "cache": cache, "dtype": str(dtype)[6:], "d": d, "heads": h,
+           "kv heads": h_kv, "KV MiB": kv_bytes / 2**20, "maxnreg": CAP}
+    reference = bma.decode_reference(torch, q, k, v)
+    sms = (4 if b.mode == "interpreter" else
+           torch.cuda.get_device_properties(0).multi_processor_count)
+    k_pages, v_pages, table = bma.paged_copy(torch, k, v, page_size, seed=cache)
+    dependent = ladder.dependent_launch_supported()
+
+    def plan(config=None, dependent_launch=False):
+        return decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache,
+                                 num_sms=sms, config=config, dependent_launch=dependent_launch)
+
+    plain = plan()
+    tuned = (plain.block_n, plain.num_warps, plain.num_stages)
+    plans = {"step": plain, "capped step": plan((*tuned, CAP)),
+             "capped step, 2 stages": plan((*tuned[:2], 2, CAP)),
+             "dependent step": plan(dependent_launch=dependent),
+             "capped dependent step": plan((*tuned, CAP), dependent_launch=dependent)}
+    row.update(splits=plain.splits, BLOCK_N=plain.block_n, warps=plain.num_warps,
+               stages=plain.num_stages, dependent=dependent)
+    q4 = q[:, :, None]                                                # (B, H, 1, D)
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q4, k, v, enable_gqa=h != h_kv)[:, :, 0]
+
+    timed = {}
+    calls = [(name, plans[name].run, True) for name in STEPS] + [("sdpa cudnn", cudnn, False)]
+    for name, call, fatal in calls:
+        if bma.checked(b, row, name, call, reference, fatal, where=f"B={batch} {cache}"):
+            timed[name] = call
+    replays = {name: b.graph_replay(call) for name, call in timed.items()}
+    for name, timing in bma.interleaved(b, replays).items():
+        bma.spread_columns(row, name, timing)
+    cudnn_ms = row.get("sdpa cudnn ms")
+    for name in STEPS:
+        if cudnn_ms and row.get(f"{name} ms"):
+            row[f"{name} vs cudnn"] = cudnn_ms / row[f"{name} ms"]
+            row[f"{name} vs step"] = row["step ms"] / row[f"{name} ms"]
+    return row
+
+
+if __name__ == "__main__":
+    sys.exit(main())
