@@ -14,8 +14,9 @@ first:
 * "capped step": the same config with the split kernel capped at CAP registers a thread
   (DecodePlan(config=(BLOCK_N, warps, stages, CAP)): 5 blocks per SM on both versions);
 * "capped step, 2 stages": the same cap with one stage fewer (fewer spilled bytes on 3.6);
-* "dependent step" and "capped dependent step": the plain and capped steps with the merge a
-  programmatic dependent launch (DecodePlan(dependent_launch=True), where supported);
+* "dependent step", "capped dependent step" and "capped dependent step, 2 stages": those
+  steps with the merge a programmatic dependent launch (DecodePlan(dependent_launch=True),
+  where supported);
 * "sdpa cudnn": SDPA's cuDNN backend on the contiguous cache.
 """
 
@@ -34,7 +35,7 @@ from flashcourse import bench  # noqa: E402
 
 CAP = 96  # registers a thread: 5 blocks of 128 threads fit an SM's 65536 registers
 STEPS = ("step", "capped step", "capped step, 2 stages", "dependent step",
-         "capped dependent step")
+         "capped dependent step", "capped dependent step, 2 stages")
 
 
 def main(argv=None) -> int:
@@ -91,7 +92,9 @@ def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
     plans = {"step": plain, "capped step": plan((*tuned, CAP)),
              "capped step, 2 stages": plan((*tuned[:2], 2, CAP)),
              "dependent step": plan(dependent_launch=dependent),
-             "capped dependent step": plan((*tuned, CAP), dependent_launch=dependent)}
+             "capped dependent step": plan((*tuned, CAP), dependent_launch=dependent),
+             "capped dependent step, 2 stages": plan((*tuned[:2], 2, CAP),
+                                                     dependent_launch=dependent)}
     row.update(splits=plain.splits, BLOCK_N=plain.block_n, warps=plain.num_warps,
                stages=plain.num_stages, dependent=dependent)
     q4 = q[:, :, None]                                                # (B, H, 1, D)

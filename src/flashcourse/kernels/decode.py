@@ -407,8 +407,9 @@ class DecodePlan:
     that starts while the split kernel runs and waits for its results, so the second launch's
     latency overlaps the first kernel. Measured (09-decode-gap.csv, H100): 1.00-1.04x the
     plain step on Triton 3.9, but 0.95-1.02x on 3.6, whose d = 128 split kernel holds 126
-    registers (4 blocks per SM); capped at 96 (5 blocks) the launch gains there too, but the
-    cap costs more (09-decode-cap.csv); so off by default.
+    registers (4 blocks per SM) and leaves the merge no room; with config (64, 4, 2, 96) there
+    (5 blocks) it ran 1.00-1.02x (09-decode-cap.csv). Off by default: the config that gives
+    it room differs between Triton versions.
     `fused_merge`: with more than one split, the last split of each K/V head to finish merges
     its heads' states (FUSED_MERGE), and no merge kernel runs. Measured slower than the two
     launches wherever the group has several heads (09-decode-gap.csv: that one program merges
