@@ -685,6 +685,55 @@ def decode_reference(torch, q, k, v):
     return out
 
 
+class DecodeInputs(NamedTuple):
+    """One shape of the decoding grid, made once for every kernel timed on it."""
+    row: dict           # the shape's columns
+    q: object           # (B, H, D)
+    k: object           # (B, H_KV, N, D), contiguous: SDPA's cache
+    v: object
+    lengths: object     # (B,) int32, every sequence N keys long
+    k_pages: object     # (B * N / page, page, H_KV, D): the same keys in shuffled pages
+    v_pages: object
+    table: object       # (B, N / page) int32
+    reference: object   # float32 attention, (B, H, D)
+    sms: int
+    kv_bytes: int
+
+
+def decode_inputs(b: Bench, dtype, d, h, h_kv, batch, cache) -> DecodeInputs:
+    """Random q, K and V of one decoding shape (seeded by it), their paged copy (pages of
+    PAGE_SIZE keys; 16 in the interpreter) and the float32 reference."""
+    torch = b.torch
+    page_size = 16 if b.mode == "interpreter" else PAGE_SIZE
+    gen = torch.Generator(device=b.device).manual_seed(cache + batch)
+    q = torch.randn(batch, h, d, device=b.device, dtype=dtype, generator=gen)
+    k, v = (torch.randn(batch, h_kv, cache, d, device=b.device, dtype=dtype, generator=gen)
+            for _ in range(2))
+    lengths = torch.full((batch,), cache, dtype=torch.int32, device=b.device)
+    kv_bytes = 2 * k.numel() * k.element_size()
+    row = {"batch": batch, "cache": cache, "dtype": str(dtype)[6:], "d": d, "heads": h,
+           "kv heads": h_kv, "KV MiB": kv_bytes / 2**20}
+    sms = (4 if b.mode == "interpreter" else
+           torch.cuda.get_device_properties(0).multi_processor_count)
+    k_pages, v_pages, table = paged_copy(torch, k, v, page_size, seed=cache)
+    return DecodeInputs(row, q, k, v, lengths, k_pages, v_pages, table,
+                        decode_reference(torch, q, k, v), sms, kv_bytes)
+
+
+def sdpa_decode(inputs: DecodeInputs, backend):
+    """SDPA's `backend` on the contiguous cache, as a call returning (B, H, D)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    q4, k, v = inputs.q[:, :, None], inputs.k, inputs.v                # q4: (B, H, 1, D)
+    gqa = q4.shape[1] != k.shape[1]
+
+    def sdpa():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q4, k, v, enable_gqa=gqa)[:, :, 0]
+    return sdpa
+
+
 def decode_grid(b: Bench):
     torch = b.torch
     if b.mode == "interpreter":
@@ -762,27 +811,13 @@ def bench_decode(b: Bench, kernels, ma) -> list[dict]:
 def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch, cache) -> dict:
     """One decoding shape: check every kernel against float32 math, then time it."""
     torch = b.torch
-    import torch.nn.functional as F
-    from torch.nn.attention import sdpa_kernel
-
+    inputs = decode_inputs(b, dtype, d, h, h_kv, batch, cache)
+    row, q, k, v, lengths, k_pages, v_pages, table, reference, sms, kv_bytes = inputs
     block_n = ma.tiles.DECODE_BLOCK_N["interpreter" if b.mode == "interpreter" else "gpu"]
-    page_size = 16 if b.mode == "interpreter" else PAGE_SIZE
-    gen = torch.Generator(device=b.device).manual_seed(cache + batch)
-    q = torch.randn(batch, h, d, device=b.device, dtype=dtype, generator=gen)
-    k, v = (torch.randn(batch, h_kv, cache, d, device=b.device, dtype=dtype,
-                        generator=gen) for _ in range(2))
-    lengths = torch.full((batch,), cache, dtype=torch.int32, device=b.device)
-    kv_bytes = 2 * k.numel() * k.element_size()
-    dtype_name = str(dtype)[6:]
+    dtype_name = row["dtype"]
     tolerance = TOLERANCE[dtype_name]
-    row = {"batch": batch, "cache": cache, "dtype": dtype_name, "d": d, "heads": h,
-           "kv heads": h_kv, "KV MiB": kv_bytes / 2**20}
-    reference = decode_reference(torch, q, k, v)
-    sms = (4 if b.mode == "interpreter" else
-           torch.cuda.get_device_properties(0).multi_processor_count)
     split = kernels.choose_split_size(batch, h_kv, cache, sms, block_n)
     row["split size"], row["splits"] = split, ma.split_count(cache, split)
-    k_pages, v_pages, table = paged_copy(torch, k, v, page_size, seed=cache)
 
     def decoder(split_size):
         splits = ma.split_count(cache, split_size)
@@ -812,18 +847,14 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
         candidates[name] = decode.DecodePlan(q, *pools[together], table, lengths,
                                              max_len=cache, num_sms=sms,
                                              kv_loads=kv_loads).run
-    q4 = q[:, :, None]
     for name, backend in backends.items():
         if name == "sdpa math" and kv_bytes > 2**30:
             row[f"{name} note"] = "not run (K/V over 1 GiB: the math path repeats them)"
             continue
-
-        def sdpa(backend=backend):
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q4, k, v, enable_gqa=h != h_kv)[:, :, 0]
-
-        candidates[name] = sdpa
+        candidates[name] = sdpa_decode(inputs, backend)
     if flex is not None and b.flex_allowed("decode"):
+        q4 = q[:, :, None]
+
         def flex_decode():
             return flex(q4, k, v, enable_gqa=h != h_kv)[:, :, 0]
 

@@ -62,25 +62,12 @@ def main(argv=None) -> int:
 
 
 def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
-    torch = b.torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
 
     from flashcourse.kernels import decode, ladder
 
-    page_size = 16 if b.mode == "interpreter" else bma.PAGE_SIZE
-    gen = torch.Generator(device=b.device).manual_seed(cache + batch)
-    q = torch.randn(batch, h, d, device=b.device, dtype=dtype, generator=gen)
-    k, v = (torch.randn(batch, h_kv, cache, d, device=b.device, dtype=dtype, generator=gen)
-            for _ in range(2))                                        # (B, H_KV, N, D)
-    lengths = torch.full((batch,), cache, dtype=torch.int32, device=b.device)
-    kv_bytes = 2 * k.numel() * k.element_size()
-    row = {"batch": batch, "cache": cache, "dtype": str(dtype)[6:], "d": d, "heads": h,
-           "kv heads": h_kv, "KV MiB": kv_bytes / 2**20}
-    reference = bma.decode_reference(torch, q, k, v)
-    sms = (4 if b.mode == "interpreter" else
-           torch.cuda.get_device_properties(0).multi_processor_count)
-    k_pages, v_pages, table = bma.paged_copy(torch, k, v, page_size, seed=cache)
+    inputs = bma.decode_inputs(b, dtype, d, h, h_kv, batch, cache)
+    row, q, _, _, lengths, k_pages, v_pages, table, reference, sms, kv_bytes = inputs
     plan = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache, num_sms=sms)
     k_together, v_together = decode.heads_together(k_pages), decode.heads_together(v_pages)
     together = decode.DecodePlan(q, k_together, v_together, table, lengths, max_len=cache,
@@ -95,12 +82,7 @@ def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
     fused_together = decode.DecodePlan(q, k_together, v_together, table, lengths,
                                        max_len=cache, num_sms=sms, fused_merge=True)
     row["splits"], row["BLOCK_N"] = plan.splits, plan.block_n
-    q4 = q[:, :, None]                                                # (B, H, 1, D)
-
-    def cudnn():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return F.scaled_dot_product_attention(q4, k, v, enable_gqa=h != h_kv)[:, :, 0]
-
+    cudnn = bma.sdpa_decode(inputs, SDPBackend.CUDNN_ATTENTION)
     timed = {}
     for name, call, fatal in (("step", plan.run, True), ("heads together", together.run, True),
                               ("dependent step", dependent.run, True),
