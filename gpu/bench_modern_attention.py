@@ -734,6 +734,23 @@ def sdpa_decode(inputs: DecodeInputs, backend):
     return sdpa
 
 
+def measure_each(b: Bench, out, shapes, measure, summary) -> int:
+    """rows = measure(b, *shape) for each shape, each printed as summary(row) and written to
+    `out` (when given) as soon as it is made, so that a call cut short keeps its rows; then
+    the failures. Returns the exit status: 1 if any check failed."""
+    from flashcourse import bench
+
+    rows = []
+    for shape in shapes:
+        rows.append(measure(b, *shape))
+        print(summary(rows[-1]), flush=True)
+        if out is not None:
+            bench.write_csv(out, rows)
+    for failure in b.failures:
+        print("FAIL", failure)
+    return 1 if b.failures else 0
+
+
 def decode_grid(b: Bench):
     torch = b.torch
     if b.mode == "interpreter":

@@ -31,8 +31,6 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import bench_modern_attention as bma  # noqa: E402
 
-from flashcourse import bench  # noqa: E402
-
 CAP = 96  # registers a thread: 5 blocks of 128 threads fit an SM's 65536 registers
 STEPS = ("step", "capped step", "capped step, 2 stages", "dependent step",
          "capped dependent step", "capped dependent step, 2 stages")
@@ -44,21 +42,15 @@ def main(argv=None) -> int:
     if started is None:
         return 0
     args, b = started
-    rows = []
     grid = bma.decode_grid(b)  # (dtype, d, heads, K/V heads, batch, cache)
     shapes = grid[:1] if b.mode == "interpreter" else [s for s in grid if s[1] == 128]
-    for shape in shapes:
-        row = measure_shape(b, *shape)
-        rows.append(row)
-        print(", ".join(f"{k} {row[k]:.3f}" if isinstance(row[k], float) else f"{k} {row[k]}"
-                        for k in ("batch", "cache", "dtype", "kv heads", "splits",
-                                  *(f"{name} vs cudnn" for name in STEPS)) if k in row),
-              flush=True)
-        if args.out is not None:  # after every shape: a call cut short keeps its rows
-            bench.write_csv(args.out, rows)
-    for failure in b.failures:
-        print("FAIL", failure)
-    return 1 if b.failures else 0
+    return bma.measure_each(b, args.out, shapes, measure_shape, summary)
+
+
+def summary(row: dict) -> str:
+    return ", ".join(f"{k} {row[k]:.3f}" if isinstance(row[k], float) else f"{k} {row[k]}"
+                     for k in ("batch", "cache", "dtype", "kv heads", "splits",
+                               *(f"{name} vs cudnn" for name in STEPS)) if k in row)
 
 
 def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:

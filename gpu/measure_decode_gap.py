@@ -40,8 +40,6 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import bench_modern_attention as bma  # noqa: E402
 
-from flashcourse import bench  # noqa: E402
-
 
 def main(argv=None) -> int:
     started = bma.bench_script(argv, __doc__, "gpu/measure_decode_gap.py", "times decoding",
@@ -49,16 +47,7 @@ def main(argv=None) -> int:
     if started is None:
         return 0
     args, b = started
-    rows = []
-    for shape in bma.decode_grid(b):
-        row = measure_shape(b, *shape)
-        rows.append(row)
-        print(summary(row), flush=True)
-        if args.out is not None:  # after every shape: a call cut short keeps its rows
-            bench.write_csv(args.out, rows)
-    for failure in b.failures:
-        print("FAIL", failure)
-    return 1 if b.failures else 0
+    return bma.measure_each(b, args.out, bma.decode_grid(b), measure_shape, summary)
 
 
 def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
