@@ -114,6 +114,29 @@ def test_fp16_and_a_padded_head_dim():
     assert_matches(q, k, v, ma.dense_mask(n, n, 15, 0), plan)
 
 
+@pytest.mark.parametrize("d", [16, 24], ids=["kernel width", "padded"])
+def test_a_planned_call_gives_the_call_output_step_after_step(d):
+    """SparseForward checks and builds once; run() launches the kernel alone on its bound
+    tensors: sparse_forward's output bit for bit, and after new values are written into q, k
+    and v in place, the output for those; bad input is refused at the plan's making."""
+    n = 48
+    q, k, v = inputs(1, 2, n, d, seed=9)
+    docs = ma.packed_documents([20, 28])
+    plan = sf.sparse_plan(n, d, "cpu", left=15, right=0, docs=docs)
+    planned = sf.SparseForward(q, k, v, plan)
+    for seed in (9, 10):
+        for bound, new in zip((q, k, v), inputs(1, 2, n, d, seed=seed), strict=True):
+            bound.copy_(new)
+        o, lse = planned.run()
+        expected_o, expected_lse = sf.sparse_forward(q, k, v, plan)
+        assert torch.equal(o, expected_o) and torch.equal(lse, expected_lse)
+    assert planned.run()[0] is planned.o  # the same tensors at every call
+    with mock.patch.object(sf, "_checked_launch", side_effect=AssertionError("checked again")):
+        assert torch.equal(planned.run()[0], expected_o)  # run() is the launch alone
+    with pytest.raises(CourseInputError, match="built for n=48"):
+        sf.SparseForward(*inputs(1, 2, 40, d), plan)
+
+
 def test_longest_lists_run_first():
     kinds = ma.classify_rule(64, TILE, TILE, UNLIMITED, 0)
     assert sf.program_order(kinds).tolist() == [3, 2, 1, 0]

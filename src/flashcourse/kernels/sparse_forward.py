@@ -32,7 +32,9 @@ against per-row limits, with no branch (`tests_as_selects`).
 
 Host side: `sparse_plan` builds the block lists and the program order once per mask (not per
 head or per call), `sparse_forward` launches; any head dim up to 256 (zero-padded, as the other
-launchers). Masks given as a table of visible blocks (a random block mask): `block_table_kinds`.
+launchers). `SparseForward` does sparse_forward's host work once for bound tensors, so that a
+short call pays only for the launch. Masks given as a table of visible blocks (a random block
+mask): `block_table_kinds`.
 Import after `fc.setup()` (it picks the runtime itself if nobody did).
 """
 
@@ -661,6 +663,17 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
     with documents: lesson 9). entries_ahead: an experiment, off until timed: each list's
     entries loaded one step ahead, so that a tile's K and V wait on no load of their own step
     (with a list the pipeliner keeps one tile fewer in flight: lesson 9)."""
+    o, lse, launch = _checked_launch(q, k, v, plan, sm_scale, use_tma, halves, full_range,
+                                     partial_tests, row_ranges, tests_as_selects,
+                                     entries_ahead)
+    run_at_kernel_width(launch, (q, k, v), (o,))
+    return o, lse
+
+
+def _checked_launch(q, k, v, plan, sm_scale, use_tma, halves, full_range, partial_tests,
+                    row_ranges, tests_as_selects, entries_ahead):
+    """sparse_forward's checks and choices: (o, lse, launch), the outputs to fill and
+    launch(q, k, v, o) at a kernel head dim with every option resolved."""
     check_reference_qkv(q, k, v)
     B, H, N, D = q.shape
     _require(N == plan.n, f"the plan was built for n={plan.n}, but q, k, v have N={N}: build "
@@ -716,12 +729,59 @@ def sparse_forward(q, k, v, plan: SparsePlan, sm_scale: float | None = None,
                                use_tma=use_tma, halves=halves, full_range=full_range,
                                partial_tests=partial_tests, row_ranges=row_ranges,
                                tests_as_selects=tests_as_selects, entries_ahead=entries_ahead)
-    run_at_kernel_width(launch, (q, k, v), (o,))
-    return o, lse
+    return o, lse, launch
+
+
+class SparseForward:
+    """sparse_forward planned once for bound tensors, for calls too short to pay for its host
+    work each time (lesson 9: the window at N = 8k runs 0.1 ms, about what the checks, the
+    variant's choice and the tensor descriptors cost the host). The constructor takes
+    sparse_forward's arguments, checks them and makes the kernel's arguments once; `run()`
+    launches the kernel alone and returns (o, lse), the same tensors at every call. As with
+    decode.DecodePlan, the tensors are bound: a next call writes its q, k, v into them in
+    place (as replaying a CUDA graph needs anyway). A head dim the kernels do not run at is
+    padded into buffers of the plan's, and run() copies in and out around the launch."""
+
+    def __init__(self, q, k, v, plan: SparsePlan, sm_scale: float | None = None,
+                 use_tma: bool = True, halves: bool | None = None,
+                 full_range: bool | None = None, partial_tests: bool | None = None,
+                 row_ranges: bool | None = None, tests_as_selects: bool = False,
+                 entries_ahead: bool = False):
+        self.o, self.lse, launch = _checked_launch(
+            q, k, v, plan, sm_scale, use_tma, halves, full_range, partial_tests, row_ranges,
+            tests_as_selects, entries_ahead)
+        self.inputs = (q, k, v)
+        width = kernel_head_dim(q.shape[-1])
+        self.wide = None
+        if width != q.shape[-1]:  # zero columns, written once: the copies fill the rest
+            self.wide = [x.new_zeros((*x.shape[:-1], width)) for x in (q, k, v, self.o)]
+        recorded = _LaunchRecorded()
+        launch(*(self.wide or (q, k, v, self.o)), kernel=recorded)
+        self.grid, self.args, self.options = recorded.call
+
+    def run(self):
+        if self.wide is not None:
+            d = self.o.shape[-1]
+            for wide, x in zip(self.wide[:3], self.inputs, strict=True):
+                wide[..., :d].copy_(x)
+        sparse_forward_kernel[self.grid](*self.args, **self.options)
+        if self.wide is not None:
+            self.o.copy_(self.wide[3][..., :self.o.shape[-1]])
+        return self.o, self.lse
+
+
+class _LaunchRecorded:
+    """Stands in for the kernel at a plan's making: kernel[grid](...) keeps the grid and the
+    arguments, and launches nothing."""
+
+    def __getitem__(self, grid):
+        def record(*args, **options):
+            self.call = grid, args, options
+        return record
 
 
 def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, partial_tests,
-            row_ranges, tests_as_selects, entries_ahead=False):
+            row_ranges, tests_as_selects, entries_ahead=False, kernel=None):
     """sparse_forward's launch at a kernel head dim (q.shape[-1] a power of two)."""
     B, H, N, D = q.shape
     block_m, block_n, warps, stages = plan.config
@@ -740,7 +800,7 @@ def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, par
     if partial_tests:  # rows +- left, right must fit int32; every pair has |offset| < n anyway
         part_index = plan.part_tests
         left, right = (min(max(x, -UNLIMITED), UNLIMITED) for x in (left, right))
-    sparse_forward_kernel[(cdiv(N, block_m), B * H)](
+    (kernel or sparse_forward_kernel)[(cdiv(N, block_m), B * H)](
         *args, lse, qk_scale, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, N,
         docs, left, right, plan.order, full_counts, full_index, part_counts,
         part_index, full_index.stride(0), HEAD_D=D, BLOCK_M=block_m, BLOCK_N=block_n,
