@@ -699,6 +699,21 @@ class DecodeInputs(NamedTuple):
     sms: int
     kv_bytes: int
 
+    def plan(self, pools=None, **options):
+        """The reference decoding step (decode.DecodePlan, planned once, outside the timings)
+        on this shape's paged cache, or on `pools` (K, V) holding its pages another way."""
+        from flashcourse.kernels import decode
+
+        k_pages, v_pages = pools or (self.k_pages, self.v_pages)
+        return decode.DecodePlan(self.q, k_pages, v_pages, self.table, self.lengths,
+                                 max_len=self.row["cache"], num_sms=self.sms, **options)
+
+    def heads_together(self):
+        """This shape's pages stored with each K/V head's rows of a page together."""
+        from flashcourse.kernels import decode
+
+        return decode.heads_together(self.k_pages), decode.heads_together(self.v_pages)
+
 
 def decode_inputs(b: Bench, dtype, d, h, h_kv, batch, cache) -> DecodeInputs:
     """Random q, K and V of one decoding shape (seeded by it), their paged copy (pages of
@@ -829,7 +844,8 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
     """One decoding shape: check every kernel against float32 math, then time it."""
     torch = b.torch
     inputs = decode_inputs(b, dtype, d, h, h_kv, batch, cache)
-    row, q, k, v, lengths, k_pages, v_pages, table, reference, sms, kv_bytes = inputs
+    row, q, k, v, reference = inputs.row, inputs.q, inputs.k, inputs.v, inputs.reference
+    sms, kv_bytes = inputs.sms, inputs.kv_bytes
     block_n = ma.tiles.DECODE_BLOCK_N["interpreter" if b.mode == "interpreter" else "gpu"]
     dtype_name = row["dtype"]
     tolerance = TOLERANCE[dtype_name]
@@ -844,26 +860,21 @@ def decode_case(b: Bench, kernels, ma, flex, backends, dtype, d, h, h_kv, batch,
         out = torch.empty_like(q)
 
         def run():
-            ma.launch_paged_split(kernels.paged_split_kernel, q, k_pages, v_pages, table,
-                                  lengths, m, l, o, split_size, block_n)
+            ma.launch_paged_split(kernels.paged_split_kernel, q, inputs.k_pages,
+                                  inputs.v_pages, inputs.table, inputs.lengths, m, l, o,
+                                  split_size, block_n)
             ma.launch_merge(kernels.merge_states_kernel, m, l, o, out)
             return out
         return run
 
     ours = decoder(split)
     paged = decoder(ma.cdiv(cache, block_n) * block_n)  # one split per sequence
-    from flashcourse.kernels import decode
-
-    plan = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache,
-                             num_sms=sms)  # planned once, outside the timings
+    plan = inputs.plan()
     row["reference splits"], row["reference BLOCK_N"] = plan.splits, plan.block_n
-    pools = {False: (k_pages, v_pages),
-             True: (decode.heads_together(k_pages), decode.heads_together(v_pages))}
+    pools = {False: None, True: inputs.heads_together()}
     candidates = {"ours split-KV": ours, "ours paged, unsplit": paged, "reference": plan.run}
     for name, (together, kv_loads) in REFERENCE_WAYS.items():
-        candidates[name] = decode.DecodePlan(q, *pools[together], table, lengths,
-                                             max_len=cache, num_sms=sms,
-                                             kv_loads=kv_loads).run
+        candidates[name] = inputs.plan(pools[together], kv_loads=kv_loads).run
     for name, backend in backends.items():
         if name == "sdpa math" and kv_bytes > 2**30:
             row[f"{name} note"] = "not run (K/V over 1 GiB: the math path repeats them)"

@@ -56,32 +56,29 @@ def summary(row: dict) -> str:
 def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
     from torch.nn.attention import SDPBackend
 
-    from flashcourse.kernels import decode, ladder
+    from flashcourse.kernels import ladder
 
     inputs = bma.decode_inputs(b, dtype, d, h, h_kv, batch, cache)
-    row, q, _, _, lengths, k_pages, v_pages, table, reference, sms, _ = inputs
+    row = inputs.row
     row["maxnreg"] = CAP
     dependent = ladder.dependent_launch_supported()
-
-    def plan(config=None, dependent_launch=False):
-        return decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache,
-                                 num_sms=sms, config=config, dependent_launch=dependent_launch)
-
-    plain = plan()
+    plain = inputs.plan()
     tuned = (plain.block_n, plain.num_warps, plain.num_stages)
-    plans = {"step": plain, "capped step": plan((*tuned, CAP)),
-             "capped step, 2 stages": plan((*tuned[:2], 2, CAP)),
-             "dependent step": plan(dependent_launch=dependent),
-             "capped dependent step": plan((*tuned, CAP), dependent_launch=dependent),
-             "capped dependent step, 2 stages": plan((*tuned[:2], 2, CAP),
-                                                     dependent_launch=dependent)}
+    capped, capped_2 = (*tuned, CAP), (*tuned[:2], 2, CAP)
+    plans = {"step": plain, "capped step": inputs.plan(config=capped),
+             "capped step, 2 stages": inputs.plan(config=capped_2),
+             "dependent step": inputs.plan(dependent_launch=dependent),
+             "capped dependent step": inputs.plan(config=capped, dependent_launch=dependent),
+             "capped dependent step, 2 stages": inputs.plan(config=capped_2,
+                                                            dependent_launch=dependent)}
     row.update(splits=plain.splits, BLOCK_N=plain.block_n, warps=plain.num_warps,
                stages=plain.num_stages, dependent=dependent)
     cudnn = bma.sdpa_decode(inputs, SDPBackend.CUDNN_ATTENTION)
     timed = {}
     calls = [(name, plans[name].run, True) for name in STEPS] + [("sdpa cudnn", cudnn, False)]
     for name, call, fatal in calls:
-        if bma.checked(b, row, name, call, reference, fatal, where=f"B={batch} {cache}"):
+        if bma.checked(b, row, name, call, inputs.reference, fatal,
+                       where=f"B={batch} {cache}"):
             timed[name] = call
     replays = {name: b.graph_replay(call) for name, call in timed.items()}
     for name, timing in bma.interleaved(b, replays).items():

@@ -53,23 +53,16 @@ def main(argv=None) -> int:
 def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
     from torch.nn.attention import SDPBackend
 
-    from flashcourse.kernels import decode, ladder
+    from flashcourse.kernels import ladder
 
     inputs = bma.decode_inputs(b, dtype, d, h, h_kv, batch, cache)
-    row, q, _, _, lengths, k_pages, v_pages, table, reference, sms, kv_bytes = inputs
-    plan = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache, num_sms=sms)
-    k_together, v_together = decode.heads_together(k_pages), decode.heads_together(v_pages)
-    together = decode.DecodePlan(q, k_together, v_together, table, lengths, max_len=cache,
-                                 num_sms=sms)
-    bound = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache, num_sms=sms,
-                              no_softmax=True)
-    dependent = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache,
-                                  num_sms=sms,
-                                  dependent_launch=ladder.dependent_launch_supported())
-    fused = decode.DecodePlan(q, k_pages, v_pages, table, lengths, max_len=cache, num_sms=sms,
-                              fused_merge=True)
-    fused_together = decode.DecodePlan(q, k_together, v_together, table, lengths,
-                                       max_len=cache, num_sms=sms, fused_merge=True)
+    row, kv_bytes = inputs.row, inputs.kv_bytes
+    together_pools = inputs.heads_together()
+    plan, together = inputs.plan(), inputs.plan(together_pools)
+    bound = inputs.plan(no_softmax=True)  # a bound, never checked
+    dependent = inputs.plan(dependent_launch=ladder.dependent_launch_supported())
+    fused = inputs.plan(fused_merge=True)
+    fused_together = inputs.plan(together_pools, fused_merge=True)
     row["splits"], row["BLOCK_N"] = plan.splits, plan.block_n
     cudnn = bma.sdpa_decode(inputs, SDPBackend.CUDNN_ATTENTION)
     timed = {}
@@ -78,7 +71,7 @@ def measure_shape(b, dtype, d, h, h_kv, batch, cache) -> dict:
                               ("fused step", fused.run, True),
                               ("fused step, heads together", fused_together.run, True),
                               ("sdpa cudnn", cudnn, False)):
-        if bma.checked(b, row, name, call, reference, fatal, where=shape_name(row)):
+        if bma.checked(b, row, name, call, inputs.reference, fatal, where=shape_name(row)):
             timed[name] = call
     if "step" not in timed:
         return row

@@ -75,6 +75,8 @@ def main(argv=None) -> int:
 def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dict:
     """One (mask, N, d): check both calls, then their launch time, their launched timing and
     their graph replay's timing."""
+    from flashcourse.kernels import host
+
     torch = b.torch
     n = case.n
     gen = torch.Generator(device=b.device).manual_seed(n + d)
@@ -106,7 +108,7 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
         row[f"{name} launch ms"] = launch_ms(b, call)
         timed[f"{name} graph"] = b.graph_replay(call)
     if "reference" in calls:  # the course's code alone: its kernel's launch does nothing
-        with mock.patch.object(sf, "sparse_forward_kernel", LaunchSkipped()):
+        with mock.patch.object(sf, "sparse_forward_kernel", host.RecordedLaunch()):
             row["reference python ms"] = launch_ms(b, ours)
         row["reference bare launch ms"] = launch_ms(b, bare_launch(sf, ours))
     if pointers_ok:
@@ -122,23 +124,12 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
     return row
 
 
-class LaunchSkipped:
-    """Stands in for a Triton kernel: kernel[grid](...) launches nothing and keeps the last
-    call's grid and arguments."""
-
-    def __init__(self):
-        self.last = None
-
-    def __getitem__(self, grid):
-        def record(*args, **kwargs):
-            self.last = grid, args, kwargs
-        return record
-
-
 def bare_launch(sf, call):
     """Triton's launch alone: a function that launches sf's kernel with the grid and
     arguments one run of call gives it (recorded with the launch skipped)."""
-    skipped = LaunchSkipped()
+    from flashcourse.kernels import host
+
+    skipped = host.RecordedLaunch()
     with mock.patch.object(sf, "sparse_forward_kernel", skipped):
         call()
     grid, args, kwargs = skipped.last

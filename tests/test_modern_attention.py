@@ -696,7 +696,8 @@ def test_capped_registers_give_the_plain_output_and_a_bad_config_is_refused():
     plain, capped = (decode.DecodePlan(q, k_pages, v_pages, table, lens, max_len=70, num_sms=4,
                                        config=config, splits=3)
                      for config in ((16, 4, 1), (16, 4, 1, 96)))
-    assert capped.split_options == {"maxnreg": 96} and plain.split_options == {}
+    assert capped.split_options == dict(num_warps=4, num_stages=1, maxnreg=96)
+    assert plain.split_options == dict(num_warps=4, num_stages=1)
     assert torch.equal(capped.run(), plain.run())
     with pytest.raises(runtime.CourseInputError, match="maxnreg"):
         decode.DecodePlan(q, k_pages, v_pages, table, lens, max_len=70, config=(16, 4))

@@ -444,8 +444,7 @@ class DecodePlan:
         _require(len(config) in (3, 4), "config must be (BLOCK_N, num_warps, num_stages) or "
                  f"(..., maxnreg); got {config!r}.")
         self.block_n, self.num_warps, self.num_stages = config[:3]
-        # an experiment, compiled only: the split kernel's registers per thread capped
-        self.split_options = {"maxnreg": config[3]} if len(config) == 4 and config[3] else {}
+        self.split_options = host.launch_options(*config[1:])  # the split kernel's
         runtime.check_block_size("BLOCK_N", self.block_n)
         if num_sms is None:
             num_sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
@@ -505,8 +504,7 @@ class DecodePlan:
         """The split kernel: each split's state, or with one split or a fused merge the output
         itself."""
         self.kernel[self.grid](*self.tensors, self.m, self.l, self.o, self.out, self.arrivals,
-                               *self.scalars, **self.constants, num_warps=self.num_warps,
-                               num_stages=self.num_stages, **self.split_options)
+                               *self.scalars, **self.constants, **self.split_options)
 
     def launch_merge(self) -> None:
         """The merge of the splits' states into the output (more than one split only)."""

@@ -274,10 +274,28 @@ def _tile_options(config) -> tuple[int, int, dict]:
         raise CourseInputError(f"a backward config must be (BLOCK_M, BLOCK_N, num_warps, "
                                f"num_stages) or (..., maxnreg); got {config!r}.")
     bm, bn, warps, stages, *cap = config
-    options = dict(num_warps=warps, num_stages=stages)
-    if cap and cap[0] is not None:
-        options["maxnreg"] = cap[0]
-    return bm, bn, options
+    return bm, bn, launch_options(warps, stages, *cap)
+
+
+def launch_options(num_warps: int, num_stages: int, maxnreg: int | None = None) -> dict:
+    """A launch's options: maxnreg (an experiment, compiled only: registers per thread capped)
+    only where given, since Triton reads its absence as no cap."""
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
+    return options
+
+
+class RecordedLaunch:
+    """Stands in for a Triton kernel: kernel[grid](...) launches nothing and keeps the grid, the
+    arguments and the options of its last call in `last`."""
+
+    last = None
+
+    def __getitem__(self, grid):
+        def record(*args, **options):
+            self.last = grid, args, options
+        return record
 
 
 def _launch_backward(q, k, v, o, do, dq, dk, dv, *, lse, causal, sm_scale, configs, fused_dq,

@@ -62,6 +62,7 @@ from .common import (
     store_rows,
 )
 from .host import (
+    RecordedLaunch,
     check_reference_qkv,
     kernel_head_dim,
     run_at_kernel_width,
@@ -755,9 +756,9 @@ class SparseForward:
         self.wide = None
         if width != q.shape[-1]:  # zero columns, written once: the copies fill the rest
             self.wide = [x.new_zeros((*x.shape[:-1], width)) for x in (q, k, v, self.o)]
-        recorded = _LaunchRecorded()
+        recorded = RecordedLaunch()
         launch(*(self.wide or (q, k, v, self.o)), kernel=recorded)
-        self.grid, self.args, self.options = recorded.call
+        self.grid, self.args, self.options = recorded.last
 
     def run(self):
         if self.wide is not None:
@@ -768,16 +769,6 @@ class SparseForward:
         if self.wide is not None:
             self.o.copy_(self.wide[3][..., :self.o.shape[-1]])
         return self.o, self.lse
-
-
-class _LaunchRecorded:
-    """Stands in for the kernel at a plan's making: kernel[grid](...) keeps the grid and the
-    arguments, and launches nothing."""
-
-    def __getitem__(self, grid):
-        def record(*args, **options):
-            self.call = grid, args, options
-        return record
 
 
 def _launch(q, k, v, o, *, plan, lse, qk_scale, use_tma, halves, full_range, partial_tests,
