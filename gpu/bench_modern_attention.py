@@ -269,7 +269,8 @@ def masked_reference(torch, q, k, v, dense, chunk: int = 1024):
 def interleaved(b: Bench, candidates: dict, repeats: int = REPEATS) -> dict:
     """{name: (median, min, max)} in ms of `repeats` timings of each candidate taken round-robin
     (each a do_bench median with the L2 flushed), so that a drift of the GPU's clock touches
-    every candidate alike. The interpreter runs each once (time 0)."""
+    every candidate alike; every other round runs them in reverse order, so that no candidate
+    always follows the same one. The interpreter runs each once (time 0)."""
     if b.mode == "interpreter":
         for fn in candidates.values():
             fn()
@@ -279,8 +280,10 @@ def interleaved(b: Bench, candidates: dict, repeats: int = REPEATS) -> dict:
     import triton.testing
 
     times = {name: [] for name in candidates}
-    for _ in range(repeats):
-        for name, fn in candidates.items():
+    names = list(candidates)
+    for round_index in range(repeats):
+        for name in names if round_index % 2 == 0 else names[::-1]:
+            fn = candidates[name]
             times[name].append(float(triton.testing.do_bench(fn, warmup=5, rep=25,
                                                              return_mode="median")))
     return {name: (statistics.median(t), min(t), max(t)) for name, t in times.items()}
