@@ -6,6 +6,7 @@ import importlib.util
 import re
 import shutil
 import sys
+import types
 
 import pytest
 import torch
@@ -1060,6 +1061,25 @@ def test_launch_profile_script_checks_then_profiles_in_the_interpreter(root, tmp
     assert "sparse_forward" in report and "Ordered by: cumulative time" in report
     assert str(root) not in report  # the project's own paths, not this machine's
     assert "\n{'date': " in report and "'triton': " in report  # what it ran on, as ncu_summary
+
+
+def test_interleaved_timings_reverse_their_order_every_other_round(root, monkeypatch):
+    # gpu/bench_modern_attention.interleaved: no candidate always runs right after the same one
+    import triton.testing
+
+    bma = _load_gpu_script(root, "bench_modern_attention")
+    order, clock = [], iter(range(1, 100))
+
+    def fake_do_bench(fn, warmup, rep, return_mode):
+        order.append(fn())
+        return float(next(clock))
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
+    bench_like = types.SimpleNamespace(mode="full")
+    timings = bma.interleaved(bench_like, {name: (lambda n=name: n) for name in "abc"}, 4)
+    assert order == list("abccbaabccba")
+    # each candidate's median, fastest and slowest of its own 4 timings
+    assert timings == {"a": (6.5, 1.0, 12.0), "b": (6.5, 2.0, 11.0), "c": (6.5, 3.0, 10.0)}
 
 
 def test_launch_profile_names_files_without_the_folders_python_imports_from(root, monkeypatch):
