@@ -203,12 +203,24 @@ class MaskCase:
         return self.docs if self.docs is not None else np.zeros(self.n, np.int32)
 
 
-def mask_cases(ma, sf, n: int, window: int) -> list[MaskCase]:
-    return [MaskCase("causal", n, ma.UNLIMITED, 0),
-            MaskCase(f"causal window {window}", n, window - 1, 0),
-            MaskCase("causal documents", n, ma.UNLIMITED, 0, docs=document_ids(n, seed=n)),
-            MaskCase(f"random blocks {RANDOM_DENSITY:.0%}", n, ma.UNLIMITED, ma.UNLIMITED,
-                     table=sf.random_block_table(n, FLEX_BLOCK, RANDOM_DENSITY, seed=n))]
+MASK_KINDS = ("causal", "window", "documents", "random")  # lesson 9's masks, the tables' order
+
+
+def mask_cases(ma, sf, n: int, window: int, kinds=MASK_KINDS) -> list[MaskCase]:
+    """Lesson 9's masks at N = n: those of `kinds` (names from MASK_KINDS), in that order."""
+    unknown = sorted(set(kinds) - set(MASK_KINDS))
+    if unknown:
+        raise ValueError(f"unknown mask kinds {unknown}: choose from {', '.join(MASK_KINDS)}")
+    build = {
+        "causal": lambda: MaskCase("causal", n, ma.UNLIMITED, 0),
+        "window": lambda: MaskCase(f"causal window {window}", n, window - 1, 0),
+        "documents": lambda: MaskCase("causal documents", n, ma.UNLIMITED, 0,
+                                      docs=document_ids(n, seed=n)),
+        "random": lambda: MaskCase(
+            f"random blocks {RANDOM_DENSITY:.0%}", n, ma.UNLIMITED, ma.UNLIMITED,
+            table=sf.random_block_table(n, FLEX_BLOCK, RANDOM_DENSITY, seed=n)),
+    }
+    return [build[kind]() for kind in kinds]
 
 
 def mask_grid(b: Bench, torch):
@@ -404,10 +416,11 @@ class FairFlexScript(NamedTuple):
     sf: types.ModuleType  # flashcourse.kernels.sparse_forward
 
 
-def fair_flex_script(argv, doc: str, script: str, what: str, smoke: str):
-    """bench.script_args (--out, --interpreter: `smoke` says what it runs), then the fair
-    FlexAttention bench; None where there is no CUDA GPU and no --interpreter."""
-    started = bench_script(argv, doc, script, what, smoke)
+def fair_flex_script(argv, doc: str, script: str, what: str, smoke: str, add_arguments=None):
+    """bench.script_args (--out, --interpreter: `smoke` says what it runs; add_arguments(parser)
+    adds the script's own), then the fair FlexAttention bench; None where there is no CUDA GPU
+    and no --interpreter."""
+    started = bench_script(argv, doc, script, what, smoke, add_arguments)
     if started is None:
         return None
     args, b = started
@@ -418,12 +431,13 @@ def fair_flex_script(argv, doc: str, script: str, what: str, smoke: str):
     return FairFlexScript(args, b, *flex_functions(b), ma, sf)
 
 
-def bench_script(argv, doc: str, script: str, what: str, smoke: str):
+def bench_script(argv, doc: str, script: str, what: str, smoke: str, add_arguments=None):
     """(args, Bench) of a gpu/ script taking bench.script_args (--out, --interpreter: `smoke`
-    says what it runs); None where there is no CUDA GPU and no --interpreter."""
+    says what it runs; add_arguments(parser) adds the script's own); None where there is no
+    CUDA GPU and no --interpreter."""
     from flashcourse import bench
 
-    args = bench.script_args(argv, doc, script, what, smoke)
+    args = bench.script_args(argv, doc, script, what, smoke, add_arguments)
     if args is None:
         return None
     return args, Bench("interpreter" if args.interpreter else "full")

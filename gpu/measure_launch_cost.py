@@ -1,6 +1,7 @@
 """Launched from Python, or replayed from a CUDA graph: the short masks of lesson 9.
 
     python gpu/measure_launch_cost.py [--out assets/results/09-launch-cost.csv]
+    python gpu/measure_launch_cost.py --mask window   # one mask (repeat --mask for more)
     python gpu/measure_launch_cost.py --interpreter   # smoke test on a CPU, nothing timed
 
 The masks table times each call as do_bench does: an event before the call, one after. When
@@ -50,16 +51,18 @@ ROUNDS = 3
 
 def main(argv=None) -> int:
     setup = bma.fair_flex_script(argv, __doc__, "gpu/measure_launch_cost.py", "times launches",
-                                 "smoke test on a CPU: N = 128, H = 2, d = 32, untimed")
+                                 "smoke test on a CPU: N = 128, H = 2, d = 32, untimed",
+                                 add_mask_argument)
     if setup is None:
         return 0
     args, b, flex, create_block_mask, ma, sf = setup
+    kinds = args.mask or bma.MASK_KINDS
     sizes, dims, heads, window = ((128,), (32,), 2, 32) if args.interpreter else \
         (SIZES, HEAD_DIMS, HEADS, bma.WINDOW)
     rows = []
     for d in dims:
         for n in sizes:
-            for case in bma.mask_cases(ma, sf, n, window):
+            for case in bma.mask_cases(ma, sf, n, window, kinds):
                 row = measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads)
                 rows.append(row)
                 print(", ".join(f"{key} {value:.3f}" if isinstance(value, float) else
@@ -70,6 +73,11 @@ def main(argv=None) -> int:
     for failure in b.failures:
         print("FAIL", failure)
     return 1 if b.failures else 0
+
+
+def add_mask_argument(parser) -> None:
+    parser.add_argument("--mask", action="append", choices=bma.MASK_KINDS,
+                        help="time this mask only (repeat for more; default: every mask)")
 
 
 def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dict:

@@ -1113,6 +1113,31 @@ def test_launch_cost_script_checks_and_writes_every_mask_in_the_interpreter(root
             assert column in row
 
 
+def test_mask_cases_build_the_kinds_asked_for_in_their_order(root):
+    import argparse
+
+    from flashcourse.kernels import modern_attention as ma
+    from flashcourse.kernels import sparse_forward as sf
+
+    bma = _load_gpu_script(root, "bench_modern_attention")
+    every = bma.mask_cases(ma, sf, 256, 32)
+    assert [case.name for case in every] == ["causal", "causal window 32", "causal documents",
+                                             "random blocks 50%"]
+    assert [case.name for case in bma.mask_cases(ma, sf, 256, 32, ("random", "window"))] == \
+        ["random blocks 50%", "causal window 32"]
+    with pytest.raises(ValueError, match="unknown mask kinds \\['windows'\\]: choose from causal"):
+        bma.mask_cases(ma, sf, 256, 32, ("windows",))
+    # measure_launch_cost --mask takes those kinds and refuses others
+    launch_cost = _load_gpu_script(root, "measure_launch_cost")
+    parser = argparse.ArgumentParser()
+    launch_cost.add_mask_argument(parser)
+    assert parser.parse_args(["--mask", "window", "--mask", "causal"]).mask == \
+        ["window", "causal"]
+    assert parser.parse_args([]).mask is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--mask", "sliding"])
+
+
 def test_gpu_scripts_checked_refuses_wrong_and_failing_calls_and_names_where(root):
     bma = _load_gpu_script(root, "bench_modern_attention")
     b = bma.Bench("interpreter")

@@ -39,16 +39,18 @@ def skip_message() -> str | None:
     return BOOK_MESSAGE if runtime.book_page() else CPU_MESSAGE
 
 
-def script_args(argv, doc: str, script: str, what: str, smoke: str):
+def script_args(argv, doc: str, script: str, what: str, smoke: str, add_arguments=None):
     """A gpu/ script's `--out FILE` and `--interpreter` (a smoke test on a CPU: `smoke` says
-    what it runs), with the runtime set up for one or the other; None without a CUDA GPU and
-    without --interpreter (cuda_script_ready has said so)."""
+    what it runs), and those add_arguments(parser) adds, with the runtime set up for one or the
+    other; None without a CUDA GPU and without --interpreter (cuda_script_ready has said so)."""
     import argparse
     from pathlib import Path
 
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="the CSV to write")
     parser.add_argument("--interpreter", action="store_true", help=smoke)
+    if add_arguments is not None:
+        add_arguments(parser)
     args = parser.parse_args(argv)
     if args.interpreter:
         os.environ["FLASHCOURSE_INTERPRET"] = "1"
