@@ -2,6 +2,7 @@
 
     python gpu/check_modern_attention.py                 # kernels, then the lesson's graders
     python gpu/check_modern_attention.py --no-graders
+    python gpu/check_modern_attention.py --reference-only   # kernels/sparse_forward.py alone
     python gpu/check_modern_attention.py --interpreter   # smoke test of this script on a CPU
 
 The kernels are the solution cells of lessons/09-modern-attention.qmd, taken by cell id and
@@ -15,7 +16,8 @@ forward (kernels/sparse_forward.py) in every variant its plan allows (halves, FU
 runs, partial tests or row ranges, pointer loads, entries loaded a step ahead), and its
 default, on ragged N with B and H > 1, views with the heads as the middle axis of (B, N, H,
 D), a custom sm_scale with large logits and rows that see no key, at head dims 64, 80 and 128
-(its output and logsumexp). Exits 1 on any mismatch, 2 without a GPU.
+(its output and logsumexp), and planned once (SparseForward), called twice with new q, k, v
+written in place. Exits 1 on any mismatch, 2 without a GPU.
 """
 
 from __future__ import annotations
@@ -217,6 +219,17 @@ def check_sparse_reference(c: Checker, ma):
                 print(f"{'ok  ' if lse_ok else 'FAIL'} {label}: logsumexp"
                       + ("" if lse_ok else " differs, or is not -inf exactly on rows that see "
                          "no key"))
+            # planned once for these tensors; a second call after new q, k, v written in place
+            planned = sf.SparseForward(q, k, v, plan, sm_scale=SPARSE_SCALE)
+            label = f"reference sparse B={B} H={H} N={N} D={D} {dtype_name} {name} planned"
+            out, _ = planned.run()
+            c.report(label, out, out, expected, dtype_name)
+            for x, flip in zip((q, k, v), (2, 2, 3), strict=True):
+                x.copy_(x.flip(flip))  # (B, H, N, D) views: new rows, new columns
+            expected = ma.masked_reference(q.cpu(), k.cpu(), v.cpu(), mask, SPARSE_SCALE)
+            out, _ = planned.run()
+            c.report(label + ", second call with new q, k, v in place", out, out, expected,
+                     dtype_name)
 
 
 def sparse_variants(sf, plan, small: bool) -> list[dict]:
@@ -262,6 +275,8 @@ def run_graders() -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-graders", action="store_true")
+    parser.add_argument("--reference-only", action="store_true",
+                        help="only the reference sparse forward (kernels/sparse_forward.py)")
     parser.add_argument("--interpreter", action="store_true",
                         help="run in Triton's interpreter on the CPU (small sizes)")
     args = parser.parse_args()
@@ -279,13 +294,14 @@ def main() -> int:
 
     kernels = load_kernels()
     checker = Checker(rt.device, small=args.interpreter)
-    check_sparse(checker, kernels, ma)
-    check_gqa(checker, kernels, ma)
-    check_decode(checker, kernels, ma)
+    if not args.reference_only:
+        check_sparse(checker, kernels, ma)
+        check_gqa(checker, kernels, ma)
+        check_decode(checker, kernels, ma)
     check_sparse_reference(checker, ma)
     print(f"{checker.count - checker.failures} of {checker.count} cases match float64")
     failures = checker.failures
-    if not args.no_graders:
+    if not (args.no_graders or args.reference_only):
         failures += run_graders()
     return 1 if failures else 0
 
