@@ -3,6 +3,7 @@
     python gpu/check_modern_attention.py                 # kernels, then the lesson's graders
     python gpu/check_modern_attention.py --no-graders
     python gpu/check_modern_attention.py --reference-only   # kernels/sparse_forward.py alone
+    python gpu/check_modern_attention.py --planned-only     # its default and SparseForward
     python gpu/check_modern_attention.py --interpreter   # smoke test of this script on a CPU
 
 The kernels are the solution cells of lessons/09-modern-attention.qmd, taken by cell id and
@@ -178,9 +179,9 @@ def check_decode(c: Checker, kernels, ma):
                                  dtype_name)
 
 
-def check_sparse_reference(c: Checker, ma):
-    """The reference sparse forward, every variant: o against float64 and its LSE (natural
-    log, -inf exactly on rows that see no key)."""
+def check_sparse_reference(c: Checker, ma, default_only: bool = False):
+    """The reference sparse forward, every variant (or its default alone) and planned once:
+    o against float64 and its LSE (natural log, -inf exactly on rows that see no key)."""
     from flashcourse.kernels import sparse_forward as sf
 
     torch = c.torch
@@ -204,7 +205,7 @@ def check_sparse_reference(c: Checker, ma):
             expected = ma.masked_reference(q.cpu(), k.cpu(), v.cpu(), mask, SPARSE_SCALE)
             expected_lse = ma.masked_lse(q.cpu(), k.cpu(), mask, SPARSE_SCALE)
             plan = sf.sparse_plan(N, D, c.device, left, right, ids)
-            for variant in sparse_variants(sf, plan, c.small):
+            for variant in [{}] if default_only else sparse_variants(sf, plan, c.small):
                 out, lse = sf.sparse_forward(q, k, v, plan, sm_scale=SPARSE_SCALE, **variant)
                 label = (f"reference sparse B={B} H={H} N={N} D={D} {dtype_name} {name} "
                          + (", ".join(f"{key}={value}" for key, value in variant.items())
@@ -277,6 +278,8 @@ def main() -> int:
     parser.add_argument("--no-graders", action="store_true")
     parser.add_argument("--reference-only", action="store_true",
                         help="only the reference sparse forward (kernels/sparse_forward.py)")
+    parser.add_argument("--planned-only", action="store_true",
+                        help="only the reference's default and its planned call (SparseForward)")
     parser.add_argument("--interpreter", action="store_true",
                         help="run in Triton's interpreter on the CPU (small sizes)")
     args = parser.parse_args()
@@ -294,14 +297,15 @@ def main() -> int:
 
     kernels = load_kernels()
     checker = Checker(rt.device, small=args.interpreter)
-    if not args.reference_only:
+    reference_only = args.reference_only or args.planned_only
+    if not reference_only:
         check_sparse(checker, kernels, ma)
         check_gqa(checker, kernels, ma)
         check_decode(checker, kernels, ma)
-    check_sparse_reference(checker, ma)
+    check_sparse_reference(checker, ma, default_only=args.planned_only)
     print(f"{checker.count - checker.failures} of {checker.count} cases match float64")
     failures = checker.failures
-    if not (args.no_graders or args.reference_only):
+    if not (args.no_graders or reference_only):
         failures += run_graders()
     return 1 if failures else 0
 

@@ -466,3 +466,22 @@ def test_a_row_range_one_key_too_wide_gives_a_wrong_output():
     wrong = sf.sparse_forward(q, k, v, dataclasses.replace(plan, row_ranges=wide),
                               row_ranges=True)[0]
     assert (wrong[0, 0, 13].double() - expected[0, 0, 13]).abs().max() > 0.01
+
+
+def test_gpu_check_script_checks_the_planned_call_in_the_interpreter():
+    # gpu/check_modern_attention.py --planned-only: what it runs compiled on the GPU, here small
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "gpu/check_modern_attention.py", "--interpreter",
+                           "--planned-only"], capture_output=True, text=True, cwd=root,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    planned = [line for line in lines if "planned, second call with new q, k, v" in line]
+    assert planned and all(line.startswith("ok ") for line in planned)
+    assert not [line for line in lines if line.startswith("FAIL")]
+    counted = lines[-1].split()  # "<n> of <n> cases match float64"
+    assert counted[0] == counted[2] and counted[3:] == ["cases", "match", "float64"]
