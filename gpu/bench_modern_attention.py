@@ -766,6 +766,13 @@ def sdpa_decode(inputs: DecodeInputs, backend):
     return sdpa
 
 
+def row_line(row: dict) -> str:
+    """A row as one printed line: floats to 3 decimals, flags with their column's name."""
+    return ", ".join(f"{key} {value:.3f}" if isinstance(value, float) else
+                     f"{key} {value}" if isinstance(value, bool) else f"{value}"
+                     for key, value in row.items())
+
+
 def measure_each(b: Bench, out, shapes, measure, summary) -> int:
     """rows = measure(b, *shape) for each shape, each printed as summary(row) and written to
     `out` (when given) as soon as it is made, so that a call cut short keeps its rows; then

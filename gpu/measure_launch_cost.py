@@ -16,7 +16,8 @@ the two events and the timing is the launch's. The sliding window at N = 8k runs
   nothing), and "pointers launch", the whole call with use_tma=False (no descriptors to encode,
   17 fewer arguments; checked first too); and "bare launch" (and "bare pointers launch"):
   Triton's launch alone, the kernel called again with the grid and arguments the course's
-  code gave it (no course code runs);
+  code gave it (no course code runs): the planned call below, through descriptors or
+  pointers, so "bare launch ms" is its "reference planned launch ms";
 * "reference planned": the same kernel through sparse_forward.SparseForward, its host work
   done once for bound tensors, so that each call is the launch alone (checked first);
 * "launched": the masks table's timing (median of REPEATS interleaved do_bench timings);
@@ -40,8 +41,6 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import bench_modern_attention as bma  # noqa: E402
 
-from flashcourse import bench  # noqa: E402
-
 SIZES = (8192, 16384)
 HEAD_DIMS = (64, 128)
 HEADS = 16
@@ -59,20 +58,12 @@ def main(argv=None) -> int:
     kinds = args.mask or bma.MASK_KINDS
     sizes, dims, heads, window = ((128,), (32,), 2, 32) if args.interpreter else \
         (SIZES, HEAD_DIMS, HEADS, bma.WINDOW)
-    rows = []
-    for d in dims:
-        for n in sizes:
-            for case in bma.mask_cases(ma, sf, n, window, kinds):
-                row = measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads)
-                rows.append(row)
-                print(", ".join(f"{key} {value:.3f}" if isinstance(value, float) else
-                                f"{key} {value}" if isinstance(value, bool) else f"{value}"
-                                for key, value in row.items()), flush=True)
-                if args.out is not None:  # after every cell: a call cut short keeps its rows
-                    bench.write_csv(args.out, rows)
-    for failure in b.failures:
-        print("FAIL", failure)
-    return 1 if b.failures else 0
+    cells = [(case, d) for d in dims for n in sizes
+             for case in bma.mask_cases(ma, sf, n, window, kinds)]
+
+    def measure(b, case, d):
+        return measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads)
+    return bma.measure_each(b, args.out, cells, measure, bma.row_line)
 
 
 def add_mask_argument(parser) -> None:
@@ -118,10 +109,12 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
     if "reference" in calls:  # the course's code alone: its kernel's launch does nothing
         with mock.patch.object(sf, "sparse_forward_kernel", host.RecordedLaunch()):
             row["reference python ms"] = launch_ms(b, ours)
-        row["reference bare launch ms"] = launch_ms(b, bare_launch(sf, ours))
+    if "reference planned" in calls:  # the planned call is Triton's launch alone
+        row["reference bare launch ms"] = row["reference planned launch ms"]
     if pointers_ok:
         row["reference pointers launch ms"] = launch_ms(b, pointers)
-        row["reference bare pointers launch ms"] = launch_ms(b, bare_launch(sf, pointers))
+        row["reference bare pointers launch ms"] = launch_ms(
+            b, sf.SparseForward(q, k, v, plan, use_tma=False).run)
     for name, timing in bma.interleaved(b, timed).items():
         label = name if name.endswith("graph") else f"{name} launched"
         bma.spread_columns(row, label, timing)
@@ -130,18 +123,6 @@ def measure_cell(b, bma, ma, sf, flex, create_block_mask, case, d, heads) -> dic
         if row.get(f"{name} {how} ms") and row.get(f"flex {how} ms"):
             row[f"{name} vs flex, {how}"] = row[f"flex {how} ms"] / row[f"{name} {how} ms"]
     return row
-
-
-def bare_launch(sf, call):
-    """Triton's launch alone: a function that launches sf's kernel with the grid and
-    arguments one run of call gives it (recorded with the launch skipped)."""
-    from flashcourse.kernels import host
-
-    skipped = host.RecordedLaunch()
-    with mock.patch.object(sf, "sparse_forward_kernel", skipped):
-        call()
-    grid, args, kwargs = skipped.last
-    return lambda: sf.sparse_forward_kernel[grid](*args, **kwargs)
 
 
 def launch_ms(b, call) -> float:

@@ -44,8 +44,6 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import bench_modern_attention as bma  # noqa: E402
 
-from flashcourse import bench  # noqa: E402
-
 CASES = (("window", 64), ("documents", 128))  # (mask kind, D): the misses
 SIZES = (8192, 16384, 32768)
 HEADS = 16
@@ -59,20 +57,11 @@ def main(argv=None) -> int:
         return 0
     args, b, flex, create_block_mask, ma, sf = setup
     sizes, heads, window = ((128,), 2, 32) if args.interpreter else (SIZES, HEADS, bma.WINDOW)
-    rows = []
-    for kind, d in CASES:
-        for n in sizes:
-            row = measure_cell(b, bma, ma, sf, flex, create_block_mask, kind, d, n, heads,
-                               window)
-            rows.append(row)
-            print(", ".join(f"{key} {value:.3f}" if isinstance(value, float) else f"{value}"
-                            for key, value in row.items()), flush=True)
-    if args.out is not None:
-        bench.write_csv(args.out, rows)
-        print(f"wrote {len(rows)} rows to {args.out}")
-    for failure in b.failures:
-        print("FAIL", failure)
-    return 1 if b.failures else 0
+    cells = [(kind, d, n) for kind, d in CASES for n in sizes]
+
+    def measure(b, kind, d, n):
+        return measure_cell(b, bma, ma, sf, flex, create_block_mask, kind, d, n, heads, window)
+    return bma.measure_each(b, args.out, cells, measure, bma.row_line)
 
 
 def measure_cell(b, bma, ma, sf, flex, create_block_mask, kind, d, n, heads, window) -> dict:
